@@ -1,0 +1,162 @@
+"""The one import point for the protobuf contracts, plus their schema versions and decoding rules.
+
+Stubs are generated from ``protos/`` when the package is built or installed (see setup.py) and are not in
+version control; importing them through this module gives one clear error when they are missing instead
+of a bare ModuleNotFoundError deep inside a pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+
+try:
+    from recsys_rl.proto import events_pb2, serving_pb2, serving_pb2_grpc
+except ImportError as err:  # pragma: no cover - exercised only on a broken install
+    raise ImportError(
+        "recsys_rl.proto stubs are missing: they are generated from protos/ at install time; "
+        "run 'make install' (or 'pip install -e .') to build them"
+    ) from err
+
+from recsys_rl import signals
+
+#: Version written into every event message; readers reject any other value.
+EVENTS_SCHEMA_VERSION = 1
+#: Version of the serving request/response messages.
+SERVING_SCHEMA_VERSION = 1
+
+DecisionRecord = events_pb2.DecisionRecord
+FeedbackEvent = events_pb2.FeedbackEvent
+Candidate = events_pb2.Candidate
+FeedbackSignals = events_pb2.Signals
+RankRequest = serving_pb2.RankRequest
+RankResponse = serving_pb2.RankResponse
+AllocateRequest = serving_pb2.AllocateRequest
+AllocateResponse = serving_pb2.AllocateResponse
+
+SURFACES: dict[str, int] = {
+    "feed": events_pb2.SURFACE_FEED,
+    "live_allocation": events_pb2.SURFACE_LIVE_ALLOCATION,
+}
+SURFACE_NAMES: dict[int, str] = {v: k for k, v in SURFACES.items()}
+
+ITEM_TYPES: dict[str, int] = {"video": events_pb2.ITEM_TYPE_VIDEO, "live": events_pb2.ITEM_TYPE_LIVE}
+
+ROUTING_ARMS: dict[str, int] = {
+    "stable": events_pb2.ROUTING_ARM_STABLE,
+    "canary": events_pb2.ROUTING_ARM_CANARY,
+    "shadow": events_pb2.ROUTING_ARM_SHADOW,
+    "fallback": events_pb2.ROUTING_ARM_FALLBACK,
+    "behaviour": events_pb2.ROUTING_ARM_BEHAVIOUR,
+}
+
+#: Which field of the feedback ``Signals`` message carries each registry signal. The displaced
+#: short-video time of a live insertion is counterfactual, so no client can report it.
+FEEDBACK_SIGNAL_FIELDS: dict[str, str] = {
+    "watch_time": "watch_time_s",
+    "click": "click",
+    "like": "like",
+    "follow": "follow",
+    "comment": "comment",
+    "share": "share",
+    "hate": "hate",
+    "gift": "gift_value",
+    "live_watch_time": "live_watch_s",
+}
+for _name in FEEDBACK_SIGNAL_FIELDS:
+    signals.get(_name)  # fail at import if the registry and the contract disagree
+
+
+class ContractError(ValueError):
+    """A record that does not honour its contract; ``reason`` is a short stable tag for dead-letter counts."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def encode(message: Message) -> bytes:
+    """Serialise deterministically, so that the same record always has the same bytes (idempotent reruns)."""
+    return message.SerializeToString(deterministic=True)
+
+
+def _check_version(message: DecisionRecord | FeedbackEvent) -> None:
+    if message.schema_version != EVENTS_SCHEMA_VERSION:
+        raise ContractError(
+            "unknown_schema_version",
+            f"{type(message).__name__}.schema_version should be {EVENTS_SCHEMA_VERSION}, "
+            f"but is {message.schema_version}",
+        )
+
+
+def decode_decision(data: bytes) -> DecisionRecord:
+    """Parse a decision record written by serving (protobuf only: serving is ours)."""
+    record = DecisionRecord()
+    try:
+        record.ParseFromString(data)
+    except DecodeError as err:
+        raise ContractError("malformed_bytes", f"DecisionRecord does not parse: {err}") from None
+    _check_version(record)
+    return record
+
+
+def decode_feedback(data: bytes) -> FeedbackEvent:
+    """Parse a feedback event: protobuf, or its JSON encoding for clients that cannot speak protobuf.
+
+    A payload whose first non-blank byte is ``{`` is taken as JSON: a serialised FeedbackEvent starts
+    with the tag of one of its fields (numbers 1-10), and ``{`` would be the tag of field 15.
+    """
+    event = FeedbackEvent()
+    if data.lstrip()[:1] == b"{":
+        try:
+            json_format.Parse(data.decode("utf-8"), event)
+        except (json_format.ParseError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ContractError("malformed_json", f"FeedbackEvent JSON does not parse: {err}") from None
+    else:
+        try:
+            event.ParseFromString(data)
+        except DecodeError as err:
+            raise ContractError("malformed_bytes", f"FeedbackEvent does not parse: {err}") from None
+    _check_version(event)
+    return event
+
+
+def feedback_to_json(event: FeedbackEvent) -> bytes:
+    """The JSON encoding :func:`decode_feedback` accepts: proto3 JSON mapping, field names as in .proto."""
+    return json_format.MessageToJson(event, preserving_proto_field_name=True, indent=None).encode("utf-8")
+
+
+def feedback_signal_values(event: FeedbackEvent) -> dict[str, float]:
+    """The event's signals keyed by registry signal name."""
+    return {name: float(getattr(event.signals, field)) for name, field in FEEDBACK_SIGNAL_FIELDS.items()}
+
+
+__all__ = [
+    "EVENTS_SCHEMA_VERSION",
+    "FEEDBACK_SIGNAL_FIELDS",
+    "ITEM_TYPES",
+    "ROUTING_ARMS",
+    "SERVING_SCHEMA_VERSION",
+    "SURFACES",
+    "SURFACE_NAMES",
+    "AllocateRequest",
+    "AllocateResponse",
+    "Candidate",
+    "ContractError",
+    "DecisionRecord",
+    "FeedbackEvent",
+    "FeedbackSignals",
+    "RankRequest",
+    "RankResponse",
+    "decode_decision",
+    "decode_feedback",
+    "encode",
+    "events_pb2",
+    "feedback_signal_values",
+    "feedback_to_json",
+    "serving_pb2",
+    "serving_pb2_grpc",
+]

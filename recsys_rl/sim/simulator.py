@@ -1,0 +1,470 @@
+"""The day-by-day, page-by-page simulation loop.
+
+A day starts by deciding which users come back (driven by yesterday's satisfaction, so long-term effects
+exist) and how many sessions each opens. All sessions of the day then advance together, one page per
+iteration, as numpy arrays over the sessions still open: the Python loop runs over pages and page slots,
+never over users. Timestamps are laid out afterwards, keeping a user's sessions apart by more than the
+sessionisation gap.
+
+The result of a day is a ``DayLog``: column arrays of every feed request, every live-allocation decision
+and every viewed item, with the rewards the simulator itself attributes to each decision (the record that
+pipeline tests compare transitions against).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from recsys_rl.fusion import fusion_scores, top_k
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.history import UserHistory
+from recsys_rl.sim.policies import AllocationPolicy, FeedPolicy
+from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs
+from recsys_rl.sim.world import World
+from recsys_rl.state import ACTIVITY_GROUPS
+
+#: Typical values of the live-state predictions (live watch s, gift, displaced video watch s).
+LIVE_PREDICTION_SCALE = np.array([30.0, 0.1, 13.0])
+#: Columns of ``ViewLog.signals``: the feedback event's signals.
+VIEW_SIGNAL_COLUMNS: tuple[str, ...] = (
+    "watch_time",
+    "click",
+    "like",
+    "follow",
+    "comment",
+    "share",
+    "hate",
+    "gift",
+    "live_watch_time",
+)
+
+_DAY_S = 86_400.0
+_FIRST_SESSION_HOUR = 7.0
+_SESSION_WINDOW_H = 16.0
+
+
+@dataclass
+class FeedLog:
+    """One row per feed request (= one decision of the ranking policy)."""
+
+    request: np.ndarray  # (n,) int64, unique within a run
+    session: np.ndarray  # (n,) int64, unique within a run
+    user: np.ndarray
+    page: np.ndarray
+    time_ms: np.ndarray
+    state: np.ndarray  # (n, len(FEED_STATE_FEATURES)) float32
+    candidates: np.ndarray  # (n, C) video ids
+    predictions: np.ndarray  # (n, C, K) float32
+    action: np.ndarray  # (n, K) float32
+    log_propensity: np.ndarray
+    served: np.ndarray  # (n, page_size) item ids in page order; the live slot holds the live id
+    live_inserted: np.ndarray  # (n,) bool
+    reward: np.ndarray  # (n, K) sum of feed signals over the viewed videos of the page
+    done: np.ndarray  # (n,) bool: the session ended on this page
+
+
+@dataclass
+class LiveLog:
+    """One row per live-allocation decision (requests that had a live candidate)."""
+
+    request: np.ndarray  # the feed request the decision belongs to
+    session: np.ndarray
+    user: np.ndarray
+    page: np.ndarray
+    time_ms: np.ndarray
+    state: np.ndarray  # (n, len(LIVE_STATE_FEATURES)) float32
+    live: np.ndarray  # live stream id
+    predictions: np.ndarray  # (n, 3): live watch s, gift, displaced video watch s
+    action: np.ndarray  # (n,) 0/1
+    log_propensity: np.ndarray
+    reward: np.ndarray  # (n, 3): live watch s, gift, displaced video watch s (LIVE_SIGNALS order)
+    done: np.ndarray  # the session ended on this decision's page
+
+
+@dataclass
+class ViewLog:
+    """One row per viewed item: what a client reports as a feedback event."""
+
+    request: np.ndarray
+    session: np.ndarray
+    user: np.ndarray
+    item: np.ndarray
+    is_live: np.ndarray  # (n,) bool
+    position: np.ndarray
+    time_ms: np.ndarray  # when the view ended
+    signals: np.ndarray  # (n, 9) in VIEW_SIGNAL_COLUMNS order
+    session_end: np.ndarray  # (n,) bool: the user left the app after this view
+
+
+@dataclass
+class DayLog:
+    day: int
+    feed: FeedLog
+    live: LiveLog
+    views: ViewLog
+    returning_users: int
+    sessions: int
+
+
+def _concat(cls, parts: list[dict[str, np.ndarray]]):
+    """Build a log dataclass from per-page column dicts."""
+    return cls(**{f.name: np.concatenate([p[f.name] for p in parts]) for f in fields(cls)})
+
+
+class Simulator:
+    """A seeded world plus the users' evolving history; ``run_day`` advances it by one day."""
+
+    def __init__(self, config: SimConfig, seed: int, episode_seed: int = 0) -> None:
+        """``seed`` fixes the world; ``episode_seed`` the users' draws on it, so that ground truth can
+        replay the world of a logged run with episodes independent of the logged ones."""
+        self.config = config
+        self.seed = seed
+        self.world = World.generate(config, np.random.default_rng(np.random.SeedSequence([seed])))
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, episode_seed]))
+        self.history = UserHistory.fresh(config.n_users)
+        self.day = 0
+        self._next_request = 0
+        self._next_session = 0
+        # satisfaction of yesterday per user; the reference value for day 0
+        self._satisfaction = np.full(config.n_users, config.response.return_reference)
+
+    # ------------------------------------------------------------------ day level
+    def run_day(self, feed_policy: FeedPolicy, allocation_policy: AllocationPolicy) -> DayLog:
+        cfg, rng = self.config, self.rng
+        users = self.world.users
+        returning = rng.random(cfg.n_users) < self._return_probability()
+        extra = rng.poisson(np.asarray(cfg.sessions_per_day)[users.group] - 1.0)
+        n_sessions = np.where(returning, 1 + extra, 0)
+        lane_user = np.repeat(np.arange(cfg.n_users), n_sessions)
+        n_lanes = lane_user.size
+        # planned start hour of each session, ascending within a user (lane_user is sorted)
+        planned_h = _FIRST_SESSION_HOUR + _SESSION_WINDOW_H * rng.random(n_lanes)
+        planned_h = planned_h[np.lexsort((planned_h, lane_user))]
+        lane_session = self._next_session + np.arange(n_lanes)
+        self._next_session += n_lanes
+
+        feed_parts, live_parts, view_parts, elapsed, sat_sum, view_count = self._run_sessions(
+            lane_user, lane_session, planned_h, feed_policy, allocation_policy
+        )
+        feed, live, views = (
+            _concat(FeedLog, feed_parts),
+            _concat(LiveLog, live_parts),
+            _concat(ViewLog, view_parts),
+        )
+        start_ms = self._session_start_ms(lane_user, planned_h, elapsed)
+        first_session = self._next_session - n_lanes
+        for log in (feed, live, views):
+            log.time_ms = start_ms[log.session - first_session] + log.time_ms
+
+        day_sat = np.bincount(lane_user, weights=sat_sum, minlength=cfg.n_users)
+        day_views = np.bincount(lane_user, weights=view_count, minlength=cfg.n_users)
+        self._satisfaction = np.where(
+            day_views > 0, day_sat / np.maximum(day_views, 1), cfg.response.return_reference
+        )
+        self.history.add_day(views, returning)
+        log = DayLog(self.day, feed, live, views, int(returning.sum()), int(n_lanes))
+        self.day += 1
+        return log
+
+    def _return_probability(self) -> np.ndarray:
+        cfg = self.config
+        base = np.asarray(cfg.return_base)[self.world.users.group]
+        logit = np.log(base / (1.0 - base)) + cfg.response.return_satisfaction * (
+            self._satisfaction - cfg.response.return_reference
+        )
+        return 1.0 / (1.0 + np.exp(-logit))
+
+    def _session_start_ms(
+        self, lane_user: np.ndarray, planned_h: np.ndarray, elapsed: np.ndarray
+    ) -> np.ndarray:
+        """Absolute start of each session: as planned, but never within the gap after the previous one."""
+        cfg = self.config
+        start_s = self.day * _DAY_S + planned_h * 3600.0
+        if lane_user.size:
+            first = np.r_[True, lane_user[1:] != lane_user[:-1]]
+            rank = np.arange(lane_user.size) - np.maximum.accumulate(
+                np.where(first, np.arange(lane_user.size), 0)
+            )
+            for k in range(1, int(rank.max()) + 1):
+                idx = np.flatnonzero(rank == k)
+                start_s[idx] = np.maximum(
+                    start_s[idx], start_s[idx - 1] + elapsed[idx - 1] + cfg.min_session_gap_s
+                )
+        return cfg.start_time_ms + np.round(start_s * 1000.0).astype(np.int64)
+
+    # ------------------------------------------------------------------ page level
+    def _run_sessions(self, lane_user, lane_session, planned_h, feed_policy, allocation_policy):
+        cfg = self.config
+        n = lane_user.size
+        elapsed = np.zeros(n)  # seconds since the session started
+        session_watch = np.zeros(n)
+        last_click_rate = np.zeros(n)
+        sat_sum = np.zeros(n)
+        view_count = np.zeros(n)
+        open_lanes = np.arange(n)
+        feed_parts: list[dict] = []
+        live_parts: list[dict] = []
+        view_parts: list[dict] = []
+        for page in range(cfg.max_pages):
+            # page 0 always runs, even for a day with no sessions, so that every log has its columns
+            if open_lanes.size == 0 and page > 0:
+                break
+            lanes = open_lanes
+            state = self._feed_state(
+                lane_user[lanes],
+                page,
+                session_watch[lanes],
+                last_click_rate[lanes],
+                planned_h[lanes] + elapsed[lanes] / 3600.0,
+            )
+            outcome = self._run_page(lanes, lane_user[lanes], state, feed_policy, allocation_policy)
+            requests = self._next_request + np.arange(lanes.size)
+            self._next_request += lanes.size
+            request_time = elapsed[lanes].copy()
+
+            views = outcome.views
+            if page + 1 == cfg.max_pages:  # the page cap ends the session after the page's last view
+                views.session_end |= np.r_[views.row[1:] != views.row[:-1], True][: views.row.size]
+            view_lane = lanes[views.row]
+            elapsed_at_view = request_time[views.row] + views.offset_s
+            view_parts.append(
+                {
+                    "request": requests[views.row],
+                    "session": lane_session[view_lane],
+                    "user": lane_user[view_lane],
+                    "item": views.item,
+                    "is_live": views.is_live,
+                    "position": views.slot,
+                    "time_ms": np.round(elapsed_at_view * 1000.0).astype(np.int64),
+                    "signals": views.signals,
+                    "session_end": views.session_end,
+                }
+            )
+            continuing = ~outcome.left & (page + 1 < cfg.max_pages)
+            feed_parts.append(
+                {
+                    "request": requests,
+                    "session": lane_session[lanes],
+                    "user": lane_user[lanes],
+                    "page": np.full(lanes.size, page),
+                    "time_ms": np.round(request_time * 1000.0).astype(np.int64),
+                    "state": state.astype(np.float32),
+                    "candidates": outcome.candidates,
+                    "predictions": outcome.predictions.astype(np.float32),
+                    "action": outcome.action.astype(np.float32),
+                    "log_propensity": outcome.log_propensity,
+                    "served": outcome.served,
+                    "live_inserted": outcome.live_inserted,
+                    "reward": outcome.feed_reward,
+                    "done": ~continuing,
+                }
+            )
+            lr = outcome.live_rows
+            live_parts.append(
+                {
+                    "request": requests[lr],
+                    "session": lane_session[lanes[lr]],
+                    "user": lane_user[lanes[lr]],
+                    "page": np.full(lr.size, page),
+                    "time_ms": np.round(request_time[lr] * 1000.0).astype(np.int64),
+                    "state": outcome.live_state.astype(np.float32),
+                    "live": outcome.live_id,
+                    "predictions": outcome.live_predictions,
+                    "action": outcome.live_action,
+                    "log_propensity": outcome.live_log_propensity,
+                    "reward": outcome.live_reward,
+                    "done": ~continuing[lr],
+                }
+            )
+            elapsed[lanes] += outcome.page_seconds
+            session_watch[lanes] += outcome.feed_reward[:, 0]
+            last_click_rate[lanes] = outcome.click_rate
+            np.add.at(sat_sum, view_lane, views.satisfaction)
+            np.add.at(view_count, view_lane, 1.0)
+            open_lanes = lanes[continuing]
+        return feed_parts, live_parts, view_parts, elapsed, sat_sum, view_count
+
+    def _feed_state(self, users, page, session_watch, last_click_rate, hour) -> np.ndarray:
+        group_onehot = np.eye(len(ACTIVITY_GROUPS))[self.world.users.group[users]]
+        angle = 2.0 * np.pi * (hour % 24.0) / 24.0
+        return np.column_stack(
+            [
+                group_onehot,
+                self.history.features(users),
+                self.history.returned_yesterday[users],
+                np.full(users.size, page / 10.0),
+                session_watch / 100.0,
+                last_click_rate,
+                np.sin(angle),
+                np.cos(angle),
+            ]
+        )
+
+    def _run_page(self, lanes, users, state, feed_policy, allocation_policy) -> PageOutcome:
+        cfg, rng, world = self.config, self.rng, self.world
+        model = cfg.response
+        n, size = users.size, cfg.page_size
+
+        # upstream candidates: topics drawn from the user's interests, then a random video of the topic
+        cum = np.cumsum(world.users.interest[users], axis=1)
+        topic = (rng.random((n, cfg.n_candidates, 1)) * cum[:, -1:, None] > cum[:, None, :]).sum(axis=2)
+        topic = np.minimum(topic, cfg.n_topics - 1)
+        candidates = world.videos.topic_start[topic] + (
+            rng.random((n, cfg.n_candidates)) * world.videos.topic_count[topic]
+        ).astype(np.int64)
+        expected = VideoResponseProbs.of(world, model, users, candidates).expected(model)
+        predictions = expected * rng.lognormal(0.0, model.prediction_noise, expected.shape)
+
+        action, log_propensity = feed_policy.act(state, rng)
+        ranked_cols = top_k(fusion_scores(predictions, action), size)
+        ranked = np.take_along_axis(candidates, ranked_cols, axis=1)
+
+        # live allocation for requests that have a live candidate
+        live_rows = np.flatnonzero(rng.random(n) < cfg.live_availability)
+        live_id = rng.integers(0, cfg.n_lives, live_rows.size)
+        live_probs = LiveResponseProbs.of(world, model, users[live_rows], live_id)
+        exp_watch, exp_gift = live_probs.expected(model)
+        noise = rng.lognormal(0.0, model.prediction_noise, (live_rows.size, 2))
+        displaced_pred = predictions[live_rows, ranked_cols[live_rows, size - 1], 0]
+        live_predictions = np.column_stack([exp_watch * noise[:, 0], exp_gift * noise[:, 1], displaced_pred])
+        live_state = np.column_stack([state[live_rows], live_predictions / LIVE_PREDICTION_SCALE])
+        live_action, live_log_propensity = allocation_policy.act(live_state, rng)
+        inserted = np.zeros(n, dtype=bool)
+        inserted[live_rows] = live_action == 1
+
+        # page layout: rank of the video in each slot, -1 for the live slot; an insertion drops rank size-1
+        slot = np.arange(size)
+        slot_rank = np.where(inserted[:, None] & (slot >= cfg.live_position), slot - 1, slot)
+        slot_rank[inserted, cfg.live_position] = -1
+        live_of_row = np.full(n, -1)
+        live_of_row[live_rows] = live_id
+
+        video_signals, video_sat = VideoResponseProbs.of(world, model, users, ranked).sample(model, rng)
+        live_watch = np.zeros(n)
+        live_gift = np.zeros(n)
+        live_sat = np.zeros(n)
+        ins_rows = np.flatnonzero(inserted)
+        ins_probs = LiveResponseProbs.of(world, model, users[ins_rows], live_of_row[ins_rows])
+        live_watch[ins_rows], live_gift[ins_rows], live_sat[ins_rows] = ins_probs.sample(model, rng)
+
+        exit_base = np.asarray(cfg.exit_base)[world.users.group[users]]
+        alive = np.ones(n, dtype=bool)
+        offset = np.zeros(n)
+        feed_reward = np.zeros((n, video_signals.shape[2]))
+        live_viewed = np.zeros(n, dtype=bool)
+        served = np.empty((n, size), dtype=np.int64)
+        views: list[tuple] = []
+        rows_all = np.arange(n)
+        for s in range(size):
+            rank = slot_rank[:, s]
+            is_live = rank < 0
+            safe_rank = np.maximum(rank, 0)
+            served[:, s] = np.where(is_live, live_of_row, ranked[rows_all, safe_rank])
+            signals = np.zeros((n, len(VIEW_SIGNAL_COLUMNS)))
+            signals[:, :7] = np.where(is_live[:, None], 0.0, video_signals[rows_all, safe_rank])
+            signals[:, 1] = np.where(is_live, live_watch > 0, signals[:, 1])
+            signals[:, 7] = np.where(is_live, live_gift, 0.0)
+            signals[:, 8] = np.where(is_live, live_watch, 0.0)
+            sat = np.where(is_live, live_sat, video_sat[rows_all, safe_rank])
+            viewed = np.flatnonzero(alive)
+            offset[viewed] += signals[viewed, 0] + signals[viewed, 8] + cfg.item_overhead_s
+            p_exit = np.clip(
+                exit_base * np.exp(-model.exit_satisfaction * (sat - model.exit_reference)), 0.0, 1.0
+            )
+            exits = alive & (rng.random(n) < p_exit)
+            feed_reward[viewed] += np.where(
+                is_live[viewed, None], 0.0, video_signals[viewed, safe_rank[viewed]]
+            )
+            live_viewed |= alive & is_live
+            views.append(
+                (
+                    viewed,
+                    np.full(viewed.size, s),
+                    served[viewed, s],
+                    is_live[viewed],
+                    offset[viewed],
+                    signals[viewed],
+                    exits[viewed],
+                    sat[viewed],
+                )
+            )
+            alive &= ~exits
+        reached_end = np.zeros(n, dtype=bool)
+        reached_end[views[-1][0]] = True
+
+        live_reward = np.column_stack(
+            [
+                np.where(live_viewed, live_watch, 0.0)[live_rows],
+                np.where(live_viewed, live_gift, 0.0)[live_rows],
+                np.where(inserted & reached_end, video_signals[:, size - 1, 0], 0.0)[live_rows],
+            ]
+        )
+        view_rows = np.concatenate([v[0] for v in views])
+        order = np.lexsort((np.concatenate([v[1] for v in views]), view_rows))
+        columns = [np.concatenate([v[i] for v in views])[order] for i in range(8)]
+        viewed_count = np.bincount(view_rows, minlength=n)
+        return PageOutcome(
+            candidates=candidates,
+            predictions=predictions,
+            action=action,
+            log_propensity=log_propensity,
+            served=served,
+            live_inserted=inserted,
+            feed_reward=feed_reward,
+            live_rows=live_rows,
+            live_id=live_id,
+            live_state=live_state,
+            live_predictions=live_predictions,
+            live_action=live_action,
+            live_log_propensity=live_log_propensity,
+            live_reward=live_reward,
+            left=~alive,
+            page_seconds=offset,
+            click_rate=feed_reward[:, 1] / np.maximum(viewed_count, 1),
+            views=PageViews(
+                row=columns[0],
+                slot=columns[1],
+                item=columns[2],
+                is_live=columns[3],
+                offset_s=columns[4],
+                signals=columns[5],
+                session_end=columns[6],
+                satisfaction=columns[7],
+            ),
+        )
+
+
+@dataclass
+class PageViews:
+    row: np.ndarray  # row of the page batch the view belongs to
+    slot: np.ndarray
+    item: np.ndarray
+    is_live: np.ndarray
+    offset_s: np.ndarray  # seconds from the request to the end of the view
+    signals: np.ndarray
+    session_end: np.ndarray
+    satisfaction: np.ndarray
+
+
+@dataclass
+class PageOutcome:
+    candidates: np.ndarray
+    predictions: np.ndarray
+    action: np.ndarray
+    log_propensity: np.ndarray
+    served: np.ndarray
+    live_inserted: np.ndarray
+    feed_reward: np.ndarray
+    live_rows: np.ndarray
+    live_id: np.ndarray
+    live_state: np.ndarray
+    live_predictions: np.ndarray
+    live_action: np.ndarray
+    live_log_propensity: np.ndarray
+    live_reward: np.ndarray
+    left: np.ndarray
+    page_seconds: np.ndarray
+    click_rate: np.ndarray
+    views: PageViews

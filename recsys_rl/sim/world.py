@@ -1,0 +1,90 @@
+"""The static world of a simulation: users, videos and live streams, drawn once from a seed.
+
+Everything is a column array indexed by id so that a whole batch of requests can be simulated with numpy
+fancy indexing; nothing here changes during a run except the users' logged history (``UserHistory``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.state import ACTIVITY_GROUPS
+
+
+@dataclass(frozen=True)
+class Users:
+    group: np.ndarray  # (n,) int: activity group id
+    interest: np.ndarray  # (n, topics): topic preference, rows sum to 1 (hidden from policies)
+    click_bias: np.ndarray  # (n,): personal click propensity (hidden)
+    live_affinity: np.ndarray  # (n,) in [0, 1]: liking for live streams (hidden)
+
+
+@dataclass(frozen=True)
+class Videos:
+    topic: np.ndarray  # (n,) int, videos are sorted by topic
+    duration_s: np.ndarray  # (n,)
+    quality: np.ndarray  # (n,) standard normal
+    clickbait: np.ndarray  # (n,) in [0, 1]: raises clicks, lowers watch fraction, raises hates
+    author: np.ndarray  # (n,) int
+    topic_start: np.ndarray  # (topics,) first video index of each topic
+    topic_count: np.ndarray  # (topics,) number of videos of each topic
+
+
+@dataclass(frozen=True)
+class Lives:
+    quality: np.ndarray  # (n,) standard normal
+    author: np.ndarray  # (n,) int
+
+
+@dataclass(frozen=True)
+class World:
+    users: Users
+    videos: Videos
+    lives: Lives
+
+    @classmethod
+    def generate(cls, config: SimConfig, rng: np.random.Generator) -> World:
+        return cls(
+            users=_generate_users(config, rng),
+            videos=_generate_videos(config, rng),
+            lives=Lives(
+                quality=rng.standard_normal(config.n_lives),
+                author=rng.integers(0, config.n_authors, config.n_lives),
+            ),
+        )
+
+
+def _generate_users(config: SimConfig, rng: np.random.Generator) -> Users:
+    n = config.n_users
+    group = rng.choice(len(ACTIVITY_GROUPS), size=n, p=np.asarray(config.group_probs))
+    interest = rng.dirichlet(np.full(config.n_topics, config.interest_concentration), size=n)
+    # A floor keeps every topic reachable: the candidate generator samples topics from these weights.
+    interest = 0.95 * interest + 0.05 / config.n_topics
+    return Users(
+        group=group,
+        interest=interest,
+        click_bias=0.3 * rng.standard_normal(n),
+        live_affinity=rng.beta(0.6, 2.0, size=n),
+    )
+
+
+def _generate_videos(config: SimConfig, rng: np.random.Generator) -> Videos:
+    n = config.n_videos
+    # Every topic gets at least one video so that candidate sampling never hits an empty topic.
+    topic = np.sort(
+        np.concatenate([np.arange(config.n_topics), rng.integers(0, config.n_topics, n - config.n_topics)])
+    )
+    counts = np.bincount(topic, minlength=config.n_topics)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return Videos(
+        topic=topic,
+        duration_s=np.clip(rng.lognormal(np.log(26.0), 0.55, n), 5.0, 300.0),
+        quality=rng.standard_normal(n),
+        clickbait=rng.beta(1.0, 6.0, n),
+        author=rng.integers(0, config.n_authors, n),
+        topic_start=starts,
+        topic_count=counts,
+    )
