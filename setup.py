@@ -8,6 +8,7 @@ can never drift from the ``.proto`` files they come from.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from setuptools import Command, find_packages, setup
 from setuptools.command.build_py import build_py
@@ -21,7 +22,7 @@ class BuildProtos(Command):
     """Compile ``protos/*.proto`` into importable ``recsys_rl.proto`` modules."""
 
     description = "generate Python protobuf and gRPC stubs from protos/"
-    user_options: list = []
+    user_options: ClassVar[list] = []
 
     def initialize_options(self) -> None:
         pass
@@ -30,9 +31,8 @@ class BuildProtos(Command):
         pass
 
     def run(self) -> None:
-        from grpc_tools import protoc  # build-time dependency, see pyproject.toml
-
         import grpc_tools
+        from grpc_tools import protoc  # build-time dependency, see pyproject.toml
 
         proto_files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "protos").glob("*.proto"))
         well_known = str(Path(grpc_tools.__file__).parent / "_proto")

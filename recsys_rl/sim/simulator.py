@@ -61,6 +61,7 @@ class FeedLog:
     log_propensity: np.ndarray
     served: np.ndarray  # (n, page_size) item ids in page order; the live slot holds the live id
     live_inserted: np.ndarray  # (n,) bool
+    live_slot: np.ndarray  # (n,) slot of ``served`` that holds the live stream, -1 for none
     reward: np.ndarray  # (n, K) sum of feed signals over the viewed videos of the page
     done: np.ndarray  # (n,) bool: the session ended on this page
 
@@ -257,6 +258,7 @@ class Simulator:
                     "log_propensity": outcome.log_propensity,
                     "served": outcome.served,
                     "live_inserted": outcome.live_inserted,
+                    "live_slot": np.where(outcome.live_inserted, cfg.live_position, -1),
                     "reward": outcome.feed_reward,
                     "done": ~continuing,
                 }

@@ -1,0 +1,74 @@
+# recsys-rl: every command a user or CI needs, each installing what it uses first.
+#   make demo         simulator -> embedded Kafka broker (pip-only), prints what it produced
+#   make test         unit + integration tests (starts real Apache Kafka and Redis on loopback)
+#   make lint         ruff
+#   make bench        full benchmarks -> bench/results/*.json
+#   make bench-quick  the same, small sizes (CI)
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+KAFKA_VERSION := 4.1.1
+KAFKA_LIBS ?= $(HOME)/.cache/recsys-rl/kafka-$(KAFKA_VERSION)/libs
+export RECSYS_RL_KAFKA_LIBS := $(KAFKA_LIBS)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install demo test lint bench bench-quick kafka-jars redis-server lock clean
+
+install: $(STAMP)
+
+# The lock file pins the whole resolved set; the project itself goes in editable, without build
+# isolation, so that its build step (protobuf stub generation) uses the pinned grpcio-tools.
+$(STAMP): setup.py pyproject.toml requirements.lock $(wildcard protos/*.proto)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check pip==26.3 setuptools==84.2.1 wheel==0.48.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
+	$(BIN)/pip check
+	touch $@
+
+demo: install
+	$(BIN)/recsys-rl simulate --users 1000 --days 1 --seed 0
+
+test: install kafka-jars redis-server
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: install
+	$(BIN)/python bench/simulator.py --full --out bench/results/simulator.json
+
+bench-quick: install
+	$(BIN)/python bench/simulator.py --quick --out bench/results/simulator.json
+
+# Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
+kafka-jars: $(KAFKA_LIBS)/.complete
+
+$(KAFKA_LIBS)/.complete: tests/kafka/pom.xml
+	rm -rf $(KAFKA_LIBS)
+	mvn --quiet --batch-mode -f tests/kafka/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory=$(KAFKA_LIBS) -DincludeScope=runtime
+	touch $@
+
+# Debian's redis-server; the tests start their own instance on a free loopback port.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends redis-server; }
+
+# Re-resolve the pinned set after changing install_requires in setup.py.
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet pip==26.3 setuptools==84.2.1 wheel==0.48.0 grpcio-tools==1.81.*
+	.lock-venv/bin/pip install --quiet --no-build-isolation '.[dev]'
+	{ echo "# Resolved, pinned dependency set of recsys-rl (Python 3.11, linux x86_64)."; \
+	  echo "# Regenerate with 'make lock' after changing install_requires in setup.py."; \
+	  .lock-venv/bin/pip freeze --exclude-editable | grep -v '^recsys-rl'; } > requirements.lock
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) build *.egg-info recsys_rl/proto/*_pb2*.py recsys_rl/proto/*_pb2*.pyi .pytest_cache

@@ -1,0 +1,57 @@
+"""Shared plumbing of the benchmarks: repeated timing, result records and atomic JSON output.
+
+Every result carries the commit, seeds and config it was measured with, and each figure comes with its
+spread over repeats beside a baseline timed in the same process: these machines are shared and noisy,
+so absolute times drift between runs while the ratio to the baseline holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def repeat_rate(work: Callable[[], int], repeats: int) -> dict[str, Any]:
+    """Run ``work`` (which returns how many units it did) ``repeats`` times; rates in units per second."""
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        units = work()
+        rates.append(units / (time.perf_counter() - start))
+    return {
+        "value": statistics.median(rates),
+        "min": min(rates),
+        "max": max(rates),
+        "runs": rates,
+    }
+
+
+def write_result(path: str | Path, result: dict[str, Any]) -> None:
+    """Write JSON atomically: a reader never sees half a result file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        **result,
+        "commit": git_commit(),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        json.dump(result, tmp, indent=2, sort_keys=True)
+        tmp.write("\n")
+    os.replace(tmp.name, path)

@@ -1,0 +1,95 @@
+"""Benchmark: simulated feed requests per second (target: at least 50,000 on the 2-core machine).
+
+Baseline, timed in the same process: drawing only the upstream ranker's prediction noise for the same
+number of requests (n_candidates x K log-normal draws each), the least numpy work any simulated request
+needs. The ratio simulator / baseline says how far the whole model is from that floor and holds across
+machines of different speed.
+
+    python bench/simulator.py --quick --out bench/results/simulator.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import repeat_rate, write_result
+
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.simulator import Simulator
+
+TARGET_REQUESTS_PER_S = 50_000
+MODES = {"quick": {"users": 3_000, "repeats": 3}, "full": {"users": 20_000, "repeats": 5}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="small, for CI")
+    mode.add_argument("--full", action="store_const", dest="mode", const="full", help="default")
+    parser.add_argument("--out", default="bench/results/simulator.json", help="where the JSON result goes")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    settings = MODES[args.mode or "full"]
+    config = SimConfig(n_users=settings["users"])
+    feed, live = behaviour_feed_policy(), behaviour_allocation_policy()
+    started = time.perf_counter()
+
+    sim = Simulator(config, args.seed)
+    sim.run_day(feed, live)  # warm-up: first-touch allocations and numpy dispatch caches
+    requests_per_day: list[int] = []
+
+    def simulate_day() -> int:
+        n = int(sim.run_day(feed, live).feed.request.size)
+        requests_per_day.append(n)
+        return n
+
+    simulated = repeat_rate(simulate_day, settings["repeats"])
+    n_requests = int(np.median(requests_per_day))
+    rng = np.random.default_rng(args.seed)
+
+    def baseline() -> int:
+        rng.lognormal(0.0, 0.3, (n_requests, config.n_candidates, 7))
+        return n_requests
+
+    floor = repeat_rate(baseline, settings["repeats"])
+    result = {
+        "benchmark": "simulator",
+        "mode": args.mode or "full",
+        "seed": args.seed,
+        "config": {
+            "n_users": config.n_users,
+            "n_candidates": config.n_candidates,
+            "page_size": config.page_size,
+            "requests_per_day": n_requests,
+        },
+        "metrics": {
+            "requests_per_s": simulated,
+            "baseline_prediction_noise_requests_per_s": floor,
+            "ratio_to_baseline": simulated["value"] / floor["value"],
+        },
+        # bounds are wide on purpose: the machine is shared, so only the lower target is asserted
+        "targets": {"requests_per_s": {"min": TARGET_REQUESTS_PER_S, "max": None}},
+        "meets_targets": simulated["value"] >= TARGET_REQUESTS_PER_S,
+        "wall_s": time.perf_counter() - started,
+    }
+    write_result(args.out, result)
+    verdict = "met" if result["meets_targets"] else "NOT met"
+    print(
+        f"simulator: {simulated['value']:,.0f} requests/s "
+        f"(min {simulated['min']:,.0f}, max {simulated['max']:,.0f}); "
+        f"baseline {floor['value']:,.0f}/s; ratio {result['metrics']['ratio_to_baseline']:.3f}; "
+        f"target >= {TARGET_REQUESTS_PER_S:,} -> {verdict}; wrote {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The ``recsys-rl`` command line: one verb per job, thin wrappers over library functions.
+
+Bad input ends the command with one line naming the problem and a non-zero exit, never a traceback:
+users of a scheduled job read that line in a log, and a stack trace buries it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from recsys_rl.cli import simulate as simulate_cmd
+from recsys_rl.cli.common import EXIT_FAILURE, EXIT_USAGE, OneLineParser
+from recsys_rl.config import ConfigError
+from recsys_rl.kafka import BrokerConfigError, KafkaSetupError
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="recsys-rl", description="Constrained RL for a short-video recommender.")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=OneLineParser)
+    simulate_cmd.register(verbs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ConfigError, BrokerConfigError) as err:
+        print(f"recsys-rl {args.verb}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KafkaSetupError as err:
+        print(f"recsys-rl {args.verb}: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"recsys-rl {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

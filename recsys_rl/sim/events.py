@@ -1,0 +1,167 @@
+"""Turn a simulated day into the Kafka event contracts: decision records and feedback events.
+
+This is the boundary where the simulator stops being a simulator: after it, the data look exactly like
+what serving and clients write in production (protobuf, keyed by user id), and the pipelines cannot tell
+the difference. Ids are strings derived from the run's seed, so two runs with the same seed produce the
+same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from recsys_rl import contracts, signals
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, DayLog
+from recsys_rl.sim.world import World
+from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+
+#: Names of the upstream predictions logged with a live-allocation decision.
+LIVE_PREDICTION_NAMES: tuple[str, ...] = signals.LIVE_SIGNALS
+
+_VIEW_COLUMN = {name: i for i, name in enumerate(VIEW_SIGNAL_COLUMNS)}
+
+
+@dataclass(frozen=True)
+class EventIds:
+    """String ids of a simulated run; ``run`` keeps ids of runs with different seeds apart."""
+
+    run: str
+
+    @classmethod
+    def for_seed(cls, seed: int) -> EventIds:
+        return cls(f"sim{seed}")
+
+    def request(self, request: int) -> str:
+        return f"{self.run}-r{request:010d}"
+
+    def live_request(self, request: int) -> str:
+        return f"{self.run}-r{request:010d}-live"
+
+    def session(self, session: int) -> str:
+        return f"{self.run}-s{session:09d}"
+
+    @staticmethod
+    def user(user: int) -> str:
+        return f"u{user}"
+
+    @staticmethod
+    def video(video: int) -> str:
+        return f"v{video}"
+
+    @staticmethod
+    def live(live: int) -> str:
+        return f"l{live}"
+
+    @staticmethod
+    def author(author: int) -> str:
+        return f"a{author}"
+
+
+def decision_records(
+    log: DayLog, world: World, ids: EventIds, policy_versions: tuple[str, str]
+) -> Iterator[contracts.DecisionRecord]:
+    """Feed decisions, then live-allocation decisions, of one simulated day.
+
+    ``policy_versions`` is (feed policy version, allocation policy version).
+    """
+    feed_version, live_version = policy_versions
+    feed = log.feed
+    video_author = world.videos.author
+    behaviour = contracts.ROUTING_ARMS["behaviour"]
+    for i in range(feed.request.size):
+        record = contracts.DecisionRecord(
+            schema_version=contracts.EVENTS_SCHEMA_VERSION,
+            request_id=ids.request(int(feed.request[i])),
+            user_id=ids.user(int(feed.user[i])),
+            surface=contracts.SURFACES["feed"],
+            event_time_ms=int(feed.time_ms[i]),
+            state=feed.state[i].tolist(),
+            feature_names=FEED_STATE_FEATURES,
+            feature_version=FEATURE_VERSION,
+            user_group=int(np.argmax(feed.state[i, :4])),
+            prediction_names=signals.FEED_SIGNALS,
+            action=feed.action[i].tolist(),
+            log_propensity=float(feed.log_propensity[i]),
+            policy_version=feed_version,
+            routing_arm=behaviour,
+            session_id=ids.session(int(feed.session[i])),
+        )
+        for video, preds in zip(feed.candidates[i], feed.predictions[i], strict=True):
+            record.candidates.add(
+                item_id=ids.video(int(video)),
+                author_id=ids.author(int(video_author[video])),
+                item_type=contracts.ITEM_TYPES["video"],
+                predictions=preds.tolist(),
+            )
+        live_slot = feed.live_slot[i]
+        record.served_item_ids.extend(
+            ids.live(int(item)) if slot == live_slot else ids.video(int(item))
+            for slot, item in enumerate(feed.served[i])
+        )
+        yield record
+
+    live = log.live
+    live_author = world.lives.author
+    for i in range(live.request.size):
+        inserted = bool(live.action[i])
+        record = contracts.DecisionRecord(
+            schema_version=contracts.EVENTS_SCHEMA_VERSION,
+            request_id=ids.live_request(int(live.request[i])),
+            user_id=ids.user(int(live.user[i])),
+            surface=contracts.SURFACES["live_allocation"],
+            event_time_ms=int(live.time_ms[i]),
+            state=live.state[i].tolist(),
+            feature_names=LIVE_STATE_FEATURES,
+            feature_version=FEATURE_VERSION,
+            user_group=int(np.argmax(live.state[i, :4])),
+            prediction_names=LIVE_PREDICTION_NAMES,
+            action=[float(live.action[i])],
+            log_propensity=float(live.log_propensity[i]),
+            policy_version=live_version,
+            routing_arm=behaviour,
+            served_item_ids=[ids.live(int(live.live[i]))] if inserted else [],
+            session_id=ids.session(int(live.session[i])),
+        )
+        record.candidates.add(
+            item_id=ids.live(int(live.live[i])),
+            author_id=ids.author(int(live_author[live.live[i]])),
+            item_type=contracts.ITEM_TYPES["live"],
+            predictions=live.predictions[i].tolist(),
+        )
+        yield record
+
+
+def feedback_events(log: DayLog, world: World, ids: EventIds) -> Iterator[contracts.FeedbackEvent]:
+    """One feedback event per viewed item; a live view answers the live-allocation decision."""
+    views = log.views
+    video_author, live_author = world.videos.author, world.lives.author
+    c = _VIEW_COLUMN
+    for i in range(views.request.size):
+        item = int(views.item[i])
+        is_live = bool(views.is_live[i])
+        sig = views.signals[i]
+        yield contracts.FeedbackEvent(
+            schema_version=contracts.EVENTS_SCHEMA_VERSION,
+            request_id=(ids.live_request if is_live else ids.request)(int(views.request[i])),
+            user_id=ids.user(int(views.user[i])),
+            item_id=ids.live(item) if is_live else ids.video(item),
+            author_id=ids.author(int(live_author[item] if is_live else video_author[item])),
+            item_type=contracts.ITEM_TYPES["live" if is_live else "video"],
+            event_time_ms=int(views.time_ms[i]),
+            signals=contracts.FeedbackSignals(
+                watch_time_s=float(sig[c["watch_time"]]),
+                click=int(sig[c["click"]]),
+                like=int(sig[c["like"]]),
+                follow=int(sig[c["follow"]]),
+                comment=int(sig[c["comment"]]),
+                share=int(sig[c["share"]]),
+                hate=int(sig[c["hate"]]),
+                gift_value=float(sig[c["gift"]]),
+                live_watch_s=float(sig[c["live_watch_time"]]),
+            ),
+            session_end=bool(views.session_end[i]),
+            position=int(views.position[i]),
+        )

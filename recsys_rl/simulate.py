@@ -1,0 +1,110 @@
+"""``recsys-rl simulate``: write simulated days of decisions and feedback to Kafka.
+
+Until real traffic exists this is the project's data source: the pipelines, training and OPE read what
+it writes exactly as they would read production topics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from recsys_rl import contracts
+from recsys_rl.kafka.broker import BROKER_KINDS
+from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.kafka.reader import high_watermarks
+from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.events import EventIds, decision_records, feedback_events
+from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.simulator import DayLog, Simulator
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    """Simulated traffic into Kafka, written by the behaviour policies (DESIGN 11)."""
+
+    users: int = 1_000  # users in the world; traffic grows linearly with it
+    days: int = 1  # days to simulate; later days depend on earlier satisfaction through returns
+    seed: int = 0  # fixes world and traffic: the same seed writes the same records, byte for byte
+    bootstrap_servers: str | None = None  # HOST:PORT[,...] of a Kafka cluster; None starts `broker`
+    broker: str = "embedded"  # broker to start when no servers are given: embedded (Tansu) | local-kafka
+    decisions_topic: str = "recsys.decisions"
+    feedback_topic: str = "recsys.feedback"
+    partitions: int = 4  # partitions of each topic it creates; records are keyed by user id
+
+    def __post_init__(self) -> None:
+        for name in ("users", "days", "partitions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"seed should be non-negative, but is {self.seed}")
+        if self.broker not in BROKER_KINDS:
+            raise ValueError(f"broker should be one of {list(BROKER_KINDS)}, but is {self.broker!r}")
+        if self.decisions_topic == self.feedback_topic:
+            raise ValueError(
+                f"decisions_topic and feedback_topic should differ, but both are {self.decisions_topic!r}"
+            )
+
+
+@dataclass
+class SimulationReport:
+    days: int = 0
+    sessions: int = 0
+    requests: int = 0
+    written: dict[str, int] = field(default_factory=dict)  # records this run produced, per topic
+    end_offsets: dict[str, int] = field(default_factory=dict)  # sum of partition high watermarks, per topic
+
+
+def simulated_days(config: SimulateConfig) -> tuple[Simulator, Callable[[], DayLog]]:
+    """The simulator of a run and a function that advances it by one day with the behaviour policies."""
+    sim = Simulator(SimConfig(n_users=config.users), config.seed)
+    feed_policy, allocation_policy = behaviour_feed_policy(), behaviour_allocation_policy()
+    return sim, lambda: sim.run_day(feed_policy, allocation_policy)
+
+
+def run_simulation(
+    config: SimulateConfig,
+    bootstrap_servers: str,
+    on_day: Callable[[DayLog, SimulationReport], None] | None = None,
+) -> SimulationReport:
+    """Simulate ``config.days`` days and produce them to the two topics at ``bootstrap_servers``."""
+    ensure_topics(
+        bootstrap_servers,
+        [
+            TopicSpec(config.decisions_topic, config.partitions),
+            TopicSpec(config.feedback_topic, config.partitions),
+        ],
+    )
+    sim, next_day = simulated_days(config)
+    ids = EventIds.for_seed(config.seed)
+    versions = (behaviour_feed_policy().version, behaviour_allocation_policy().version)
+    report = SimulationReport(written={config.decisions_topic: 0, config.feedback_topic: 0})
+    with EventProducer(bootstrap_servers) as producer:
+        for _ in range(config.days):
+            log = next_day()
+            for record in decision_records(log, sim.world, ids, versions):
+                producer.send(
+                    config.decisions_topic,
+                    record.user_id.encode(),
+                    contracts.encode(record),
+                    timestamp_ms=record.event_time_ms,
+                )
+                report.written[config.decisions_topic] += 1
+            for event in feedback_events(log, sim.world, ids):
+                producer.send(
+                    config.feedback_topic,
+                    event.user_id.encode(),
+                    contracts.encode(event),
+                    timestamp_ms=event.event_time_ms,
+                )
+                report.written[config.feedback_topic] += 1
+            producer.flush()
+            report.days += 1
+            report.sessions += log.sessions
+            report.requests += int(log.feed.request.size)
+            if on_day is not None:
+                on_day(log, report)
+    for topic in (config.decisions_topic, config.feedback_topic):
+        report.end_offsets[topic] = sum(high_watermarks(bootstrap_servers, topic).values())
+    return report

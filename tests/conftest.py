@@ -1,0 +1,128 @@
+"""Services for the integration tests: started on first request, shared for the session, then stopped.
+
+Each fixture starts its service lazily, so a unit-test run never pays for a JVM. A service that
+cannot be started fails the tests that asked for it, with the reason as the message: a skipped
+integration test reads as "fine" in CI while testing nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from recsys_rl.kafka import Broker, EmbeddedBroker, KafkaSetupError, LocalKafkaBroker
+from recsys_rl.kafka.broker import free_port, log_excerpt
+
+
+def _started(broker: Broker, name: str) -> Broker:
+    try:
+        return broker.start()
+    except KafkaSetupError as exc:
+        pytest.fail(f"cannot start {name}: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[Broker]:
+    """Apache Kafka (KRaft, one node) from the jars that `make kafka-jars` fetched."""
+    broker = _started(LocalKafkaBroker(), "Apache Kafka")
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def embedded_kafka() -> Iterator[Broker]:
+    """Tansu, the pip-installed broker the project uses when no cluster is given."""
+    broker = _started(EmbeddedBroker(), "the embedded (Tansu) broker")
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param("apache_kafka", id="apache-kafka"),
+        pytest.param("embedded_kafka", id="tansu"),
+    ],
+)
+def kafka_broker(request: pytest.FixtureRequest) -> Broker:
+    """Each Kafka-layer test runs on both brokers: Tansu is what users get, Kafka is the reference."""
+    broker: Broker = request.getfixturevalue(request.param)
+    return broker
+
+
+@dataclass(frozen=True)
+class RedisService:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisService]:
+    """A throw-away redis-server: loopback only, no persistence, in its own temp dir."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "redis-server is not installed (the Makefile installs it; or: apt-get install redis-server)",
+            pytrace=False,
+        )
+    workdir = tmp_path_factory.mktemp("redis")
+    service = RedisService(host="127.0.0.1", port=free_port())
+    argv = [binary, "--port", str(service.port), "--bind", service.host, "--save", "", "--appendonly", "no"]
+    argv += ["--dir", str(workdir)]
+    log_path = workdir / "redis.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            argv,
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_for_ping(service, process, log_path, timeout_s=10.0)
+        yield service
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_for_ping(
+    service: RedisService, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    # retry=None: redis-py otherwise retries a refused connection with backoff for ~6 s per ping,
+    # which would turn this polling loop's 50 ms steps into multi-second ones.
+    client = redis.Redis(
+        host=service.host, port=service.port, socket_connect_timeout=0.5, socket_timeout=0.5, retry=None
+    )
+    try:
+        while True:
+            if process.poll() is not None:
+                excerpt = log_excerpt(log_path)
+                pytest.fail(f"redis-server exited with code {process.returncode}: {excerpt}", pytrace=False)
+            try:
+                if client.ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                pass
+            if time.monotonic() >= deadline:
+                pytest.fail(f"redis-server on port {service.port} did not answer PING within {timeout_s:g} s")
+            time.sleep(0.05)
+    finally:
+        client.close()

@@ -1,0 +1,116 @@
+"""Structure, determinism and internal consistency of the simulator."""
+
+import numpy as np
+import pytest
+
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.simulator import Simulator
+from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+
+FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
+
+
+def _days(seed: int, days: int = 2, users: int = 300):
+    sim = Simulator(SimConfig(n_users=users), seed)
+    return [sim.run_day(FEED, LIVE) for _ in range(days)]
+
+
+def test_same_seed_gives_identical_logs_and_another_seed_does_not():
+    a, b, c = _days(5), _days(5), _days(6)
+    for day_a, day_b in zip(a, b, strict=True):
+        for part in ("feed", "live", "views"):
+            for name, col in vars(getattr(day_a, part)).items():
+                np.testing.assert_array_equal(col, vars(getattr(day_b, part))[name], err_msg=f"{part}.{name}")
+    assert a[0].feed.request.size != c[0].feed.request.size or not np.array_equal(
+        a[0].feed.action, c[0].feed.action
+    )
+
+
+def test_episode_seed_redraws_traffic_on_the_same_world():
+    config = SimConfig(n_users=200)
+    first, second = Simulator(config, 3, episode_seed=0), Simulator(config, 3, episode_seed=1)
+    np.testing.assert_array_equal(first.world.videos.quality, second.world.videos.quality)
+    assert not np.array_equal(
+        first.run_day(FEED, LIVE).feed.action[:10], second.run_day(FEED, LIVE).feed.action[:10]
+    )
+
+
+def test_logs_are_consistent_with_each_other():
+    day = _days(11, days=1)[0]
+    feed, live, views = day.feed, day.live, day.views
+    config = SimConfig()
+    assert feed.state.shape[1] == len(FEED_STATE_FEATURES)
+    assert live.state.shape[1] == len(LIVE_STATE_FEATURES)
+    assert np.unique(feed.request).size == feed.request.size
+    # every session ends exactly once, on its last page
+    assert np.unique(feed.session).size == day.sessions == int(feed.done.sum())
+    last_page = {s: p for s, p in zip(feed.session, feed.page, strict=True)}
+    assert all(last_page[s] == p for s, p in zip(feed.session[feed.done], feed.page[feed.done], strict=True))
+    # feed rewards are exactly the sum of the page's video views
+    video = ~views.is_live
+    per_request = np.zeros((feed.request.max() + 1, 7))
+    np.add.at(per_request, views.request[video], views.signals[video, :7])
+    np.testing.assert_allclose(per_request[feed.request], feed.reward)
+    # live rewards are the live views' watch and gifts; insertions are the live_slot pages
+    live_watch = np.zeros(feed.request.max() + 1)
+    np.add.at(live_watch, views.request[views.is_live], views.signals[views.is_live, 8])
+    np.testing.assert_allclose(live_watch[live.request], live.reward[:, 0])
+    assert np.array_equal(feed.live_inserted, feed.live_slot >= 0)
+    assert set(feed.request[feed.live_inserted]) == set(live.request[live.action == 1])
+    assert np.all(feed.live_slot[feed.live_inserted] == config.live_position)
+    # displaced time only where a live stream was inserted
+    assert np.all(live.reward[live.action == 0, 2] == 0)
+    # one session_end view per session that had views, and views happen after their request
+    assert int(views.session_end.sum()) == np.unique(views.session).size
+    request_time = dict(zip(feed.request, feed.time_ms, strict=True))
+    assert all(t >= request_time[r] for r, t in zip(views.request[:500], views.time_ms[:500], strict=True))
+
+
+def test_sessions_of_a_user_are_separated_by_more_than_the_inactivity_gap():
+    day = _days(2, days=1, users=400)[0]
+    views = day.views
+    order = np.lexsort((views.time_ms, views.user))
+    user, session, t = views.user[order], views.session[order], views.time_ms[order]
+    new_session = (user[1:] == user[:-1]) & (session[1:] != session[:-1])
+    assert new_session.any()
+    gaps_s = (t[1:] - t[:-1])[new_session] / 1000.0
+    assert gaps_s.min() > 30 * 60
+
+
+def test_behaviour_policy_log_propensities_match_its_density():
+    day = _days(4, days=1)[0]
+    np.testing.assert_allclose(
+        FEED.log_prob(day.feed.state.astype(float), day.feed.action.astype(float)),
+        day.feed.log_propensity,
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        LIVE.log_prob(day.live.state.astype(float), day.live.action), day.live.log_propensity, atol=1e-5
+    )
+
+
+def test_unhappy_users_return_less():
+    sim = Simulator(SimConfig(n_users=2000), 9)
+    sim.run_day(FEED, LIVE)
+    sat = sim._satisfaction.copy()
+    p = sim._return_probability()
+    low, high = sat < np.quantile(sat, 0.2), sat > np.quantile(sat, 0.8)
+    assert p[high].mean() > p[low].mean()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"n_users": 0}, "n_users should be at least 1, but is 0", id="no-users"),
+        pytest.param({"page_size": 30}, "page_size should be at most n_candidates=20", id="page-too-big"),
+        pytest.param({"live_position": 6}, r"live_position should be in \[0, 6\)", id="live-slot-off-page"),
+        pytest.param({"group_probs": (0.5, 0.5)}, "group_probs should have 4 values", id="wrong-group-count"),
+        pytest.param({"group_probs": (0.5, 0.5, 0.5, 0.5)}, "should sum to 1", id="probs-not-normalised"),
+        pytest.param({"live_availability": 1.5}, "live_availability should be in", id="availability"),
+        pytest.param({"n_videos": 3}, "n_videos should be at least n_topics", id="too-few-videos"),
+    ],
+)
+def test_invalid_sim_config_is_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SimConfig(**kwargs)
