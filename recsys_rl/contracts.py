@@ -92,13 +92,17 @@ def _check_version(message: DecisionRecord | FeedbackEvent) -> None:
         )
 
 
+def _parse_binary(message: Message, data: bytes) -> None:
+    try:
+        message.ParseFromString(data)
+    except DecodeError as err:
+        raise ContractError("malformed_bytes", f"{type(message).__name__} does not parse: {err}") from None
+
+
 def decode_decision(data: bytes) -> DecisionRecord:
     """Parse a decision record written by serving (protobuf only: serving is ours)."""
     record = DecisionRecord()
-    try:
-        record.ParseFromString(data)
-    except DecodeError as err:
-        raise ContractError("malformed_bytes", f"DecisionRecord does not parse: {err}") from None
+    _parse_binary(record, data)
     _check_version(record)
     return record
 
@@ -116,10 +120,7 @@ def decode_feedback(data: bytes) -> FeedbackEvent:
         except (json_format.ParseError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ContractError("malformed_json", f"FeedbackEvent JSON does not parse: {err}") from None
     else:
-        try:
-            event.ParseFromString(data)
-        except DecodeError as err:
-            raise ContractError("malformed_bytes", f"FeedbackEvent does not parse: {err}") from None
+        _parse_binary(event, data)
     _check_version(event)
     return event
 

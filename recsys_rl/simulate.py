@@ -83,22 +83,16 @@ def run_simulation(
     with EventProducer(bootstrap_servers) as producer:
         for _ in range(config.days):
             log = next_day()
-            for record in decision_records(log, sim.world, ids, versions):
-                producer.send(
-                    config.decisions_topic,
-                    record.user_id.encode(),
-                    contracts.encode(record),
-                    timestamp_ms=record.event_time_ms,
-                )
-                report.written[config.decisions_topic] += 1
-            for event in feedback_events(log, sim.world, ids):
-                producer.send(
-                    config.feedback_topic,
-                    event.user_id.encode(),
-                    contracts.encode(event),
-                    timestamp_ms=event.event_time_ms,
-                )
-                report.written[config.feedback_topic] += 1
+            outputs = (
+                (config.decisions_topic, decision_records(log, sim.world, ids, versions)),
+                (config.feedback_topic, feedback_events(log, sim.world, ids)),
+            )
+            for topic, messages in outputs:
+                for message in messages:
+                    producer.send(
+                        topic, message.user_id.encode(), contracts.encode(message), message.event_time_ms
+                    )
+                    report.written[topic] += 1
             producer.flush()
             report.days += 1
             report.sessions += log.sessions

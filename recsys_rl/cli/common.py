@@ -17,24 +17,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"should be a whole number, but is {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"should be at least 1, but is {value}")
-    return value
+def int_at_least(minimum: int):
+    """An argparse type for whole numbers >= ``minimum`` whose errors name the bad value."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"should be a whole number, but is {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"should be at least {minimum}, but is {value}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"should be a whole number, but is {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"should be at least 0, but is {value}")
-    return value
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def env_default(name: str) -> str | None:

@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from recsys_rl import contracts, signals
-from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, DayLog
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, DayLog, FeedLog, LiveLog
 from recsys_rl.sim.world import World
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
@@ -68,27 +66,13 @@ def decision_records(
     ``policy_versions`` is (feed policy version, allocation policy version).
     """
     feed_version, live_version = policy_versions
-    feed = log.feed
-    video_author = world.videos.author
-    behaviour = contracts.ROUTING_ARMS["behaviour"]
+    feed, live = log.feed, log.live
+    video_author, live_author = world.videos.author, world.lives.author
     for i in range(feed.request.size):
-        record = contracts.DecisionRecord(
-            schema_version=contracts.EVENTS_SCHEMA_VERSION,
-            request_id=ids.request(int(feed.request[i])),
-            user_id=ids.user(int(feed.user[i])),
-            surface=contracts.SURFACES["feed"],
-            event_time_ms=int(feed.time_ms[i]),
-            state=feed.state[i].tolist(),
-            feature_names=FEED_STATE_FEATURES,
-            feature_version=FEATURE_VERSION,
-            user_group=int(np.argmax(feed.state[i, :4])),
-            prediction_names=signals.FEED_SIGNALS,
-            action=feed.action[i].tolist(),
-            log_propensity=float(feed.log_propensity[i]),
-            policy_version=feed_version,
-            routing_arm=behaviour,
-            session_id=ids.session(int(feed.session[i])),
-        )
+        record = _decision(feed, i, world, ids, "feed", ids.request(int(feed.request[i])), feed_version)
+        record.feature_names.extend(FEED_STATE_FEATURES)
+        record.prediction_names.extend(signals.FEED_SIGNALS)
+        record.action.extend(feed.action[i].tolist())
         for video, preds in zip(feed.candidates[i], feed.predictions[i], strict=True):
             record.candidates.add(
                 item_id=ids.video(int(video)),
@@ -103,35 +87,44 @@ def decision_records(
         )
         yield record
 
-    live = log.live
-    live_author = world.lives.author
     for i in range(live.request.size):
-        inserted = bool(live.action[i])
-        record = contracts.DecisionRecord(
-            schema_version=contracts.EVENTS_SCHEMA_VERSION,
-            request_id=ids.live_request(int(live.request[i])),
-            user_id=ids.user(int(live.user[i])),
-            surface=contracts.SURFACES["live_allocation"],
-            event_time_ms=int(live.time_ms[i]),
-            state=live.state[i].tolist(),
-            feature_names=LIVE_STATE_FEATURES,
-            feature_version=FEATURE_VERSION,
-            user_group=int(np.argmax(live.state[i, :4])),
-            prediction_names=LIVE_PREDICTION_NAMES,
-            action=[float(live.action[i])],
-            log_propensity=float(live.log_propensity[i]),
-            policy_version=live_version,
-            routing_arm=behaviour,
-            served_item_ids=[ids.live(int(live.live[i]))] if inserted else [],
-            session_id=ids.session(int(live.session[i])),
+        stream = int(live.live[i])
+        record = _decision(
+            live, i, world, ids, "live_allocation", ids.live_request(int(live.request[i])), live_version
         )
+        record.feature_names.extend(LIVE_STATE_FEATURES)
+        record.prediction_names.extend(LIVE_PREDICTION_NAMES)
+        record.action.append(float(live.action[i]))
         record.candidates.add(
-            item_id=ids.live(int(live.live[i])),
-            author_id=ids.author(int(live_author[live.live[i]])),
+            item_id=ids.live(stream),
+            author_id=ids.author(int(live_author[stream])),
             item_type=contracts.ITEM_TYPES["live"],
             predictions=live.predictions[i].tolist(),
         )
+        if live.action[i]:
+            record.served_item_ids.append(ids.live(stream))
         yield record
+
+
+def _decision(
+    log: FeedLog | LiveLog, i: int, world: World, ids: EventIds, surface: str, request_id: str, version: str
+) -> contracts.DecisionRecord:
+    """The fields every decision record has, whatever its surface."""
+    user = int(log.user[i])
+    return contracts.DecisionRecord(
+        schema_version=contracts.EVENTS_SCHEMA_VERSION,
+        request_id=request_id,
+        user_id=ids.user(user),
+        surface=contracts.SURFACES[surface],
+        event_time_ms=int(log.time_ms[i]),
+        state=log.state[i].tolist(),
+        feature_version=FEATURE_VERSION,
+        user_group=int(world.users.group[user]),
+        log_propensity=float(log.log_propensity[i]),
+        policy_version=version,
+        routing_arm=contracts.ROUTING_ARMS["behaviour"],
+        session_id=ids.session(int(log.session[i])),
+    )
 
 
 def feedback_events(log: DayLog, world: World, ids: EventIds) -> Iterator[contracts.FeedbackEvent]:
