@@ -6,7 +6,7 @@ it writes exactly as they would read production topics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from recsys_rl import contracts
@@ -63,6 +63,21 @@ def simulated_days(config: SimulateConfig) -> tuple[Simulator, Callable[[], DayL
     return sim, lambda: sim.run_day(feed_policy, allocation_policy)
 
 
+def day_messages(
+    config: SimulateConfig, sim: Simulator, log: DayLog
+) -> Iterator[tuple[str, bytes, bytes, int]]:
+    """(topic, key, value, timestamp ms) of every record a simulated day produces, in production order."""
+    ids = EventIds.for_seed(config.seed)
+    versions = (behaviour_feed_policy().version, behaviour_allocation_policy().version)
+    outputs = (
+        (config.decisions_topic, decision_records(log, sim.world, ids, versions)),
+        (config.feedback_topic, feedback_events(log, sim.world, ids)),
+    )
+    for topic, messages in outputs:
+        for message in messages:
+            yield topic, message.user_id.encode(), contracts.encode(message), message.event_time_ms
+
+
 def run_simulation(
     config: SimulateConfig,
     bootstrap_servers: str,
@@ -77,22 +92,13 @@ def run_simulation(
         ],
     )
     sim, next_day = simulated_days(config)
-    ids = EventIds.for_seed(config.seed)
-    versions = (behaviour_feed_policy().version, behaviour_allocation_policy().version)
     report = SimulationReport(written={config.decisions_topic: 0, config.feedback_topic: 0})
     with EventProducer(bootstrap_servers) as producer:
         for _ in range(config.days):
             log = next_day()
-            outputs = (
-                (config.decisions_topic, decision_records(log, sim.world, ids, versions)),
-                (config.feedback_topic, feedback_events(log, sim.world, ids)),
-            )
-            for topic, messages in outputs:
-                for message in messages:
-                    producer.send(
-                        topic, message.user_id.encode(), contracts.encode(message), message.event_time_ms
-                    )
-                    report.written[topic] += 1
+            for topic, key, value, timestamp_ms in day_messages(config, sim, log):
+                producer.send(topic, key, value, timestamp_ms)
+                report.written[topic] += 1
             producer.flush()
             report.days += 1
             report.sessions += log.sessions

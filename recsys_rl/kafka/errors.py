@@ -7,8 +7,10 @@ on their own (they name the address, topic or file involved and, where there is 
 
 from __future__ import annotations
 
+from recsys_rl.errors import OperationalError
 
-class KafkaSetupError(RuntimeError):
+
+class KafkaSetupError(OperationalError):
     """Base class: something about the Kafka set-up, not the code, needs the user's attention."""
 
 

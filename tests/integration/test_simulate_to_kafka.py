@@ -7,8 +7,7 @@ import pytest
 
 from recsys_rl import contracts
 from recsys_rl.kafka.reader import high_watermarks, read_range
-from recsys_rl.sim.events import EventIds, decision_records, feedback_events
-from recsys_rl.simulate import SimulateConfig, run_simulation, simulated_days
+from recsys_rl.simulate import SimulateConfig, day_messages, run_simulation, simulated_days
 
 pytestmark = pytest.mark.integration
 
@@ -16,14 +15,10 @@ pytestmark = pytest.mark.integration
 def _expected_records(config: SimulateConfig) -> dict[str, list[tuple[bytes, bytes]]]:
     """What the run must have written, rebuilt independently from the same seed."""
     sim, next_day = simulated_days(config)
-    ids = EventIds.for_seed(config.seed)
     out: dict[str, list[tuple[bytes, bytes]]] = {config.decisions_topic: [], config.feedback_topic: []}
     for _ in range(config.days):
-        log = next_day()
-        for record in decision_records(log, sim.world, ids, ("behaviour-feed-v1", "behaviour-live-v1")):
-            out[config.decisions_topic].append((record.user_id.encode(), contracts.encode(record)))
-        for event in feedback_events(log, sim.world, ids):
-            out[config.feedback_topic].append((event.user_id.encode(), contracts.encode(event)))
+        for topic, key, value, _ in day_messages(config, sim, next_day()):
+            out[topic].append((key, value))
     return out
 
 

@@ -1,0 +1,135 @@
+"""Validation of decoded events against the contracts of DESIGN 4, as reasons rather than exceptions.
+
+Each check returns ``None`` for a usable record or a ``Rejection`` whose ``reason`` is a short stable tag
+(dead-letter counts are grouped by it) and whose ``detail`` names the field and the bad value. Keeping
+the rules here, free of Beam, lets them be tested as a plain table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from recsys_rl import contracts, signals
+from recsys_rl.state import ACTIVITY_GROUPS, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+
+#: Longest believable single view; anything above is a client clock or unit bug.
+MAX_VIEW_SECONDS = 6 * 3600.0
+#: Event times before 2000-01-01 or after 2100-01-01 are unit errors (seconds for ms, or garbage).
+MIN_EVENT_TIME_MS = 946_684_800_000
+MAX_EVENT_TIME_MS = 4_102_444_800_000
+
+_SURFACE_SHAPES = {
+    contracts.SURFACES["feed"]: (FEED_STATE_FEATURES, len(signals.FEED_SIGNALS)),
+    contracts.SURFACES["live_allocation"]: (LIVE_STATE_FEATURES, 1),
+}
+_COUNTERS = ("click", "like", "follow", "comment", "share", "hate")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str
+    detail: str
+
+
+def _missing(message, *names: str) -> Rejection | None:
+    for name in names:
+        if not getattr(message, name):
+            return Rejection("missing_field", f"{type(message).__name__}.{name} is empty")
+    return None
+
+
+def _event_time(message) -> Rejection | None:
+    t = message.event_time_ms
+    if not MIN_EVENT_TIME_MS <= t <= MAX_EVENT_TIME_MS:
+        return Rejection(
+            "out_of_range",
+            f"{type(message).__name__}.event_time_ms should be a millisecond time in 2000-2100, but is {t}",
+        )
+    return None
+
+
+def _finite(values, field: str) -> Rejection | None:
+    for v in values:
+        if not math.isfinite(v):
+            return Rejection("out_of_range", f"DecisionRecord.{field} should be finite, but holds {v}")
+    return None
+
+
+def check_decision(record: contracts.DecisionRecord) -> Rejection | None:
+    if problem := _missing(record, "request_id", "user_id"):
+        return problem
+    if record.surface not in _SURFACE_SHAPES:
+        return Rejection(
+            "missing_field",
+            f"DecisionRecord.surface should be feed or live_allocation, but is {record.surface}",
+        )
+    if problem := _event_time(record):
+        return problem
+    feature_names, action_size = _SURFACE_SHAPES[record.surface]
+    surface = contracts.SURFACE_NAMES[record.surface]
+    if len(record.state) != len(feature_names):
+        return Rejection(
+            "out_of_range",
+            f"DecisionRecord.state of a {surface} decision should have {len(feature_names)} values, "
+            f"but has {len(record.state)}",
+        )
+    if record.feature_names and tuple(record.feature_names) != feature_names:
+        return Rejection(
+            "out_of_range", f"DecisionRecord.feature_names do not match {surface} state features"
+        )
+    if len(record.action) != action_size:
+        return Rejection(
+            "out_of_range",
+            f"DecisionRecord.action of a {surface} decision should have {action_size} values, "
+            f"but has {len(record.action)}",
+        )
+    if record.surface == contracts.SURFACES["live_allocation"] and record.action[0] not in (0.0, 1.0):
+        return Rejection(
+            "out_of_range",
+            f"DecisionRecord.action of an allocation should be 0 or 1, but is {record.action[0]}",
+        )
+    if record.user_group >= len(ACTIVITY_GROUPS):
+        return Rejection(
+            "out_of_range",
+            f"DecisionRecord.user_group should be below {len(ACTIVITY_GROUPS)}, but is {record.user_group}",
+        )
+    for values, field in (
+        (record.state, "state"),
+        (record.action, "action"),
+        ([record.log_propensity], "log_propensity"),
+    ):
+        if problem := _finite(values, field):
+            return problem
+    if record.surface == contracts.SURFACES["live_allocation"] and record.log_propensity > 0.0:
+        return Rejection(
+            "out_of_range",
+            f"DecisionRecord.log_propensity of an allocation is a log-probability and should be <= 0, "
+            f"but is {record.log_propensity}",
+        )
+    return None
+
+
+def check_feedback(event: contracts.FeedbackEvent) -> Rejection | None:
+    if problem := _missing(event, "request_id", "user_id", "item_id"):
+        return problem
+    if problem := _event_time(event):
+        return problem
+    s = event.signals
+    for name, value in (("watch_time_s", s.watch_time_s), ("live_watch_s", s.live_watch_s)):
+        if not 0.0 <= value <= MAX_VIEW_SECONDS:
+            return Rejection(
+                "out_of_range",
+                f"FeedbackEvent.signals.{name} should be in [0, {MAX_VIEW_SECONDS:g}], but is {value}",
+            )
+    if not 0.0 <= s.gift_value < math.inf:
+        return Rejection(
+            "out_of_range", f"FeedbackEvent.signals.gift_value should be >= 0, but is {s.gift_value}"
+        )
+    for name in _COUNTERS:
+        if getattr(s, name) > 1:
+            return Rejection(
+                "out_of_range",
+                f"FeedbackEvent.signals.{name} should be 0 or 1 per view, but is {getattr(s, name)}",
+            )
+    return None

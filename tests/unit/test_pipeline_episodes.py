@@ -1,0 +1,164 @@
+"""The per-user transition builder against the simulator's own record, and its join/dedupe rules."""
+
+import itertools
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from pipelines.episodes import DECISION, FEEDBACK, EpisodeConfig, build_user_episodes
+from recsys_rl import contracts, signals
+from recsys_rl.sim.events import EventIds
+from recsys_rl.simulate import SimulateConfig, day_messages, simulated_days
+
+CONFIG = SimulateConfig(users=80, seed=12)
+IDS = EventIds.for_seed(CONFIG.seed)
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    """One simulated day: the simulator's record and the Kafka records it produced, by user."""
+    sim, next_day = simulated_days(CONFIG)
+    log = next_day()
+    by_user: dict[str, list] = defaultdict(list)
+    offsets: dict[str, int] = defaultdict(int)
+    for topic, key, value, ts in day_messages(CONFIG, sim, log):
+        kind = DECISION if topic == CONFIG.decisions_topic else FEEDBACK
+        by_user[key.decode()].append((kind, topic, 0, offsets[topic], ts, key, value))
+        offsets[topic] += 1
+    return log, by_user
+
+
+def _build(by_user, config: EpisodeConfig | None = None):
+    config = config or EpisodeConfig()
+    built = {user: build_user_episodes(user, refs, config) for user, refs in by_user.items()}
+    rows = [row for b in built.values() for row in b.transitions]
+    return built, rows
+
+
+def test_transitions_match_the_simulators_record(simulated):
+    log, by_user = simulated
+    built, rows = _build(by_user)
+    feed_rows = {r["request_id"]: r for r in rows if r["surface"] == "feed"}
+    live_rows = {r["request_id"]: r for r in rows if r["surface"] == "live_allocation"}
+    assert len(feed_rows) == log.feed.request.size
+    assert len(live_rows) == log.live.request.size
+    # rewards of every feed step equal the simulator's, signal by signal
+    for i, request in enumerate(log.feed.request):
+        row = feed_rows[IDS.request(int(request))]
+        np.testing.assert_allclose(row["reward"], log.feed.reward[i], rtol=1e-6, atol=1e-6)
+        assert row["done"] == bool(log.feed.done[i])
+        assert row["step"] == log.feed.page[i]
+    # live steps: watch and gifts as simulated; displaced time is the logged prediction when inserted
+    for i, request in enumerate(log.live.request):
+        row = live_rows[IDS.live_request(int(request))]
+        np.testing.assert_allclose(row["reward"][:2], log.live.reward[i, :2], rtol=1e-6, atol=1e-6)
+        expected_displaced = log.live.predictions[i, 2] if log.live.action[i] == 1 else 0.0
+        assert row["reward"][2] == pytest.approx(expected_displaced, rel=1e-6)
+    # one episode per simulated session, and next states chain within it
+    assert len({r["session_id"] for r in feed_rows.values()}) == log.sessions
+    by_session = defaultdict(list)
+    for row in feed_rows.values():
+        by_session[row["session_id"]].append(row)
+    for chain in by_session.values():
+        chain.sort(key=lambda r: r["step"])
+        for current, following in itertools.pairwise(chain):
+            assert current["next_state"] == following["state"] and not current["done"]
+        assert chain[-1]["done"] and chain[-1]["next_state"] == [0.0] * len(chain[-1]["state"])
+    # every record was used: none dead-lettered or filtered
+    fates = sum((b.fates for b in built.values()), start=Counter())
+    assert dict(fates) == {"used": sum(len(refs) for refs in by_user.values())}
+    assert all(len(r["reward"]) == len(signals.FEED_SIGNALS) for r in feed_rows.values())
+
+
+def test_duplicates_are_filtered_by_request_id(simulated):
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    resent = [(k, t, p, o + 100_000, ts, key, value) for k, t, p, o, ts, key, value in refs[:5]]
+    clean = build_user_episodes(user, refs, EpisodeConfig())
+    doubled = build_user_episodes(user, refs + resent, EpisodeConfig())
+    assert doubled.transitions == clean.transitions
+    decisions = sum(1 for r in resent if r[0] == DECISION)
+    assert doubled.fates["filtered:duplicate_decision"] == decisions
+    assert doubled.fates["filtered:duplicate_feedback"] == len(resent) - decisions
+
+
+def _feedback_ref(event, offset):
+    return (FEEDBACK, "fb", 0, offset, event.event_time_ms, event.user_id.encode(), contracts.encode(event))
+
+
+def test_orphan_and_late_feedback_are_dead_lettered(simulated):
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    first = contracts.decode_decision(next(r[6] for r in refs if r[0] == DECISION))
+    orphan = contracts.FeedbackEvent(
+        schema_version=1, request_id="nope", user_id=user, item_id="v1", event_time_ms=first.event_time_ms
+    )
+    late = contracts.FeedbackEvent(
+        schema_version=1,
+        request_id=first.request_id,
+        user_id=user,
+        item_id="v-late",
+        position=99,
+        event_time_ms=first.event_time_ms + 3_600_001,
+    )
+    early = contracts.FeedbackEvent(
+        schema_version=1,
+        request_id=first.request_id,
+        user_id=user,
+        item_id="v-early",
+        position=98,
+        event_time_ms=first.event_time_ms - 1,
+    )
+    extra = [_feedback_ref(e, 900_000 + i) for i, e in enumerate((orphan, late, early))]
+    built = build_user_episodes(user, refs + extra, EpisodeConfig())
+    reasons = sorted(d["reason"] for d in built.dead_letters)
+    assert reasons == ["late_feedback", "late_feedback", "orphan_feedback"]
+    assert built.fates["dead_letter:orphan_feedback"] == 1 and built.fates["dead_letter:late_feedback"] == 2
+    assert all(d["value"] and d["offset"] >= 900_000 for d in built.dead_letters)
+    assert "nope" in next(d["detail"] for d in built.dead_letters if d["reason"] == "orphan_feedback")
+
+
+def test_a_decision_without_feedback_gets_zero_rewards(simulated):
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    decisions_only = [r for r in refs if r[0] == DECISION]
+    built = build_user_episodes(user, decisions_only, EpisodeConfig())
+    assert built.transitions and all(not any(r["reward"]) for r in built.transitions)
+    assert all(r["feedback_count"] == 0 for r in built.transitions)
+
+
+def test_inactivity_beyond_the_gap_starts_a_new_episode(simulated):
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    template = contracts.decode_decision(next(r[6] for r in refs if r[0] == DECISION))
+
+    def decisions(gap_minutes: float):
+        out = []
+        for i, t in enumerate((0.0, gap_minutes * 60_000)):
+            record = contracts.DecisionRecord()
+            record.CopyFrom(template)
+            record.request_id, record.event_time_ms = f"req-{i}", template.event_time_ms + int(t)
+            out.append((DECISION, "d", 0, i, record.event_time_ms, user.encode(), contracts.encode(record)))
+        return out
+
+    within = build_user_episodes(user, decisions(29), EpisodeConfig(session_gap_ms=30 * 60_000))
+    beyond = build_user_episodes(user, decisions(31), EpisodeConfig(session_gap_ms=30 * 60_000))
+    assert len({r["session_id"] for r in within.transitions}) == 1
+    assert [r["done"] for r in within.transitions] == [False, True]
+    assert len({r["session_id"] for r in beyond.transitions}) == 2
+    assert [r["done"] for r in beyond.transitions] == [True, True]
+
+
+def test_event_order_does_not_change_the_output(simulated):
+    _, by_user = simulated
+    user, refs = max(by_user.items(), key=lambda item: len(item[1]))
+    forward = build_user_episodes(user, refs, EpisodeConfig())
+    backward = build_user_episodes(user, list(reversed(refs)), EpisodeConfig())
+    assert forward.transitions == backward.transitions
+
+
+@pytest.mark.parametrize("field", ["join_window_ms", "session_gap_ms"])
+def test_episode_config_rejects_non_positive_durations(field):
+    with pytest.raises(ValueError, match=f"{field} should be positive, but is 0"):
+        EpisodeConfig(**{field: 0})

@@ -1,0 +1,177 @@
+"""Each validation rule, fed the bad value it exists for: (mutation, reason, words of the message)."""
+
+import math
+
+import pytest
+
+from pipelines.validation import check_decision, check_feedback
+from recsys_rl import contracts, signals
+from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+
+T0 = 1_767_225_600_000
+
+
+def feed_decision() -> contracts.DecisionRecord:
+    return contracts.DecisionRecord(
+        schema_version=1,
+        request_id="r1",
+        user_id="u1",
+        surface=contracts.SURFACES["feed"],
+        event_time_ms=T0,
+        state=[0.0] * len(FEED_STATE_FEATURES),
+        feature_names=FEED_STATE_FEATURES,
+        user_group=1,
+        action=[0.0] * len(signals.FEED_SIGNALS),
+        log_propensity=-2.0,
+    )
+
+
+def live_decision() -> contracts.DecisionRecord:
+    record = feed_decision()
+    record.surface = contracts.SURFACES["live_allocation"]
+    del record.state[:], record.feature_names[:], record.action[:]
+    record.state.extend([0.0] * len(LIVE_STATE_FEATURES))
+    record.action.append(1.0)
+    record.log_propensity = -0.1
+    return record
+
+
+def feedback() -> contracts.FeedbackEvent:
+    return contracts.FeedbackEvent(
+        schema_version=1,
+        request_id="r1",
+        user_id="u1",
+        item_id="v1",
+        event_time_ms=T0 + 1000,
+        signals=contracts.FeedbackSignals(watch_time_s=12.0, click=1),
+    )
+
+
+def test_valid_records_pass():
+    assert check_decision(feed_decision()) is None
+    assert check_decision(live_decision()) is None
+    assert check_feedback(feedback()) is None
+
+
+def _set(**fields):
+    def mutate(message):
+        for name, value in fields.items():
+            target = message
+            *path, last = name.split("__")
+            for part in path:
+                target = getattr(target, part)
+            if isinstance(value, list):
+                del getattr(target, last)[:]
+                getattr(target, last).extend(value)
+            else:
+                setattr(target, last, value)
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("make", "mutate", "reason", "words"),
+    [
+        pytest.param(
+            feed_decision, _set(request_id=""), "missing_field", "request_id is empty", id="no-request-id"
+        ),
+        pytest.param(feed_decision, _set(user_id=""), "missing_field", "user_id is empty", id="no-user"),
+        pytest.param(feed_decision, _set(surface=0), "missing_field", "surface should be", id="no-surface"),
+        pytest.param(
+            feed_decision,
+            _set(event_time_ms=1_767_225_600),
+            "out_of_range",
+            "event_time_ms",
+            id="seconds-not-ms",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(state=[0.0] * 3),
+            "out_of_range",
+            "should have 14 values, but has 3",
+            id="short-state",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(feature_names=["x"] * 14),
+            "out_of_range",
+            "feature_names",
+            id="wrong-features",
+        ),
+        pytest.param(
+            feed_decision, _set(action=[0.0]), "out_of_range", "action of a feed decision", id="short-action"
+        ),
+        pytest.param(
+            feed_decision,
+            _set(user_group=7),
+            "out_of_range",
+            "user_group should be below 4, but is 7",
+            id="group",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(log_propensity=math.nan),
+            "out_of_range",
+            "log_propensity should be finite",
+            id="nan-propensity",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(state=[math.inf] + [0.0] * 13),
+            "out_of_range",
+            "state should be finite",
+            id="inf-state",
+        ),
+        pytest.param(
+            live_decision,
+            _set(action=[0.5]),
+            "out_of_range",
+            "should be 0 or 1, but is 0.5",
+            id="fractional-allocation",
+        ),
+        pytest.param(
+            live_decision,
+            _set(log_propensity=0.3),
+            "out_of_range",
+            "should be <= 0",
+            id="probability-above-one",
+        ),
+        pytest.param(feedback, _set(item_id=""), "missing_field", "item_id is empty", id="no-item"),
+        pytest.param(
+            feedback,
+            _set(signals__watch_time_s=-1.0),
+            "out_of_range",
+            "watch_time_s should be in",
+            id="negative-watch",
+        ),
+        pytest.param(
+            feedback,
+            _set(signals__live_watch_s=1e9),
+            "out_of_range",
+            "live_watch_s should be in",
+            id="huge-live-watch",
+        ),
+        pytest.param(
+            feedback,
+            _set(signals__like=3),
+            "out_of_range",
+            "like should be 0 or 1 per view, but is 3",
+            id="like-count",
+        ),
+        pytest.param(
+            feedback,
+            _set(signals__gift_value=-5.0),
+            "out_of_range",
+            "gift_value should be >= 0",
+            id="negative-gift",
+        ),
+        pytest.param(feedback, _set(event_time_ms=0), "out_of_range", "event_time_ms", id="no-time"),
+    ],
+)
+def test_bad_values_are_rejected_with_reason_and_field(make, mutate, reason, words):
+    message = make()
+    mutate(message)
+    check = check_decision if isinstance(message, contracts.DecisionRecord) else check_feedback
+    rejection = check(message)
+    assert rejection is not None and rejection.reason == reason
+    assert words in rejection.detail
