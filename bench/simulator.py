@@ -13,12 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from common import repeat_rate, write_result
 
 from recsys_rl.sim.config import SimConfig

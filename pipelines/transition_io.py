@@ -9,6 +9,7 @@ gives byte-identical files on any runner.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -17,9 +18,12 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.tfrecordio import _TFRecordUtil
+from apache_beam.options.value_provider import StaticValueProvider
 
 from pipelines.episodes import SURFACE_SIGNALS
+from recsys_rl import contracts
 
 TFRECORD_SUFFIX = ".tfrecord"
 PARQUET_SUFFIX = ".parquet"
@@ -45,9 +49,7 @@ def row_sort_key(row: dict) -> tuple:
 
 def to_example(row: dict) -> bytes:
     """A transition as a ``tf.train.Example``: one feature per field, rewards as ``reward/<signal>``."""
-    from tensorflow.core.example import example_pb2  # heavy import, only on workers that write
-
-    example = example_pb2.Example()
+    example = contracts.TFExample()
     feature = example.features.feature
     for name in _STRING_FIELDS:
         feature[name].bytes_list.value.append(row[name].encode("utf-8"))
@@ -61,6 +63,7 @@ def to_example(row: dict) -> bytes:
     return example.SerializeToString(deterministic=True)
 
 
+@functools.cache
 def parquet_schema(surface: str) -> pa.Schema:
     fields = [pa.field(name, pa.string()) for name in _STRING_FIELDS]
     fields += [pa.field(name, pa.int64()) for name in _INT_FIELDS]
@@ -80,6 +83,12 @@ def to_parquet_row(row: dict) -> dict:
 
 class _WholeFileSink(fileio.FileSink):
     """A sink that receives one element per file: (file name, payload), already in file order."""
+
+    def create_metadata(self, destination: str, full_file_name: str) -> fileio.FileMetadata:
+        # Our formats carry their own framing and compression; never let a name suffix add a codec.
+        return fileio.FileMetadata(
+            mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
+        )
 
     def open(self, fh) -> None:
         self._fh = fh
@@ -102,10 +111,12 @@ class TFRecordShardSink(_WholeFileSink):
 
 
 class ParquetShardSink(_WholeFileSink):
-    def _write_payload(self, name: str, payload: tuple[str, list[dict]]) -> None:
+    def _write_payload(self, name: str, payload: tuple[str, list[tuple]]) -> None:
         surface, rows = payload
-        table = pa.Table.from_pylist(rows, schema=parquet_schema(surface))
-        pq.write_table(table, self._fh, compression="zstd")
+        schema = parquet_schema(surface)
+        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+        arrays = [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)]
+        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), self._fh, compression="zstd")
 
 
 class JsonLinesSink(_WholeFileSink):
@@ -138,7 +149,7 @@ class WriteWholeFiles(beam.PTransform):
             destination=lambda element: element[0],
             sink=_sink_for,
             file_naming=lambda window, pane, shard, total, compression, destination: destination,
-            temp_directory=self._temp_directory,
+            temp_directory=StaticValueProvider(str, self._temp_directory),
             shards=1,
         )
 
@@ -161,9 +172,9 @@ class ShardTransitions(beam.PTransform):
         placeholders = transitions.pipeline | "EveryShard" >> beam.Create(
             [((surface, shard), None) for surface in SURFACE_SIGNALS for shard in range(n)]
         )
-        keyed = transitions | "KeyByShard" >> beam.Map(
-            lambda row: ((row["surface"], shard_of(row["session_id"], n)), row)
-        )
+        # Encoding happens before the shuffle, fused with whatever produced the rows: the shuffle then
+        # carries compact bytes and tuples instead of dicts of lists.
+        keyed = transitions | "EncodeAndKey" >> beam.Map(_encode_row, n)
         return (
             (keyed, placeholders)
             | "AllShards" >> beam.Flatten()
@@ -172,9 +183,20 @@ class ShardTransitions(beam.PTransform):
         )
 
 
+def _encode_row(row: dict, num_shards: int):
+    """((surface, shard), (sort key, Example bytes, Parquet values in schema order))."""
+    parquet_row = to_parquet_row(row)
+    values = tuple(parquet_row[name] for name in parquet_schema(row["surface"]).names)
+    return (row["surface"], shard_of(row["session_id"], num_shards)), (
+        row_sort_key(row),
+        to_example(row),
+        values,
+    )
+
+
 def _shard_files(element: tuple[tuple[str, int], Any], num_shards: int):
-    (surface, shard), rows = element
-    ordered = sorted((row for row in rows if row is not None), key=row_sort_key)
+    (surface, shard), encoded = element
+    ordered = sorted((item for item in encoded if item is not None), key=lambda item: item[0])
     name = shard_name(surface, shard, num_shards)
-    yield name + TFRECORD_SUFFIX, [to_example(row) for row in ordered]
-    yield name + PARQUET_SUFFIX, (surface, [to_parquet_row(row) for row in ordered])
+    yield name + TFRECORD_SUFFIX, [example for _, example, _ in ordered]
+    yield name + PARQUET_SUFFIX, (surface, [values for _, _, values in ordered])

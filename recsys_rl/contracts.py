@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
 try:
-    from recsys_rl.proto import events_pb2, serving_pb2, serving_pb2_grpc
+    from recsys_rl.proto import events_pb2, serving_pb2, serving_pb2_grpc, tf_example_pb2
 except ImportError as err:  # pragma: no cover - exercised only on a broken install
     raise ImportError(
         "recsys_rl.proto stubs are missing: they are generated from protos/ at install time; "
@@ -35,6 +35,8 @@ RankRequest = serving_pb2.RankRequest
 RankResponse = serving_pb2.RankResponse
 AllocateRequest = serving_pb2.AllocateRequest
 AllocateResponse = serving_pb2.AllocateResponse
+#: tf.train.Example, wire-compatible, for writing TFRecord datasets without importing TensorFlow
+TFExample = tf_example_pb2.Example
 
 SURFACES: dict[str, int] = {
     "feed": events_pb2.SURFACE_FEED,
@@ -152,6 +154,7 @@ __all__ = [
     "FeedbackSignals",
     "RankRequest",
     "RankResponse",
+    "TFExample",
     "decode_decision",
     "decode_feedback",
     "encode",
@@ -160,4 +163,5 @@ __all__ = [
     "feedback_to_json",
     "serving_pb2",
     "serving_pb2_grpc",
+    "tf_example_pb2",
 ]

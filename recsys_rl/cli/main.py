@@ -9,27 +9,37 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from recsys_rl.cli import build_transitions as build_transitions_cmd
+from recsys_rl.cli import features as features_cmd
 from recsys_rl.cli import simulate as simulate_cmd
 from recsys_rl.cli.common import EXIT_FAILURE, EXIT_USAGE, OneLineParser
 from recsys_rl.config import ConfigError
-from recsys_rl.kafka import BrokerConfigError, KafkaSetupError
+from recsys_rl.errors import OperationalError
+from recsys_rl.kafka import BrokerConfigError
 
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="recsys-rl", description="Constrained RL for a short-video recommender.")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=OneLineParser)
     simulate_cmd.register(verbs)
+    build_transitions_cmd.register(verbs)
+    features_cmd.register(verbs)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Verbs that run Beam pipelines pass the flags they do not know on to Beam's PipelineOptions.
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_pipeline_args", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.pipeline_args = extra
     try:
         return args.handler(args)
     except (ConfigError, BrokerConfigError) as err:
         print(f"recsys-rl {args.verb}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except KafkaSetupError as err:
+    except OperationalError as err:
         print(f"recsys-rl {args.verb}: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:

@@ -262,7 +262,8 @@ class LocalKafkaBroker(ManagedBroker):
         log4j.write_text(_LOG4J2_PROPERTIES)
         storage_tool = [java, "-cp", classpath, "kafka.tools.StorageTool"]
         _run_logged(
-            [*storage_tool, "format", "-t", _cluster_id(), "-c", str(config)],
+            # "=" form: a random id can start with "-", which the tool's parser would take for an option.
+            [*storage_tool, "format", f"--cluster-id={_cluster_id()}", "-c", str(config)],
             workdir,
             what="formatting the Kafka log directory",
         )
@@ -411,6 +412,8 @@ def _kraft_properties(port: int, controller_port: int, data_dir: Path) -> str:
     # creating the default 50 makes the first consumer-group join take seconds on a test broker.
     # No auto-creation: topics come from ensure_topics with explicit partition counts, and a typo in a
     # topic name should fail loudly instead of creating a one-partition topic nobody reads.
+    # No time-based retention: it goes by record timestamps, and simulated events are stamped in the
+    # simulated past, so the default 7 days deleted them on the first retention check (30 s after start).
     return "\n".join(
         [
             "process.roles=broker,controller",
@@ -424,6 +427,7 @@ def _kraft_properties(port: int, controller_port: int, data_dir: Path) -> str:
             f"log.dirs={data_dir}",
             "num.partitions=1",
             "auto.create.topics.enable=false",
+            "log.retention.ms=-1",
             "offsets.topic.replication.factor=1",
             "offsets.topic.num.partitions=1",
             "transaction.state.log.replication.factor=1",

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pipelines.episodes import DECISION, FEEDBACK, EpisodeConfig, build_user_episodes
+from pipelines.feature_aggregates import FACT_FIELDS, ITEM_TYPES
 from recsys_rl import contracts, signals
 from recsys_rl.sim.events import EventIds
 from recsys_rl.simulate import SimulateConfig, day_messages, simulated_days
@@ -69,6 +70,18 @@ def test_transitions_match_the_simulators_record(simulated):
     fates = sum((b.fates for b in built.values()), start=Counter())
     assert dict(fates) == {"used": sum(len(refs) for refs in by_user.values())}
     assert all(len(r["reward"]) == len(signals.FEED_SIGNALS) for r in feed_rows.values())
+
+
+def test_view_facts_meet_the_feature_aggregates_contract(simulated):
+    _, by_user = simulated
+    built, _ = _build(by_user)
+    facts = [fact for b in built.values() for fact in b.view_facts]
+    assert len(facts) == sum(1 for refs in by_user.values() for r in refs if r[0] == FEEDBACK)
+    for fact in facts:
+        assert set(fact) == set(FACT_FIELDS)
+        for name, kind in FACT_FIELDS.items():
+            assert isinstance(fact[name], kind) and not isinstance(fact[name], bool), (name, fact[name])
+        assert fact["item_type"] in ITEM_TYPES and 0 <= fact["user_group"] < 4
 
 
 def test_duplicates_are_filtered_by_request_id(simulated):

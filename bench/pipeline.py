@@ -1,0 +1,120 @@
+"""Benchmark: Kafka -> transitions with the DirectRunner, in events per second (target: at least 20,000).
+
+Baseline, timed in the same run on the same topics: a plain kafka-python loop that only consumes the
+records (manual assignment, no decoding). The pipeline can be no faster than reading its input, so the
+ratio events_per_s / raw_consume_events_per_s says how much the transition building costs on top.
+
+    python bench/pipeline.py --quick --out bench/results/pipeline.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+
+from common import repeat_rate, write_result
+from kafka import KafkaConsumer, TopicPartition
+
+from pipelines.build import BuildTransitionsConfig, build_transitions
+from recsys_rl.kafka import open_broker
+from recsys_rl.kafka.reader import high_watermarks
+from recsys_rl.simulate import SimulateConfig, run_simulation
+
+TARGET_EVENTS_PER_S = 20_000
+MODES = {"quick": {"users": 300, "repeats": 2}, "full": {"users": 2_000, "repeats": 3}}
+
+
+def raw_consume(bootstrap_servers: str, topics: list[str]) -> int:
+    """Read every record of the topics once with a bare consumer; the floor for any reader."""
+    ends = {
+        TopicPartition(topic, partition): end
+        for topic in topics
+        for partition, end in high_watermarks(bootstrap_servers, topic).items()
+    }
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
+    consumer.assign(list(ends))
+    consumer.seek_to_beginning()
+    remaining = {tp for tp, end in ends.items() if end > 0}
+    count = 0
+    while remaining:
+        for tp, batch in consumer.poll(timeout_ms=1000).items():
+            count += len(batch)
+            if batch[-1].offset + 1 >= ends[tp]:
+                remaining.discard(tp)
+    consumer.close()
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="small, for CI")
+    mode.add_argument("--full", action="store_const", dest="mode", const="full", help="default")
+    parser.add_argument("--out", default="bench/results/pipeline.json", help="where the JSON result goes")
+    parser.add_argument("--broker", choices=("embedded", "local-kafka"), default="embedded")
+    parser.add_argument("--seed", type=int, default=0)
+    args, beam_args = parser.parse_known_args(argv)
+    settings = MODES[args.mode or "full"]
+    started = time.perf_counter()
+    suffix = uuid.uuid4().hex[:8]
+    sim = SimulateConfig(
+        users=settings["users"],
+        seed=args.seed,
+        partitions=4,
+        decisions_topic=f"bench-dec-{suffix}",
+        feedback_topic=f"bench-fb-{suffix}",
+    )
+    topics = [sim.decisions_topic, sim.feedback_topic]
+    with open_broker(None, args.broker) as broker, tempfile.TemporaryDirectory() as out:
+        report = run_simulation(sim, broker.bootstrap_servers)
+        events = sum(report.written.values())
+        raw = repeat_rate(lambda: raw_consume(broker.bootstrap_servers, topics), settings["repeats"])
+
+        def build() -> int:
+            config = BuildTransitionsConfig(
+                bootstrap_servers=broker.bootstrap_servers,
+                group="bench",
+                out=f"{out}/{uuid.uuid4().hex}",
+                decisions_topic=sim.decisions_topic,
+                feedback_topic=sim.feedback_topic,
+                dead_letter_topic="",
+                start="earliest",
+                commit=False,
+            )
+            result = build_transitions(config, beam_args)
+            return result.manifest["accounting"]["read"]
+
+        pipeline = repeat_rate(build, settings["repeats"])
+    result = {
+        "benchmark": "pipeline",
+        "mode": args.mode or "full",
+        "seed": args.seed,
+        "config": {"users": sim.users, "events": events, "broker": args.broker, "beam_args": beam_args},
+        "events_per_s": pipeline["value"],
+        "raw_consume_events_per_s": raw["value"],
+        "metrics": {
+            "events_per_s": pipeline,
+            "raw_consume_events_per_s": raw,
+            "ratio_to_raw_consume": pipeline["value"] / raw["value"],
+        },
+        # wide bounds: one shared 2-core machine; only the lower target is a goal
+        "targets": {"events_per_s": {"min": TARGET_EVENTS_PER_S, "max": None}},
+        "meets_targets": pipeline["value"] >= TARGET_EVENTS_PER_S,
+        "wall_s": time.perf_counter() - started,
+    }
+    write_result(args.out, result)
+    verdict = "met" if result["meets_targets"] else "NOT met"
+    print(
+        f"pipeline: {pipeline['value']:,.0f} events/s "
+        f"(min {pipeline['min']:,.0f}, max {pipeline['max']:,.0f}) over {events:,} events; "
+        f"raw consume {raw['value']:,.0f}/s; ratio {result['metrics']['ratio_to_raw_consume']:.2f}; "
+        f"target >= {TARGET_EVENTS_PER_S:,} -> {verdict}; wrote {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

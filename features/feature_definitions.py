@@ -1,0 +1,125 @@
+"""recsys-rl's Feast definitions: what serving reads about users and candidates (DESIGN 6).
+
+Definitions only, in dependency order (entities, sources, views, services). The columns come from the
+pipeline that writes them (pipelines.feature_aggregates), so the views cannot drift from the data.
+
+The Parquet sources live under one offline root, ``$RECSYS_RL_FEATURES_OFFLINE`` (default:
+``features/data/offline`` next to this file, gitignored). The path is resolved when the definitions are
+applied and stored in the registry, so re-apply after pointing the variable at another dataset.
+"""
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+from feast.types import Float64, Int64
+
+from pipelines.feature_aggregates import (
+    AUTHOR_STATS,
+    ITEM_STATS,
+    TIMESTAMP_COLUMN,
+    USER_ENGAGEMENT,
+    FeatureTable,
+)
+from recsys_rl.state import FEATURE_VERSION
+
+OFFLINE_ROOT_ENV = "RECSYS_RL_FEATURES_OFFLINE"
+OFFLINE_ROOT = Path(os.environ.get(OFFLINE_ROOT_ENV) or Path(__file__).parent / "data" / "offline")
+OFFLINE_ROOT = OFFLINE_ROOT.expanduser().resolve()
+_FEAST_TYPES = {"int64": Int64, "float64": Float64}
+_LINEAGE = {"produced_by": "pipelines.feature_aggregates.WriteFeatureAggregates"}
+
+
+def _fields(table: FeatureTable) -> list[Field]:
+    return [Field(name=c.name, dtype=_FEAST_TYPES[c.dtype], description=c.description) for c in table.columns]
+
+
+def _daily_source(table: FeatureTable) -> FileSource:
+    # A directory: one Parquet file per UTC day and shard, each row stamped with the end of its day.
+    return FileSource(
+        name=f"{table.name}_daily",
+        path=str(OFFLINE_ROOT / table.name),
+        timestamp_field=TIMESTAMP_COLUMN,
+        description=f"per-day {table.name} aggregates of joined feedback",
+    )
+
+
+# --- Entities: the keys serving looks features up by -------------------------------------------------
+
+# The user a feed or live-allocation request is for.
+user = Entity(
+    name="user", join_keys=[USER_ENGAGEMENT.join_key], value_type=ValueType.STRING, description="app user"
+)
+# A candidate item: a short video or a live stream.
+item = Entity(
+    name="item", join_keys=[ITEM_STATS.join_key], value_type=ValueType.STRING, description="video or live"
+)
+# The creator of an item; follows go to authors, not items.
+author = Entity(
+    name="author", join_keys=[AUTHOR_STATS.join_key], value_type=ValueType.STRING, description="item author"
+)
+
+# --- Sources: the Parquet the feature pipeline writes ------------------------------------------------
+
+user_engagement_daily = _daily_source(USER_ENGAGEMENT)
+item_stats_daily = _daily_source(ITEM_STATS)
+author_stats_daily = _daily_source(AUTHOR_STATS)
+
+# --- Feature views ------------------------------------------------------------------------------------
+
+# The user part of the policy state: activity group and recent engagement. A week's ttl: last week's
+# habits still describe a returning user, while after a longer absence the serving defaults for an
+# unknown user are the better guess.
+user_engagement_view = FeatureView(
+    name=USER_ENGAGEMENT.name,
+    entities=[user],
+    ttl=timedelta(days=7),
+    schema=_fields(USER_ENGAGEMENT),
+    online=True,
+    source=user_engagement_daily,
+    description="a user's activity group and engagement over their last finished day",
+    tags=_LINEAGE,
+)
+
+# Candidate statistics for ranking. Two days' ttl: a short video's popularity fades within days, and
+# stale counts would keep promoting last week's hits.
+item_stats_view = FeatureView(
+    name=ITEM_STATS.name,
+    entities=[item],
+    ttl=timedelta(days=2),
+    schema=_fields(ITEM_STATS),
+    online=True,
+    source=item_stats_daily,
+    description="an item's views and engagement rates over its last finished day",
+    tags=_LINEAGE,
+)
+
+# The pull of a candidate's author. A week's ttl: an author's audience changes more slowly than one item's.
+author_stats_view = FeatureView(
+    name=AUTHOR_STATS.name,
+    entities=[author],
+    ttl=timedelta(days=7),
+    schema=_fields(AUTHOR_STATS),
+    online=True,
+    source=author_stats_daily,
+    description="views of an author's items and the follow rate over the author's last finished day",
+    tags=_LINEAGE,
+)
+
+# --- Feature services: what one model version reads; add _v2 rather than change these ----------------
+
+# The user features behind the feed and live-allocation state (recsys_rl.state, tagged with its version).
+user_state_v1 = FeatureService(
+    name="user_state_v1",
+    features=[user_engagement_view],
+    description="user features the policy state is built from",
+    tags={"state_feature_version": FEATURE_VERSION},
+)
+
+# Per-candidate statistics. Both views have a "views" feature: read with full feature names.
+candidate_stats_v1 = FeatureService(
+    name="candidate_stats_v1",
+    features=[item_stats_view, author_stats_view],
+    description="item and author statistics of ranking candidates",
+)

@@ -1,0 +1,159 @@
+"""``build-transitions`` end to end: plan the replay, run the pipeline, publish, then commit offsets.
+
+The order is what makes a crash at any point safe. Offsets are committed last, so a crash before the
+commit replays the same offsets; those map to the same dataset version, so the rerun finds the dataset
+already written (and verifies it) instead of writing a second copy, and finishes the remaining steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.dataset import DEAD_LETTER_FILE, DatasetPaths, dataset_version, finalize, read_manifest, verify
+from pipelines.episodes import EpisodeConfig
+from pipelines.kafka_source import ReplayPlan, commit_offsets, plan_replay
+from pipelines.transitions import build_pipeline
+from recsys_rl.errors import OperationalError
+from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+
+PUBLISHED_MARKER = "dead-letters.published.json"
+START_MODES = ("committed", "earliest")
+
+
+class DatasetError(OperationalError):
+    """An existing dataset directory does not match its manifest."""
+
+
+@dataclass(frozen=True)
+class BuildTransitionsConfig:
+    """One bounded replay of the decision and feedback topics into a versioned transition dataset."""
+
+    bootstrap_servers: str = ""  # Kafka cluster, HOST:PORT[,...]
+    group: str = ""  # consumer group: its committed offsets start the replay and receive the end offsets
+    out: str = ""  # dataset root: each build adds <out>/<version>/ with shards and manifest.json
+    decisions_topic: str = "recsys.decisions"
+    feedback_topic: str = "recsys.feedback"
+    dead_letter_topic: str = "recsys.deadletter"  # "" keeps dead letters in the dataset's file only
+    start: str = "committed"  # committed: resume the group; earliest: replay from each log start
+    join_window_s: float = 3600.0  # feedback later than this after its decision is dead-lettered
+    session_gap_s: float = 1800.0  # inactivity that ends an episode
+    num_shards: int = 4  # shards per surface; fixed so reruns produce the same files
+    max_records_per_chunk: int = 5_000  # unit of parallel reading; smaller -> more parallelism, more overhead
+    commit: bool = True  # commit end offsets after the dataset is written; off for dry runs
+
+    def __post_init__(self) -> None:
+        for name in ("bootstrap_servers", "group", "out"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} is required")
+        if self.start not in START_MODES:
+            raise ValueError(f"start should be one of {list(START_MODES)}, but is {self.start!r}")
+        for name in ("num_shards", "max_records_per_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
+        for name in ("join_window_s", "session_gap_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} should be positive, but is {getattr(self, name)}")
+
+    def episode_config(self) -> EpisodeConfig:
+        return EpisodeConfig(
+            join_window_ms=round(self.join_window_s * 1000), session_gap_ms=round(self.session_gap_s * 1000)
+        )
+
+    def output_settings(self) -> dict[str, Any]:
+        """The settings that shape the dataset's bytes (and so its version)."""
+        return {
+            "decisions_topic": self.decisions_topic,
+            "feedback_topic": self.feedback_topic,
+            "join_window_ms": self.episode_config().join_window_ms,
+            "session_gap_ms": self.episode_config().session_gap_ms,
+            "num_shards": self.num_shards,
+        }
+
+
+@dataclass
+class BuildResult:
+    plan: ReplayPlan
+    dataset_dir: Path | None  # None when there was nothing to read
+    manifest: dict[str, Any] | None
+    reused: bool  # the dataset already existed from an earlier, interrupted run
+    dead_letters_published: int
+    committed: bool
+
+
+def build_transitions(
+    config: BuildTransitionsConfig,
+    pipeline_args: Sequence[str] = (),
+    progress: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+) -> BuildResult:
+    plan = plan_replay(
+        config.bootstrap_servers, [config.decisions_topic, config.feedback_topic], config.group, config.start
+    )
+    progress("planned", {"records": plan.total_records, "partitions": len(plan.ranges)})
+    if plan.total_records == 0:
+        return BuildResult(plan, None, None, reused=False, dead_letters_published=0, committed=False)
+
+    ranges = [dataclasses.asdict(r) for r in plan.ranges]
+    paths = DatasetPaths(Path(config.out), dataset_version({"ranges": ranges}, config.output_settings()))
+    reused = paths.final.exists()
+    if reused:
+        broken = verify(paths.final)
+        if broken:
+            raise DatasetError(f"dataset {paths.final} does not match its manifest: {broken[:5]}")
+        manifest = read_manifest(paths.final)
+        progress("reused", {"dataset": str(paths.final)})
+    else:
+        shutil.rmtree(paths.staging, ignore_errors=True)  # leftovers of a run that died mid-write
+        paths.staging.mkdir(parents=True)
+        with beam.Pipeline(options=PipelineOptions(list(pipeline_args))) as pipeline:
+            build_pipeline(
+                pipeline,
+                plan,
+                decisions_topic=config.decisions_topic,
+                feedback_topic=config.feedback_topic,
+                episode_config=config.episode_config(),
+                num_shards=config.num_shards,
+                max_records_per_chunk=config.max_records_per_chunk,
+                staging_dir=str(paths.staging),
+            )
+        inputs = {"bootstrap_servers": config.bootstrap_servers, "group": config.group, **plan.to_dict()}
+        manifest = finalize(paths, inputs, config.output_settings())
+        progress("written", {"dataset": str(paths.final)})
+
+    published = _publish_dead_letters(paths.final, config)
+    committed = False
+    if config.commit:
+        commit_offsets(plan)
+        committed = True
+        progress("committed", {"group": config.group})
+    return BuildResult(plan, paths.final, manifest, reused, published, committed)
+
+
+def _publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
+    """Send the dataset's dead letters to the dead-letter topic once, even across reruns."""
+    marker = dataset / PUBLISHED_MARKER
+    source = dataset / DEAD_LETTER_FILE
+    if not config.dead_letter_topic or marker.exists() or not source.exists():
+        return 0
+    lines = source.read_bytes().splitlines()
+    if lines:
+        ensure_topics(config.bootstrap_servers, [TopicSpec(config.dead_letter_topic, 1)])
+        with EventProducer(config.bootstrap_servers) as producer:
+            for line in lines:
+                letter = json.loads(line)
+                key = f"{letter['topic']}/{letter['partition']}/{letter['offset']}".encode()
+                producer.send(config.dead_letter_topic, key, line, letter["timestamp_ms"])
+    tmp = marker.with_name(f".{marker.name}.tmp")
+    tmp.write_text(json.dumps({"topic": config.dead_letter_topic, "records": len(lines)}) + "\n")
+    os.replace(tmp, marker)
+    return len(lines)

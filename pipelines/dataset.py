@@ -1,0 +1,147 @@
+"""Versioned transition datasets: staging, the accounting check, the manifest and the atomic publish.
+
+A dataset's version is a digest of what it was built from (the Kafka offset ranges and the builder
+settings), so a rerun over the same offsets maps to the same directory: if that directory exists the
+earlier run finished its write, and the rerun only has to finish what came after (dead-letter
+publication, offset commit). The pipeline writes into a staging directory that is renamed into place
+only after the manifest is written: readers never see a half-written dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from pipelines.episodes import SURFACE_SIGNALS
+from pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
+from recsys_rl.errors import OperationalError
+from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+
+MANIFEST = "manifest.json"
+ACCOUNTING_FILE = "accounting.jsonl"  # fate counts from the pipeline; folded into the manifest
+DEAD_LETTER_FILE = "dead-letters.jsonl"
+FEATURES_DIR = "features"  # the Feast offline store's Parquet for this dataset
+DATASET_SCHEMA_VERSION = 1
+STATE_FEATURES = {"feed": FEED_STATE_FEATURES, "live_allocation": LIVE_STATE_FEATURES}
+
+
+class AccountingError(OperationalError):
+    """read != used + dead-lettered + filtered: some records were lost or counted twice."""
+
+
+@dataclass(frozen=True)
+class DatasetPaths:
+    root: Path
+    version: str
+
+    @property
+    def final(self) -> Path:
+        return self.root / self.version
+
+    @property
+    def staging(self) -> Path:
+        return self.root / f".staging-{self.version}"
+
+
+def dataset_version(kafka_ranges: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
+    """A digest of the inputs (offset ranges, not broker addresses) and of the settings that shape output."""
+    canonical = json.dumps({"kafka": kafka_ranges, "settings": settings}, sort_keys=True).encode("utf-8")
+    return "transitions-" + hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def accounting_summary(fates: Mapping[str, int]) -> dict[str, Any]:
+    """Split fate counts into the accounting record of the manifest and check the equation."""
+    dead = {k.split(":", 1)[1]: v for k, v in fates.items() if k.startswith("dead_letter:")}
+    filtered = {k.split(":", 1)[1]: v for k, v in fates.items() if k.startswith("filtered:")}
+    summary = {
+        "read": int(fates.get("read", 0)),
+        "used_in_transitions": int(fates.get("used", 0)),
+        "dead_lettered": sum(dead.values()),
+        "filtered": sum(filtered.values()),
+        "dead_lettered_by_reason": dict(sorted(dead.items())),
+        "filtered_by_reason": dict(sorted(filtered.items())),
+    }
+    accounted = summary["used_in_transitions"] + summary["dead_lettered"] + summary["filtered"]
+    summary["balanced"] = accounted == summary["read"]
+    return summary
+
+
+def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Check accounting, write the manifest into staging and rename staging into the final directory."""
+    staging = paths.staging
+    shutil.rmtree(staging / ".beam-temp", ignore_errors=True)
+    accounting_path = staging / ACCOUNTING_FILE
+    fates = json.loads(accounting_path.read_text()) if accounting_path.exists() else {}
+    accounting = accounting_summary(fates)
+    if not accounting["balanced"]:
+        raise AccountingError(
+            f"records read ({accounting['read']}) != used ({accounting['used_in_transitions']}) + "
+            f"dead-lettered ({accounting['dead_lettered']}) + filtered ({accounting['filtered']}); "
+            f"staged output kept at {staging} for inspection"
+        )
+    accounting_path.unlink()
+    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    surfaces = {}
+    for surface, signal_names in SURFACE_SIGNALS.items():
+        shards = [p for p in files if p.name.startswith(f"transitions-{surface}-")]
+        surfaces[surface] = {
+            "signals": list(signal_names),
+            "feature_names": list(STATE_FEATURES[surface]),
+            "rows": sum(pq.read_metadata(p).num_rows for p in shards if p.suffix == PARQUET_SUFFIX),
+            "tfrecord_shards": [p.name for p in shards if p.suffix == TFRECORD_SUFFIX],
+            "parquet_shards": [p.name for p in shards if p.suffix == PARQUET_SUFFIX],
+        }
+    manifest = {
+        "schema_version": DATASET_SCHEMA_VERSION,
+        "kind": "transitions",
+        "version": paths.version,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "feature_version": FEATURE_VERSION,
+        "surfaces": surfaces,
+        "inputs": dict(inputs),
+        "settings": dict(settings),
+        "accounting": accounting,
+        "dead_letters": {"file": DEAD_LETTER_FILE, "count": accounting["dead_lettered"]},
+        "features_dir": FEATURES_DIR,
+        "sha256": {str(p.relative_to(staging)): sha256_of(p) for p in files},
+    }
+    _write_json_atomic(staging / MANIFEST, manifest)
+    os.rename(staging, paths.final)  # fails rather than replace an existing dataset
+    return manifest
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / MANIFEST).read_text())
+
+
+def verify(directory: Path) -> list[str]:
+    """Files whose sha256 differs from the manifest (or that are missing): empty for a sound dataset."""
+    manifest = read_manifest(directory)
+    return [
+        name
+        for name, digest in manifest["sha256"].items()
+        if not (directory / name).is_file() or sha256_of(directory / name) != digest
+    ]
+
+
+def _write_json_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,585 @@
+"""A bounded replay of Kafka topics as a Beam source, and the group-offset bookkeeping around it.
+
+A dataset build must be reproducible and must consume every event exactly once across runs, so the
+read is planned before the pipeline starts and the plan is what the run is about:
+
+* `plan_replay` fixes, per partition, ``[start, end)``: start from the consumer group's committed
+  offset (or a given start), end at the high watermark at launch. Records produced later belong to
+  the next run. The plan goes into the dataset manifest (`ReplayPlan.to_dict`).
+* `ReadKafkaReplay` splits the plan into chunks that workers read in parallel with manually assigned
+  partitions. There is no consumer-group membership anywhere: a first group JOIN costs ~25 s on Tansu
+  and would buy nothing for a bounded read.
+* `commit_offsets` moves the group to the plan's ends. It is a separate step that the caller runs only
+  after the pipeline's outputs are safely written; the pipeline itself never commits, so a failed run
+  is simply planned and run again from the same offsets.
+
+Offsets are committed and fetched as a "simple consumer" (OffsetCommit with generation -1, through
+the admin client's alter/list group offsets): this works on Apache Kafka and Tansu alike, without a
+JOIN, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeVar
+
+import apache_beam as beam
+import kafka.errors as kafka_errors
+from apache_beam.metrics import Metrics
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import OffsetSpec
+from kafka.record import util as kafka_record_util
+from kafka.structs import OffsetAndMetadata
+
+from recsys_rl.kafka.connection import connect, parse_bootstrap_servers, quiet_kafka_logging
+from recsys_rl.kafka.errors import KafkaSetupError, ReadError
+from recsys_rl.kafka.reader import high_watermarks
+
+log = logging.getLogger(__name__)
+
+StartSpec = Literal["committed", "earliest"] | Mapping[tuple[str, int], int]
+T = TypeVar("T")
+
+DEFAULT_RECORDS_PER_CHUNK = 5_000
+
+# Measured on the 2-core machine with simulated events (63 B and 1.2 KB values): kafka-python's
+# defaults give ~15k records/s through this source. What matters, in order:
+# * retry_backoff_ms: kafka-python 3.0 sleeps that long in poll() whenever nothing is fetchable yet,
+#   which happens after every seek and often between fetches; 100 ms (the default) caps the rate.
+# * poll(max_records=...) bounded by what the chunk still needs (see `_read_chunk`): records are
+#   parsed eagerly up to that bound, and parsing is most of the per-record cost.
+# * max_partition_fetch_bytes: fewer round trips per chunk; past a few MiB the data fetched beyond a
+#   chunk's end costs more than the round trips saved.
+# * fetch_max_wait_ms: the fetch kafka-python pipelines after a chunk's last records can sit at the
+#   log end, and the next chunk's fetch waits behind it on the same connection.
+# CRC checks stay on: they cost ~5% with the crc32c package installed, but make 1 KB records ~4x
+# slower without it (pure-Python CRC-32C), which `_ReadChunkFn.setup` warns about.
+READ_TUNING: dict[str, Any] = {
+    "max_partition_fetch_bytes": 2 * 1024 * 1024,
+    "max_poll_records": 10_000,
+    "fetch_max_wait_ms": 50,
+    "retry_backoff_ms": 10,
+    "check_crcs": True,
+}
+
+_POLL_MS = 200
+_RETRY_PAUSE_S = 0.1
+
+
+class OffsetCommitError(KafkaSetupError):
+    """The plan's end offsets were not committed: the next ``start="committed"`` plan would re-read them."""
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets ``[start, end)`` of one partition; ordered by (topic, partition, start, end)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ValueError(f"OffsetRange topic must be a non-empty string, got {self.topic!r}")
+        for name in ("partition", "start", "end"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"OffsetRange {name} must be an integer >= 0, got {value!r}")
+        if self.end < self.start:
+            raise ValueError(
+                f"OffsetRange {self.topic}[{self.partition}]: end {self.end} is before start {self.start}"
+            )
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def split(self, max_records: int) -> list[OffsetRange]:
+        """Consecutive pieces of at most ``max_records`` offsets; none for an empty range."""
+        _check_chunk_size(max_records)
+        return [
+            OffsetRange(self.topic, self.partition, first, min(first + max_records, self.end))
+            for first in range(self.start, self.end, max_records)
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}] offsets [{self.start}, {self.end})"
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Exactly what one run reads: the offset range of every partition, fixed before the run starts.
+
+    Ranges are kept sorted and unique per partition, so two plans of the same offsets compare equal and
+    serialise identically into manifests.
+    """
+
+    bootstrap_servers: str
+    group: str | None
+    ranges: tuple[OffsetRange, ...]
+
+    def __post_init__(self) -> None:
+        parse_bootstrap_servers(self.bootstrap_servers)
+        if self.group is not None and (not isinstance(self.group, str) or not self.group):
+            raise ValueError(f"consumer group must be a non-empty string or None, got {self.group!r}")
+        ranges = tuple(sorted(self.ranges))
+        seen: set[tuple[str, int]] = set()
+        for offset_range in ranges:
+            if not isinstance(offset_range, OffsetRange):
+                raise TypeError(f"ReplayPlan ranges must be OffsetRange, got {offset_range!r}")
+            where = (offset_range.topic, offset_range.partition)
+            if where in seen:
+                raise ValueError(f"ReplayPlan has more than one range for {where[0]}[{where[1]}]")
+            seen.add(where)
+        object.__setattr__(self, "ranges", ranges)
+
+    @property
+    def total_records(self) -> int:
+        """Offsets covered; records actually read can be fewer (compaction, transaction markers)."""
+        return sum(offset_range.size for offset_range in self.ranges)
+
+    def chunks(self, max_records: int) -> list[OffsetRange]:
+        """The ranges cut into work items of at most ``max_records`` offsets, in plan order."""
+        _check_chunk_size(max_records)
+        return [chunk for offset_range in self.ranges for chunk in offset_range.split(max_records)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "group": self.group,
+            "ranges": [
+                {"topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end}
+                for r in self.ranges
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplayPlan:
+        """Inverse of `to_dict`; a malformed document raises ValueError saying what is wrong."""
+        try:
+            ranges = tuple(
+                OffsetRange(item["topic"], item["partition"], item["start"], item["end"])
+                for item in data["ranges"]
+            )
+            return cls(data["bootstrap_servers"], data["group"], ranges)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a replay plan document ({type(exc).__name__}: {exc}): {data!r}") from None
+
+
+def _check_chunk_size(max_records: int) -> None:
+    if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
+        raise ValueError(f"max_records must be an integer >= 1, got {max_records!r}")
+
+
+def plan_replay(
+    bootstrap_servers: str,
+    topics: Sequence[str],
+    group: str | None,
+    start: StartSpec = "committed",
+    *,
+    timeout_s: float = 30.0,
+) -> ReplayPlan:
+    """Fix the offsets a run will read: one range per partition of ``topics``, ending at launch.
+
+    ``start``:
+
+    * ``"committed"``: where ``group`` left off; a partition the group never committed starts at its
+      log start. ``group`` is required.
+    * ``"earliest"``: every partition's log start (``group`` is only recorded for `commit_offsets`).
+    * a mapping ``{(topic, partition): offset}``: those starts; unnamed partitions start at their log
+      start.
+
+    The end is each partition's high watermark, taken from a fetch response because Tansu answers
+    ListOffsets(latest) with an offset inside the last batch (see `recsys_rl.kafka.reader`).
+
+    A start outside ``[log start, end]`` raises `ReadError`: below the log start the records were
+    deleted (retention), and reading on from the log start would silently drop them from the dataset;
+    above the end the topic or broker was replaced since the offsets were committed.
+    """
+    parse_bootstrap_servers(bootstrap_servers)  # a typo fails here, not after a 30 s connect timeout
+    topic_list = _check_topics(topics)
+    _check_start(start, group, topic_list)
+    ends: dict[tuple[str, int], int] = {}
+    for topic in topic_list:
+        for partition, end in high_watermarks(bootstrap_servers, topic, timeout_s=timeout_s).items():
+            ends[(topic, partition)] = end
+    partitions = [TopicPartition(topic, partition) for topic, partition in ends]
+    with _admin(bootstrap_servers, timeout_s) as admin:
+        deadline = time.monotonic() + timeout_s
+        log_starts = _log_starts(admin, partitions, deadline)
+        committed = _fetch_committed(admin, group, partitions, deadline) if start == "committed" else {}
+    if isinstance(start, Mapping):
+        _check_mapping_keys(start, ends)
+        starts = {where: start.get(where, log_starts[where]) for where in ends}
+        origin = "given start"
+    elif start == "committed":
+        starts = {
+            where: log_starts[where] if committed[where] is None else committed[where] for where in ends
+        }
+        origin = f"offset committed by group {group!r}"
+    else:
+        starts = dict(log_starts)
+        origin = "log start"
+    ranges = [
+        _checked_range(where, starts[where], log_starts[where], end, origin) for where, end in ends.items()
+    ]
+    return ReplayPlan(bootstrap_servers, group, tuple(ranges))
+
+
+def _check_topics(topics: Sequence[str]) -> list[str]:
+    if isinstance(topics, str):
+        raise TypeError(f"topics must be a sequence of topic names, not the string {topics!r}")
+    topic_list = list(dict.fromkeys(topics))
+    if not topic_list:
+        raise ValueError("topics must name at least one topic")
+    bad = [topic for topic in topic_list if not isinstance(topic, str) or not topic]
+    if bad:
+        raise ValueError(f"topic names must be non-empty strings, got {bad!r}")
+    return topic_list
+
+
+def _check_start(start: StartSpec, group: str | None, topics: list[str]) -> None:
+    if isinstance(start, str):
+        if start not in ("committed", "earliest"):
+            raise ValueError(f"start must be 'committed', 'earliest' or a mapping, got {start!r}")
+        if start == "committed" and group is None:
+            raise ValueError("start='committed' needs a consumer group, got group=None")
+    elif isinstance(start, Mapping):
+        for where, offset in start.items():
+            if not (isinstance(where, tuple) and len(where) == 2):
+                raise ValueError(f"start keys must be (topic, partition) pairs, got {where!r}")
+            topic, _partition = where
+            if topic not in topics:
+                raise ValueError(f"start names topic {topic!r}, which is not among the topics {topics!r}")
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise ValueError(
+                    f"start offset for {topic}[{_partition}] must be an int >= 0, got {offset!r}"
+                )
+    else:
+        raise TypeError(f"start must be 'committed', 'earliest' or a mapping, got {start!r}")
+
+
+def _check_mapping_keys(start: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]) -> None:
+    unknown = sorted(set(start) - set(ends))
+    if unknown:
+        named = ", ".join(f"{topic}[{partition}]" for topic, partition in unknown)
+        raise ReadError(f"start names partition(s) that do not exist: {named}")
+
+
+def _checked_range(where: tuple[str, int], start: int, log_start: int, end: int, origin: str) -> OffsetRange:
+    topic, partition = where
+    if start < log_start:
+        raise ReadError(
+            f"{topic}[{partition}]: {origin} {start} is below the log start {log_start}; records in between "
+            "were deleted (retention?) and would be missing from the dataset. Plan with start='earliest' "
+            "to accept the gap"
+        )
+    if start > end:
+        raise ReadError(
+            f"{topic}[{partition}]: {origin} {start} is past the log end {end}; was the topic or the broker "
+            "replaced since?"
+        )
+    return OffsetRange(topic, partition, start, end)
+
+
+# -- group offsets ----------------------------------------------------------------------------------
+
+
+def committed_offsets(
+    bootstrap_servers: str, group: str, topics: Sequence[str], *, timeout_s: float = 30.0
+) -> dict[tuple[str, int], int | None]:
+    """The group's committed offset for every partition of ``topics``; None where it has none.
+
+    Reads with OffsetFetch only, so the group is neither joined nor created.
+    """
+    if not isinstance(group, str) or not group:
+        raise ValueError(f"consumer group must be a non-empty string, got {group!r}")
+    parse_bootstrap_servers(bootstrap_servers)
+    topic_list = _check_topics(topics)
+    with _admin(bootstrap_servers, timeout_s) as admin:
+        deadline = time.monotonic() + timeout_s
+        partitions = _partitions_of(admin, topic_list, deadline)
+        return dict(sorted(_fetch_committed(admin, group, partitions, deadline).items()))
+
+
+def commit_offsets(plan: ReplayPlan, *, timeout_s: float = 30.0) -> None:
+    """Commit each range's end for ``plan.group``, so the next ``start="committed"`` plan begins there.
+
+    Run it only once the run's outputs are durable: committing is what makes the records "consumed".
+    The commit is a simple-consumer OffsetCommit (no group JOIN); Kafka refuses it with
+    UNKNOWN_MEMBER_ID while the group has live members, which is reported, not retried.
+    """
+    if plan.group is None:
+        raise ValueError("cannot commit offsets for a plan without a consumer group (group=None)")
+    offsets = {TopicPartition(r.topic, r.partition): OffsetAndMetadata(r.end, "", -1) for r in plan.ranges}
+    if not offsets:
+        return
+    group = plan.group
+    with _admin(plan.bootstrap_servers, timeout_s) as admin:
+        deadline = time.monotonic() + timeout_s
+        results = _retrying(
+            lambda: admin.alter_group_offsets(group, offsets),
+            deadline,
+            f"committing offsets for group {group!r}",
+            OffsetCommitError,
+        )
+    failed = {
+        f"{tp.topic}[{tp.partition}]": error.__name__
+        for tp, error in results.items()
+        if error is not kafka_errors.NoError
+    }
+    missing = sorted(f"{tp.topic}[{tp.partition}]" for tp in set(offsets) - set(results))
+    if failed or missing:
+        raise OffsetCommitError(
+            f"group {group!r} on {plan.bootstrap_servers}: offsets not committed: {failed or ''}"
+            f"{' no answer for ' + ', '.join(missing) if missing else ''}"
+        )
+
+
+@contextlib.contextmanager
+def _admin(bootstrap_servers: str, timeout_s: float) -> Iterator[KafkaAdminClient]:
+    admin = connect(
+        KafkaAdminClient, bootstrap_servers, timeout_s, request_timeout_ms=max(1000, int(timeout_s * 1000))
+    )
+    try:
+        yield admin
+    finally:
+        with quiet_kafka_logging():
+            admin.close()
+
+
+def _retrying(
+    call: Callable[[], T], deadline: float, what: str, error: type[KafkaSetupError] = ReadError
+) -> T:
+    """``call()``, retried on retriable broker errors until ``deadline``; then ``error`` saying ``what``.
+
+    Needed for group calls: on a fresh Apache Kafka the offsets topic does not exist until the first
+    FindCoordinator creates it, and the admin client reports COORDINATOR_NOT_AVAILABLE meanwhile
+    (about 0.2 s) instead of waiting.
+    """
+    while True:
+        try:
+            return call()
+        except kafka_errors.KafkaError as exc:
+            if not exc.retriable:
+                raise error(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            if time.monotonic() >= deadline:
+                raise error(f"{what} still failing at the deadline: {type(exc).__name__}: {exc}") from exc
+        time.sleep(_RETRY_PAUSE_S)
+
+
+def _partitions_of(admin: KafkaAdminClient, topics: list[str], deadline: float) -> list[TopicPartition]:
+    described = _retrying(lambda: admin.describe_topics(topics), deadline, "describing topics")
+    partitions: list[TopicPartition] = []
+    for topic in described:
+        error = kafka_errors.for_code(topic["error_code"])
+        if error is kafka_errors.UnknownTopicOrPartitionError or (
+            error is kafka_errors.NoError and not topic["partitions"]
+        ):
+            raise ReadError(f"topic {topic['name']!r} does not exist")
+        if error is not kafka_errors.NoError:
+            raise ReadError(f"cannot describe topic {topic['name']!r}: {error.__name__}")
+        partitions += [TopicPartition(topic["name"], p["partition_index"]) for p in topic["partitions"]]
+    return sorted(partitions)
+
+
+def _log_starts(
+    admin: KafkaAdminClient, partitions: list[TopicPartition], deadline: float
+) -> dict[tuple[str, int], int]:
+    answer = _retrying(
+        lambda: admin.list_partition_offsets(dict.fromkeys(partitions, OffsetSpec.EARLIEST)),
+        deadline,
+        "looking up log start offsets",
+    )
+    return {(tp.topic, tp.partition): answer[tp].offset for tp in partitions}
+
+
+def _fetch_committed(
+    admin: KafkaAdminClient, group: str | None, partitions: list[TopicPartition], deadline: float
+) -> dict[tuple[str, int], int | None]:
+    assert group is not None  # callers check; kept for the type checker
+    answer = _retrying(
+        lambda: admin.list_group_offsets({group: partitions}),
+        deadline,
+        f"fetching offsets of group {group!r}",
+    )[group]
+    result: dict[tuple[str, int], int | None] = {}
+    for tp in partitions:
+        committed = answer.get(tp)
+        # Both brokers answer -1 for a partition the group has never committed.
+        result[(tp.topic, tp.partition)] = (
+            None if committed is None or committed.offset < 0 else committed.offset
+        )
+    return result
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+class KafkaRecord(NamedTuple):
+    """One Kafka record as the source yields it; bytes rather than None keep the coder simple and fast."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes  # b"" for a null key
+    value: bytes  # b"" for a null value (tombstone)
+
+
+# Beam's default coder for a NamedTuple pickles each element (~6 us to encode, 155 B for a 63 B value);
+# a RowCoder is Cython-compiled and schema-aware (<1 us, 101 B). Beam documents registering it by type.
+# After a process boundary (multi-process or remote workers) downstream steps may receive an
+# equivalent NamedTuple generated from the schema rather than this class: use fields, not isinstance.
+beam.coders.registry.register_coder(KafkaRecord, beam.coders.RowCoder)
+
+
+class ReadKafkaReplay(beam.PTransform):
+    """Read every record of a `ReplayPlan`, exactly once, as `KafkaRecord` elements.
+
+    The plan is cut into chunks of at most ``max_records_per_chunk`` offsets, spread over workers by
+    a reshuffle, and each chunk is read by manual assignment of its partition. Smaller chunks spread
+    better over workers; each chunk costs ~10-20 ms (a seek, the first fetch's round trip, and the
+    data fetched past its end), so 1,000-record chunks run at about half the rate of 5,000-record ones.
+
+    ``idle_timeout_s`` bounds how long a chunk may make no progress before the read fails; a chunk
+    is either read completely or the pipeline fails, never silently cut short.
+    ``consumer_config`` overrides `READ_TUNING` (e.g. ``{"check_crcs": False}``).
+    """
+
+    def __init__(
+        self,
+        plan: ReplayPlan,
+        max_records_per_chunk: int = DEFAULT_RECORDS_PER_CHUNK,
+        *,
+        idle_timeout_s: float = 30.0,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        _check_chunk_size(max_records_per_chunk)
+        if not idle_timeout_s > 0:
+            raise ValueError(f"idle_timeout_s must be > 0, got {idle_timeout_s!r}")
+        self._plan = plan
+        self._max_records_per_chunk = max_records_per_chunk
+        self._idle_timeout_s = idle_timeout_s
+        self._consumer_config = {**READ_TUNING, **(consumer_config or {})}
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[KafkaRecord]:
+        chunks = self._plan.chunks(self._max_records_per_chunk)
+        return (
+            pbegin
+            | "Chunks" >> beam.Create(chunks, reshuffle=False)
+            | "Spread" >> beam.Reshuffle()
+            | "Read"
+            >> beam.ParDo(
+                _ReadChunkFn(self._plan.bootstrap_servers, self._idle_timeout_s, self._consumer_config)
+            ).with_output_types(KafkaRecord)
+        )
+
+
+class _ReadChunkFn(beam.DoFn):
+    """Reads chunks with one consumer per DoFn instance, made in `setup` so the DoFn pickles cleanly."""
+
+    def __init__(self, bootstrap_servers: str, idle_timeout_s: float, consumer_config: Mapping[str, Any]):
+        self._bootstrap_servers = bootstrap_servers
+        self._idle_timeout_s = idle_timeout_s
+        self._consumer_config = dict(consumer_config)
+        self._consumer: KafkaConsumer | None = None
+        self._records = Metrics.counter("kafka_replay", "records")
+        self._chunks = Metrics.counter("kafka_replay", "chunks")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_consumer": None}
+
+    def setup(self) -> None:
+        if self._consumer_config.get("check_crcs", True):
+            _warn_if_crc_is_slow()
+        self._consumer = connect(
+            KafkaConsumer,
+            self._bootstrap_servers,
+            self._idle_timeout_s,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            request_timeout_ms=max(1000, int(self._idle_timeout_s * 1000)),
+            **self._consumer_config,
+        )
+
+    def process(self, chunk: OffsetRange) -> Iterator[KafkaRecord]:
+        assert self._consumer is not None, "setup() was not called"
+        read = 0
+        for batch in _read_chunk(self._consumer, chunk, self._idle_timeout_s):
+            read += len(batch)
+            yield from batch
+        self._records.inc(read)
+        self._chunks.inc()
+
+    def teardown(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with quiet_kafka_logging():
+                consumer.close(autocommit=False)
+
+
+@functools.cache
+def _warn_if_crc_is_slow() -> None:
+    """Once per process: the fix (a pip install) is the same for every DoFn instance."""
+    if kafka_record_util.crc32c_c is None:
+        log.warning(
+            "Kafka replay: the crc32c package is not installed, so kafka-python checks record CRCs in pure "
+            "Python, several times slower for large records; install crc32c (or pass check_crcs=False)"
+        )
+
+
+def _read_chunk(
+    consumer: KafkaConsumer, chunk: OffsetRange, idle_timeout_s: float
+) -> Iterator[list[KafkaRecord]]:
+    """The chunk's records, in offset order, a poll's worth at a time; `ReadError` if it cannot finish.
+
+    Done means the consumer's position reached the chunk's end, not "saw offset end - 1": compaction
+    and transaction markers leave offsets that never come back as records. No progress for
+    ``idle_timeout_s`` fails the chunk: on Tansu that is the only sign of offsets that are gone (it
+    answers a fetch outside the log with nothing), and it is also how a dead broker shows.
+    """
+    topic, partition, end = chunk.topic, chunk.partition, chunk.end
+    max_poll = consumer.config["max_poll_records"]
+    tp = TopicPartition(topic, partition)
+    position = chunk.start
+    consumer.assign([tp])
+    consumer.seek(tp, position)
+    consumer.resume(tp)  # the previous chunk of this partition, if any, left it paused
+    last_progress = time.monotonic()
+    try:
+        while position < end:
+            # kafka-python parses records eagerly up to max_records: never more than the chunk still needs.
+            fetched = consumer.poll(timeout_ms=_POLL_MS, max_records=min(end - position, max_poll)).get(tp)
+            if fetched:
+                if fetched[-1].offset >= end:
+                    fetched = [r for r in fetched if r.offset < end]
+                yield [
+                    KafkaRecord(topic, partition, r.offset, r.timestamp, r.key or b"", r.value or b"")
+                    for r in fetched
+                ]
+            moved = consumer.position(tp)
+            if moved != position:
+                position, last_progress = moved, time.monotonic()
+            elif time.monotonic() - last_progress > idle_timeout_s:
+                raise ReadError(
+                    f"reading {chunk} made no progress for {idle_timeout_s:g} s at offset {position}: "
+                    "records missing from the log, or the broker is gone"
+                )
+    except kafka_errors.KafkaError as exc:
+        raise ReadError(f"reading {chunk} failed at offset {position}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        # Stop kafka-python fetching past the chunk for nothing while this worker does other work.
+        with contextlib.suppress(kafka_errors.KafkaError):
+            consumer.pause(tp)

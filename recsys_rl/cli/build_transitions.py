@@ -1,0 +1,102 @@
+"""``recsys-rl build-transitions``: argument parsing and output of the dataset build."""
+
+from __future__ import annotations
+
+import argparse
+
+from recsys_rl.cli.common import env_default, positive_int
+from recsys_rl.config import load_config
+from recsys_rl.logs import get_logger, log_event, new_run_id
+
+_BOOTSTRAP_ENV = "RECSYS_RL_BOOTSTRAP_SERVERS"
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser(
+        "build-transitions",
+        help="replay the Kafka topics into a versioned transition dataset (Apache Beam)",
+        description="Read the decision and feedback topics from the group's committed offsets to their "
+        "ends at launch, build constrained-MDP transitions with Apache Beam, write TFRecord and Parquet "
+        "shards with manifest.json under OUT/<version>/, publish dead letters, then commit the offsets. "
+        "Unrecognised flags go to Beam as pipeline options, e.g. --runner=FlinkRunner, "
+        "--direct_num_workers=2 --direct_running_mode=multi_processing.",
+    )
+    p.add_argument("--config", metavar="YAML", help="YAML file with any of the options below; flags win")
+    p.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        default=env_default(_BOOTSTRAP_ENV),
+        help=f"Kafka cluster to read (env {_BOOTSTRAP_ENV})",
+    )
+    p.add_argument("--group", help="consumer group whose offsets the replay resumes and commits")
+    p.add_argument("--out", metavar="DIR", help="dataset root directory")
+    p.add_argument("--decisions-topic", help="decision records topic (default recsys.decisions)")
+    p.add_argument("--feedback-topic", help="feedback events topic (default recsys.feedback)")
+    p.add_argument(
+        "--dead-letter-topic", help="where dead letters go besides the dataset (default recsys.deadletter)"
+    )
+    p.add_argument(
+        "--start", choices=("committed", "earliest"), help="where the replay starts (default committed)"
+    )
+    p.add_argument("--join-window-s", type=float, help="feedback join window in seconds (default 3600)")
+    p.add_argument("--session-gap-s", type=float, help="inactivity gap that ends an episode (default 1800)")
+    p.add_argument("--num-shards", type=positive_int, help="shards per surface (default 4)")
+    p.add_argument(
+        "--max-records-per-chunk", type=positive_int, help="records per parallel read (default 5000)"
+    )
+    p.add_argument(
+        "--no-commit",
+        dest="commit",
+        action="store_false",
+        default=None,
+        help="do not commit the end offsets (a dry run that can be repeated)",
+    )
+    p.set_defaults(handler=run, accepts_pipeline_args=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.build import BuildTransitionsConfig, build_transitions  # Beam import only for this verb
+
+    fields = (
+        "bootstrap_servers",
+        "group",
+        "out",
+        "decisions_topic",
+        "feedback_topic",
+        "dead_letter_topic",
+        "start",
+        "join_window_s",
+        "session_gap_s",
+        "num_shards",
+        "max_records_per_chunk",
+        "commit",
+    )
+    config = load_config(BuildTransitionsConfig, args.config, {k: getattr(args, k) for k in fields})
+    logger = get_logger("build_transitions")
+    run_id = new_run_id()
+    result = build_transitions(
+        config, args.pipeline_args, lambda event, kv: log_event(logger, event, run_id=run_id, **kv)
+    )
+    if result.dataset_dir is None:
+        print(
+            f"nothing to read: group {config.group!r} is at the end of "
+            f"{config.decisions_topic} and {config.feedback_topic}"
+        )
+        return 0
+    manifest = result.manifest
+    accounting = manifest["accounting"]
+    print(f"dataset {result.dataset_dir}{' (already built by an earlier run)' if result.reused else ''}")
+    for surface, info in manifest["surfaces"].items():
+        print(
+            f"  {surface:<16} {info['rows']:>9} transitions in {len(info['tfrecord_shards'])} TFRecord "
+            f"+ {len(info['parquet_shards'])} Parquet shards"
+        )
+    print(
+        f"  records read {accounting['read']} = used {accounting['used_in_transitions']} + dead-lettered "
+        f"{accounting['dead_lettered']} {accounting['dead_lettered_by_reason']} + filtered "
+        f"{accounting['filtered']} {accounting['filtered_by_reason']}"
+    )
+    if result.dead_letters_published:
+        print(f"  {result.dead_letters_published} dead letters published to {config.dead_letter_topic}")
+    print(f"  offsets {'committed' if result.committed else 'NOT committed'} for group {config.group!r}")
+    return 0

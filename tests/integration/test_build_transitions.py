@@ -1,0 +1,185 @@
+"""build-transitions end to end on a real Apache Kafka broker: counts, rewards, accounting, idempotence."""
+
+import subprocess
+import sys
+import uuid
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+from pipelines.kafka_source import plan_replay
+
+import pipelines.build as build_module
+from pipelines.build import BuildTransitionsConfig, build_transitions
+from pipelines.dataset import read_manifest, verify
+from recsys_rl import contracts
+from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.kafka.reader import read_range
+from recsys_rl.sim.events import EventIds
+from recsys_rl.simulate import SimulateConfig, run_simulation, simulated_days
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def simulated_topics(apache_kafka):
+    """One simulated day in fresh topics, and the simulator's own record of it."""
+    suffix = uuid.uuid4().hex[:8]
+    config = SimulateConfig(
+        users=60, seed=44, partitions=2, decisions_topic=f"dec-{suffix}", feedback_topic=f"fb-{suffix}"
+    )
+    report = run_simulation(config, apache_kafka.bootstrap_servers)
+    _, next_day = simulated_days(config)
+    return config, report, next_day()
+
+
+def _config(broker, sim_config, out, **overrides) -> BuildTransitionsConfig:
+    settings = dict(
+        bootstrap_servers=broker.bootstrap_servers,
+        group=f"g-{uuid.uuid4().hex[:8]}",
+        out=str(out),
+        decisions_topic=sim_config.decisions_topic,
+        feedback_topic=sim_config.feedback_topic,
+        dead_letter_topic=f"dlq-{uuid.uuid4().hex[:8]}",
+        num_shards=2,
+        max_records_per_chunk=700,
+    )
+    settings.update(overrides)
+    return BuildTransitionsConfig(**settings)
+
+
+def _rows(dataset, surface) -> pd.DataFrame:
+    return pd.read_parquet(sorted(dataset.glob(f"transitions-{surface}-*.parquet")))
+
+
+def test_a_simulated_day_becomes_the_simulators_transitions(apache_kafka, simulated_topics, tmp_path):
+    sim_config, report, log = simulated_topics
+    result = build_transitions(_config(apache_kafka, sim_config, tmp_path))
+    manifest = result.manifest
+    accounting = manifest["accounting"]
+    assert accounting["read"] == sum(report.written.values())
+    assert accounting["balanced"] and accounting["dead_lettered"] == 0 and accounting["filtered"] == 0
+    assert manifest["surfaces"]["feed"]["rows"] == log.feed.request.size
+    assert manifest["surfaces"]["live_allocation"]["rows"] == log.live.request.size
+    assert verify(result.dataset_dir) == []
+
+    ids = EventIds.for_seed(sim_config.seed)
+    feed = _rows(result.dataset_dir, "feed").set_index("request_id")
+    expected_ids = [ids.request(int(r)) for r in log.feed.request]
+    rewards = feed.loc[
+        expected_ids, [f"reward_{s}" for s in ("watch_time", "click", "like", "hate")]
+    ].to_numpy()
+    np.testing.assert_allclose(rewards, log.feed.reward[:, [0, 1, 2, 6]], rtol=1e-6, atol=1e-6)
+    assert feed.loc[expected_ids, "done"].astype(bool).tolist() == log.feed.done.tolist()
+    assert feed["session_id"].nunique() == log.sessions
+    assert (result.dataset_dir / "features").is_dir()
+
+
+def test_rerun_after_a_crash_before_the_commit_loses_and_duplicates_nothing(
+    apache_kafka, simulated_topics, tmp_path, monkeypatch
+):
+    sim_config, _, log = simulated_topics
+    config = _config(apache_kafka, sim_config, tmp_path)
+
+    def crash(plan):
+        raise RuntimeError("killed between the write and the offset commit")
+
+    monkeypatch.setattr(build_module, "commit_offsets", crash)
+    with pytest.raises(RuntimeError, match="killed between"):
+        build_transitions(config)
+    monkeypatch.undo()
+    [first_dir] = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    first_hashes = read_manifest(first_dir)["sha256"]
+
+    rerun = build_transitions(config)
+    assert rerun.reused and rerun.committed and rerun.dataset_dir == first_dir
+    assert read_manifest(first_dir)["sha256"] == first_hashes
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == [first_dir.name]
+    assert rerun.manifest["surfaces"]["feed"]["rows"] == log.feed.request.size
+    # the group now sits at the end: nothing left to read, nothing read twice
+    assert (
+        plan_replay(
+            apache_kafka.bootstrap_servers,
+            [sim_config.decisions_topic, sim_config.feedback_topic],
+            config.group,
+        ).total_records
+        == 0
+    )
+    assert build_transitions(config).dataset_dir is None
+
+
+def test_same_offsets_give_byte_identical_shards_in_memory_and_with_two_worker_processes(
+    apache_kafka, simulated_topics, tmp_path
+):
+    sim_config, _, _ = simulated_topics
+    in_memory = build_transitions(_config(apache_kafka, sim_config, tmp_path / "a", commit=False))
+    processes = build_transitions(
+        _config(apache_kafka, sim_config, tmp_path / "b", commit=False, start="earliest"),
+        ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    )
+    assert in_memory.dataset_dir.name == processes.dataset_dir.name
+    assert in_memory.manifest["sha256"] == processes.manifest["sha256"]
+
+
+def test_bad_records_are_dead_lettered_counted_and_published(apache_kafka, tmp_path):
+    suffix = uuid.uuid4().hex[:8]
+    sim_config = SimulateConfig(
+        users=5, seed=3, partitions=1, decisions_topic=f"dec-{suffix}", feedback_topic=f"fb-{suffix}"
+    )
+    run_simulation(sim_config, apache_kafka.bootstrap_servers)
+    good = next(read_range(apache_kafka.bootstrap_servers, sim_config.feedback_topic))
+    event = contracts.decode_feedback(good.value)
+    orphan = contracts.FeedbackEvent()
+    orphan.CopyFrom(event)
+    orphan.request_id = "lost"
+    with EventProducer(apache_kafka.bootstrap_servers) as producer:
+        for value in (b"\x00garbage", b'{"oops"', contracts.encode(orphan), good.value):
+            producer.send(sim_config.feedback_topic, good.key, value, good.timestamp_ms)
+    config = _config(apache_kafka, sim_config, tmp_path)
+    result = build_transitions(config)
+    accounting = result.manifest["accounting"]
+    assert accounting["balanced"]
+    assert accounting["dead_lettered_by_reason"] == {
+        "malformed_bytes": 1,
+        "malformed_json": 1,
+        "orphan_feedback": 1,
+    }
+    assert accounting["filtered_by_reason"] == {"duplicate_feedback": 1}
+    published = list(read_range(apache_kafka.bootstrap_servers, config.dead_letter_topic))
+    assert result.dead_letters_published == len(published) == 3
+    assert Counter(p.value.count(b'"reason"') for p in published) == Counter({1: 3})
+    lines = (result.dataset_dir / "dead-letters.jsonl").read_bytes().splitlines()
+    assert sorted(lines) == sorted(p.value for p in published)
+
+
+def test_cli_builds_and_reports_the_accounting(apache_kafka, simulated_topics, tmp_path):
+    sim_config, report, _ = simulated_topics
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recsys_rl.cli.main",
+            "build-transitions",
+            "--bootstrap-servers",
+            apache_kafka.bootstrap_servers,
+            "--group",
+            f"cli-{uuid.uuid4().hex[:6]}",
+            "--out",
+            str(tmp_path),
+            "--decisions-topic",
+            sim_config.decisions_topic,
+            "--feedback-topic",
+            sim_config.feedback_topic,
+            "--num-shards",
+            "1",
+            "--runner=DirectRunner",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    total = sum(report.written.values())
+    assert f"records read {total} = used {total} + dead-lettered 0" in result.stdout
+    assert "offsets committed" in result.stdout

@@ -1,0 +1,347 @@
+"""The feature repo end to end: Beam-written aggregates -> Feast apply/materialise -> Redis and SQLite reads.
+
+One offline root (two days of aggregates written by WriteFeatureAggregates) and one materialised store
+per profile are shared by the module: Feast's import, apply and materialise take seconds each.
+"""
+
+import argparse
+import datetime as dt
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import apache_beam as beam
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.feature_aggregates import USER_ENGAGEMENT, WriteFeatureAggregates
+from recsys_rl.cli import features as features_cmd
+from recsys_rl.cli.common import OneLineParser
+from recsys_rl.config import ConfigError, load_config
+from recsys_rl.features import (
+    PROFILES,
+    REDIS_ENV,
+    FeatureStoreError,
+    MaterializeConfig,
+    historical_features,
+    materialize_repo,
+    online_user_features,
+    open_store,
+    redis_connection_string,
+)
+from recsys_rl.kafka.broker import free_port
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2] / "features"
+DAY1 = dt.datetime(2024, 3, 10, tzinfo=dt.UTC)
+DAY1_END, DAY2_END = DAY1 + dt.timedelta(days=1), DAY1 + dt.timedelta(days=2)
+END = "2024-03-12T06:00:00"  # after day 2 ends; with the views' ttls both days are in the first window
+
+
+def _at(day_end: dt.datetime, hours_before: float) -> int:
+    return int((day_end - dt.timedelta(hours=hours_before)).timestamp() * 1000)
+
+
+def _fact(user, group, item, when, watch=0.0, click=0, like=0, live_s=0.0) -> dict:
+    live = item.startswith("live")
+    return {
+        "user_id": user,
+        "user_group": group,
+        "item_id": item,
+        "author_id": "author-" + item[-1],
+        "item_type": "live" if live else "video",
+        "event_time_ms": when,
+        "watch_time_s": watch,
+        "click": click,
+        "like": like,
+        "follow": 0,
+        "comment": 0,
+        "share": 0,
+        "hate": 0,
+        "live_watch_s": live_s,
+        "gift": 0.0,
+    }
+
+
+# alice: active both days (changes group on day 2); bob: day 1 only; carol: day 2 only, live only.
+FACTS = [
+    _fact("alice", 2, "video-1", _at(DAY1_END, 10), watch=12.0, click=1, like=1),
+    _fact("alice", 2, "video-2", _at(DAY1_END, 9), watch=4.0),
+    _fact("bob", 0, "video-1", _at(DAY1_END, 3), watch=30.0, click=1),
+    _fact("alice", 1, "video-2", _at(DAY2_END, 5), watch=8.0, click=1),
+    _fact("carol", 3, "live-3", _at(DAY2_END, 2), click=1, live_s=90.0),
+]
+
+
+@pytest.fixture(scope="module")
+def offline_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("features") / "offline"
+    with beam.Pipeline() as p:
+        p | beam.Create(FACTS) | WriteFeatureAggregates(str(root))
+    return root
+
+
+def _user_rows(offline_root: Path) -> pd.DataFrame:
+    return pq.read_table(offline_root / USER_ENGAGEMENT.name).to_pandas()
+
+
+@pytest.fixture(scope="module")
+def sqlite_report(offline_root, tmp_path_factory):
+    state = tmp_path_factory.mktemp("sqlite-state")
+    config = MaterializeConfig(
+        repo=str(REPO), profile="sqlite", offline=str(offline_root), state_dir=str(state), end_date=END
+    )
+    return materialize_repo(config), state
+
+
+@pytest.fixture(scope="module")
+def redis_report(offline_root, redis_server, tmp_path_factory):
+    state = tmp_path_factory.mktemp("redis-state")
+    config = MaterializeConfig(
+        repo=str(REPO),
+        profile="redis",
+        offline=str(offline_root),
+        state_dir=str(state),
+        redis=redis_server.url,
+        end_date=END,
+    )
+    return materialize_repo(config), state
+
+
+def _latest_per_user(offline_root: Path) -> pd.DataFrame:
+    rows = _user_rows(offline_root).sort_values("event_timestamp").groupby("user_id").tail(1)
+    return rows.set_index("user_id")
+
+
+def _same(got, want) -> bool:
+    return bool(pd.isna(got) and pd.isna(want)) or got == want
+
+
+def _assert_online_equals_latest_day(frame: pd.DataFrame, offline_root: Path) -> None:
+    latest = _latest_per_user(offline_root)
+    frame = frame.set_index("user_id")
+    for user in ("alice", "bob", "carol"):
+        for name in USER_ENGAGEMENT.feature_names:
+            got, want = frame.at[user, name], latest.at[user, name]
+            assert _same(got, want), (user, name, got, want)
+    assert frame.loc["nobody"].isna().all()
+
+
+def test_redis_profile_serves_each_users_latest_day(redis_report, redis_server, offline_root):
+    report, state = redis_report
+    assert report.online_store == f"redis {redis_server.host}:{redis_server.port}"
+    assert {v.name: v.entities for v in report.views} == {
+        "user_engagement": 3,
+        "item_stats": 3,
+        "author_stats": 3,
+    }
+    store = open_store(REPO, "redis", state_dir=state, redis=redis_server.url)
+    frame = online_user_features(store, ["alice", "bob", "carol", "nobody"])
+    _assert_online_equals_latest_day(frame, offline_root)
+    # spot checks by hand: alice's day 2 (group 1, one clicked 8 s view); carol watched only live
+    alice, carol = frame.iloc[0], frame.iloc[2]
+    assert (alice.activity_group, alice.views, alice.click_rate, alice.watch_s_per_view) == (1, 1, 1.0, 8.0)
+    assert carol.views == 0 and pd.isna(carol.click_rate) and carol.live_watch_s_per_live_view == 90.0
+
+
+def test_sqlite_profile_serves_the_same(sqlite_report, offline_root):
+    report, state = sqlite_report
+    assert report.online_store == f"sqlite {state / 'data' / 'sqlite-online.db'}"
+    assert Path(report.registry) == state / "data" / "sqlite-registry.db" and Path(report.registry).is_file()
+    store = open_store(REPO, "sqlite", state_dir=state)
+    _assert_online_equals_latest_day(
+        online_user_features(store, ["alice", "bob", "carol", "nobody"]), offline_root
+    )
+
+
+def test_a_second_run_continues_where_the_first_stopped(sqlite_report, offline_root):
+    report, state = sqlite_report
+    settings = {"repo": str(REPO), "offline": str(offline_root), "state_dir": str(state)}
+    again = materialize_repo(MaterializeConfig(**settings, end_date="2024-03-13"))
+    assert {v.start for v in again.views} == {report.views[0].end} and {v.entities for v in again.views} == {
+        0
+    }
+    # an end that is already covered is a no-op, reported as such
+    older = materialize_repo(MaterializeConfig(**settings, end_date="2024-03-12"))
+    assert {v.start for v in older.views} == {None}
+
+
+def test_historical_features_are_point_in_time_correct(sqlite_report, offline_root):
+    _, state = sqlite_report
+    store = open_store(REPO, "sqlite", state_dir=state)
+    when = [
+        DAY1_END - dt.timedelta(hours=1),  # day 1 not over: nothing known yet
+        DAY1_END,  # the instant day 1 ends: day 1
+        DAY1_END + dt.timedelta(hours=12),  # between the day ends: day 1
+        DAY2_END + dt.timedelta(hours=1),  # after day 2: day 2
+        DAY1_END + dt.timedelta(hours=12),  # a repeated row keeps its place and values
+    ]
+    entity_df = pd.DataFrame({"user_id": ["alice"] * len(when), "event_timestamp": when, "label": range(5)})
+    frame = historical_features(store, entity_df)
+    rows = _user_rows(offline_root).set_index(["user_id", "event_timestamp"])
+    day1, day2 = rows.loc[("alice", DAY1_END)], rows.loc[("alice", DAY2_END)]
+    assert list(frame.label) == list(range(5))
+    assert frame.loc[0, list(USER_ENGAGEMENT.feature_names)].isna().all()
+    for i, expected in ((1, day1), (2, day1), (3, day2), (4, day1)):
+        for name in USER_ENGAGEMENT.feature_names:
+            assert _same(frame.loc[i, name], expected[name]), (i, name)
+    assert frame.activity_group.isna().tolist() == [True, False, False, False, False]
+    assert frame.activity_group.tolist()[1:] == [2, 2, 1, 2]
+
+
+def test_historical_features_outside_the_ttl_are_null(sqlite_report):
+    _, state = sqlite_report
+    store = open_store(REPO, "sqlite", state_dir=state)
+    entity_df = pd.DataFrame(
+        {
+            "user_id": ["bob", "bob", "nobody"],
+            "event_timestamp": [DAY2_END, DAY1_END + dt.timedelta(days=8), DAY2_END],
+        }
+    )
+    frame = historical_features(store, entity_df)
+    assert frame.loc[0, "views"] == 1 and frame.loc[1:, "views"].isna().all()  # the user view's ttl is 7 days
+
+
+def test_cli_verb_prints_what_it_materialised_and_where(offline_root, tmp_path, capsys):
+    parser = OneLineParser(prog="recsys-rl")
+    features_cmd.register(parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser))
+    args = parser.parse_args(
+        [
+            *("features", "materialize", "--repo", str(REPO), "--offline", str(offline_root)),
+            *("--state-dir", str(tmp_path), "--end-date", END),
+        ]
+    )
+    assert args.handler(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0] == f"applied feature repo {REPO} (sqlite profile), registry {tmp_path}/data/sqlite-registry.db"
+    )
+    assert out[1] == f"materialised from {offline_root} into sqlite {tmp_path}/data/sqlite-online.db:"
+    assert sorted(line.split()[:2] for line in out[2:]) == [
+        ["author_stats", "3"],
+        ["item_stats", "3"],
+        ["user_engagement", "3"],
+    ]
+    by_view = {line.split()[0]: line for line in out[2:]}
+    assert by_view["user_engagement"].endswith("rows stamped 2024-03-05 06:00:00 .. 2024-03-12 06:00:00 UTC")
+
+
+def test_cli_profiles_match_the_library():
+    assert tuple(PROFILES) == features_cmd._PROFILES
+    assert REDIS_ENV == features_cmd._REDIS_ENV
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        pytest.param(
+            {"repo": "/nonexistent/features"}, ConfigError, "feature repo '/nonexistent/features'", id="repo"
+        ),
+        pytest.param({"offline": "/nonexistent/offline"}, ConfigError, "offline directory", id="offline-dir"),
+        pytest.param(
+            {"profile": "redis", "redis": None}, ConfigError, f"needs ${{{REDIS_ENV}}}", id="no-redis"
+        ),
+        pytest.param(
+            {"profile": "redis", "redis": "redis://"}, ConfigError, "should name a host", id="bad-url"
+        ),
+    ],
+)
+def test_bad_settings_are_one_clear_error(changes, error, message, offline_root, tmp_path, monkeypatch):
+    monkeypatch.delenv(REDIS_ENV, raising=False)
+    settings = {"repo": str(REPO), "offline": str(offline_root), "state_dir": str(tmp_path), **changes}
+    with pytest.raises(error, match=re.escape(message)):
+        materialize_repo(MaterializeConfig(**settings))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        pytest.param(
+            {"profile": "mysql"}, "profile should be one of ['sqlite', 'redis'], but is 'mysql'", id="profile"
+        ),
+        pytest.param({"end_date": "yesterday"}, "end_date should be an ISO date or date-time", id="end-date"),
+    ],
+)
+def test_bad_config_values_are_config_errors(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(MaterializeConfig, None, overrides)
+
+
+def test_missing_offline_data_is_a_feature_store_error(tmp_path):
+    (tmp_path / "offline" / "user_engagement").mkdir(parents=True)
+    config = MaterializeConfig(repo=str(REPO), offline=str(tmp_path / "offline"), state_dir=str(tmp_path))
+    with pytest.raises(FeatureStoreError, match="no offline data for feature view 'user_engagement'"):
+        materialize_repo(config)
+
+
+def test_unreachable_redis_is_a_quick_clear_error(offline_root, tmp_path):
+    port = free_port()  # nothing listens there
+    config = MaterializeConfig(
+        repo=str(REPO),
+        profile="redis",
+        offline=str(offline_root),
+        state_dir=str(tmp_path),
+        redis=f"127.0.0.1:{port}",
+    )
+    with pytest.raises(FeatureStoreError, match=f"cannot reach the Redis online store at 127.0.0.1:{port}"):
+        materialize_repo(config)
+
+
+@pytest.mark.slow  # Feast's Redis client retries a refused connection for about 7 s before it gives up
+def test_online_reads_fail_with_a_feature_store_error_when_redis_goes_away(redis_report, tmp_path):
+    _, state = redis_report
+    store = open_store(
+        REPO, "redis", state_dir=state, redis=f"127.0.0.1:{free_port()},socket_connect_timeout=0.5"
+    )
+    with pytest.raises(FeatureStoreError, match=r"online read failed on redis 127\.0\.0\.1"):
+        online_user_features(store, ["alice"])
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("localhost:6379", "localhost:6379"),
+        ("redis://10.0.0.5:6380/2", "10.0.0.5:6380,db=2"),
+        ("rediss://user:p%40ss@cache:6379", "cache:6379,username=user,password=p@ss,ssl=true"),
+        ("redis://cache", "cache:6379"),
+    ],
+)
+def test_redis_urls_become_feast_connection_strings(given, expected):
+    assert redis_connection_string(given) == expected
+
+
+@pytest.mark.slow  # a fresh process imports Feast and Beam: about 8 s
+def test_the_feast_cli_applies_the_same_repo(offline_root, tmp_path):
+    """`feast -c <repo> -f <profile yaml> apply` works on the repo as it is (on a copy, to keep data/ out)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    feast = Path(sys.executable).with_name("feast")
+    result = subprocess.run(
+        [str(feast), "-c", str(repo), "-f", str(repo / "feature_store.yaml"), "apply"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RECSYS_RL_FEATURES_OFFLINE": str(offline_root)},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Created feature service user_state_v1" in result.stdout
+    assert (repo / "data" / "sqlite-registry.db").is_file()
+
+
+def test_the_verb_raises_config_error_for_main_to_print_as_one_line():
+    args = argparse.Namespace(
+        config=None,
+        repo="/nonexistent",
+        profile=None,
+        offline=None,
+        state_dir=None,
+        redis=None,
+        end_date=None,
+    )
+    with pytest.raises(ConfigError, match="feature repo '/nonexistent'"):
+        features_cmd.run_materialize(args)

@@ -1,0 +1,73 @@
+"""Dataset versions, the accounting equation, the manifest and the atomic publish."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.dataset import (
+    AccountingError,
+    DatasetPaths,
+    accounting_summary,
+    dataset_version,
+    finalize,
+    read_manifest,
+    verify,
+)
+from pipelines.transition_io import parquet_schema
+
+RANGES = {"ranges": [{"topic": "d", "partition": 0, "start": 0, "end": 10}]}
+SETTINGS = {"num_shards": 1}
+
+
+def test_version_depends_on_offsets_and_settings_only():
+    assert dataset_version(RANGES, SETTINGS) == dataset_version(RANGES, SETTINGS)
+    moved = {"ranges": [{"topic": "d", "partition": 0, "start": 0, "end": 11}]}
+    assert dataset_version(moved, SETTINGS) != dataset_version(RANGES, SETTINGS)
+    assert dataset_version(RANGES, {"num_shards": 2}) != dataset_version(RANGES, SETTINGS)
+
+
+def test_accounting_splits_reasons_and_checks_the_equation():
+    fates = {
+        "read": 10,
+        "used": 6,
+        "dead_letter:orphan_feedback": 2,
+        "dead_letter:malformed_bytes": 1,
+        "filtered:duplicate_decision": 1,
+    }
+    summary = accounting_summary(fates)
+    assert summary["balanced"]
+    assert summary["dead_lettered"] == 3 and summary["filtered"] == 1
+    assert summary["dead_lettered_by_reason"] == {"malformed_bytes": 1, "orphan_feedback": 2}
+    assert not accounting_summary({**fates, "read": 11})["balanced"]
+
+
+def _stage(paths: DatasetPaths, fates: dict) -> None:
+    paths.staging.mkdir(parents=True)
+    (paths.staging / "accounting.jsonl").write_text(json.dumps(fates) + "\n")
+    table = pa.Table.from_pylist([], schema=parquet_schema("feed"))
+    pq.write_table(table, paths.staging / "transitions-feed-00000-of-00001.parquet")
+    (paths.staging / "transitions-feed-00000-of-00001.tfrecord").write_bytes(b"")
+
+
+def test_finalize_writes_the_manifest_and_renames_staging_into_place(tmp_path):
+    paths = DatasetPaths(tmp_path, "transitions-abc")
+    _stage(paths, {"read": 3, "used": 3})
+    manifest = finalize(paths, {"ranges": []}, SETTINGS)
+    assert not paths.staging.exists() and paths.final.is_dir()
+    assert read_manifest(paths.final) == manifest
+    assert manifest["surfaces"]["feed"]["rows"] == 0
+    assert manifest["surfaces"]["feed"]["tfrecord_shards"] == ["transitions-feed-00000-of-00001.tfrecord"]
+    assert "accounting.jsonl" not in manifest["sha256"]
+    assert verify(paths.final) == []
+    (paths.final / "transitions-feed-00000-of-00001.tfrecord").write_bytes(b"tampered")
+    assert verify(paths.final) == ["transitions-feed-00000-of-00001.tfrecord"]
+
+
+def test_unbalanced_accounting_refuses_to_publish(tmp_path):
+    paths = DatasetPaths(tmp_path, "transitions-bad")
+    _stage(paths, {"read": 5, "used": 3, "dead_letter:orphan_feedback": 1})
+    with pytest.raises(AccountingError, match=r"records read \(5\) != used \(3\) \+ dead-lettered \(1\)"):
+        finalize(paths, {}, SETTINGS)
+    assert paths.staging.exists() and not paths.final.exists()
