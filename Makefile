@@ -40,9 +40,11 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/simulator.py --full --out bench/results/simulator.json
+	$(BIN)/python bench/pipeline.py --full --out bench/results/pipeline.json
 
 bench-quick: install
 	$(BIN)/python bench/simulator.py --quick --out bench/results/simulator.json
+	$(BIN)/python bench/pipeline.py --quick --out bench/results/pipeline.json
 
 # Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
 kafka-jars: $(KAFKA_LIBS)/.complete
