@@ -8,11 +8,11 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from pipelines.kafka_source import plan_replay
 
 import pipelines.build as build_module
 from pipelines.build import BuildTransitionsConfig, build_transitions
 from pipelines.dataset import read_manifest, verify
+from pipelines.kafka_source import plan_replay
 from recsys_rl import contracts
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import read_range
