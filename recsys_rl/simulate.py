@@ -84,11 +84,14 @@ def run_simulation(
     on_day: Callable[[DayLog, SimulationReport], None] | None = None,
 ) -> SimulationReport:
     """Simulate ``config.days`` days and produce them to the two topics at ``bootstrap_servers``."""
+    # Simulated events carry simulated (past) timestamps, which time-based retention would delete at
+    # its first check; topics this command creates keep their records until someone deletes them.
+    keep = (("retention.ms", "-1"),)
     ensure_topics(
         bootstrap_servers,
         [
-            TopicSpec(config.decisions_topic, config.partitions),
-            TopicSpec(config.feedback_topic, config.partitions),
+            TopicSpec(topic, config.partitions, configs=keep)
+            for topic in (config.decisions_topic, config.feedback_topic)
         ],
     )
     sim, next_day = simulated_days(config)

@@ -30,6 +30,9 @@ class TopicSpec:
     name: str
     partitions: int
     replication_factor: int = 1
+    #: topic-level settings used when the topic is created, e.g. (("retention.ms", "-1"),);
+    #: an existing topic keeps its own (they are its operator's business)
+    configs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not _TOPIC_NAME_RE.match(self.name) or self.name in (".", ".."):
@@ -101,7 +104,11 @@ def _check_layout(wanted: dict[str, TopicSpec], existing: dict[str, int]) -> Non
 
 def _create(admin: KafkaAdminClient, specs: list[TopicSpec], timeout_s: float) -> None:
     request: dict[str, dict[str, Any]] = {
-        spec.name: {"num_partitions": spec.partitions, "replication_factor": spec.replication_factor}
+        spec.name: {
+            "num_partitions": spec.partitions,
+            "replication_factor": spec.replication_factor,
+            "configs": dict(spec.configs),
+        }
         for spec in specs
     }
     response = admin.create_topics(request, timeout_ms=int(timeout_s * 1000), raise_errors=False)
