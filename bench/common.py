@@ -7,6 +7,7 @@ so absolute times drift between runs while the ratio to the baseline holds.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -17,6 +18,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def bench_parser(doc: str, name: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --quick (CI sizes) or --full (default), --out, --seed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="small, for CI")
+    mode.add_argument("--full", action="store_const", dest="mode", const="full", help="default")
+    parser.add_argument("--out", default=f"bench/results/{name}.json", help="where the JSON result goes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(mode="full")
+    return parser
 
 
 def git_commit() -> str:

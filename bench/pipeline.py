@@ -9,13 +9,12 @@ ratio events_per_s / raw_consume_events_per_s says how much the transition build
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 import uuid
 
-from common import repeat_rate, write_result
+from common import bench_parser, repeat_rate, write_result
 from kafka import KafkaConsumer, TopicPartition
 
 from pipelines.build import BuildTransitionsConfig, build_transitions
@@ -49,15 +48,10 @@ def raw_consume(bootstrap_servers: str, topics: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="small, for CI")
-    mode.add_argument("--full", action="store_const", dest="mode", const="full", help="default")
-    parser.add_argument("--out", default="bench/results/pipeline.json", help="where the JSON result goes")
+    parser = bench_parser(__doc__, "pipeline")
     parser.add_argument("--broker", choices=("embedded", "local-kafka"), default="embedded")
-    parser.add_argument("--seed", type=int, default=0)
     args, beam_args = parser.parse_known_args(argv)
-    settings = MODES[args.mode or "full"]
+    settings = MODES[args.mode]
     started = time.perf_counter()
     suffix = uuid.uuid4().hex[:8]
     sim = SimulateConfig(
@@ -90,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         pipeline = repeat_rate(build, settings["repeats"])
     result = {
         "benchmark": "pipeline",
-        "mode": args.mode or "full",
+        "mode": args.mode,
         "seed": args.seed,
         "config": {"users": sim.users, "events": events, "broker": args.broker, "beam_args": beam_args},
         "events_per_s": pipeline["value"],

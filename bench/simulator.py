@@ -10,12 +10,11 @@ machines of different speed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import numpy as np
-from common import repeat_rate, write_result
+from common import bench_parser, repeat_rate, write_result
 
 from recsys_rl.sim.config import SimConfig
 from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
@@ -26,14 +25,9 @@ MODES = {"quick": {"users": 3_000, "repeats": 3}, "full": {"users": 20_000, "rep
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="small, for CI")
-    mode.add_argument("--full", action="store_const", dest="mode", const="full", help="default")
-    parser.add_argument("--out", default="bench/results/simulator.json", help="where the JSON result goes")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = bench_parser(__doc__, "simulator")
     args = parser.parse_args(argv)
-    settings = MODES[args.mode or "full"]
+    settings = MODES[args.mode]
     config = SimConfig(n_users=settings["users"])
     feed, live = behaviour_feed_policy(), behaviour_allocation_policy()
     started = time.perf_counter()
@@ -58,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     floor = repeat_rate(baseline, settings["repeats"])
     result = {
         "benchmark": "simulator",
-        "mode": args.mode or "full",
+        "mode": args.mode,
         "seed": args.seed,
         "config": {
             "n_users": config.n_users,

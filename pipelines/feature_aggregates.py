@@ -28,12 +28,9 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.parquet as pq
-from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
-from apache_beam.options.value_provider import StaticValueProvider
 
+from pipelines.whole_files import WriteWholeFiles
 from recsys_rl.state import ACTIVITY_GROUPS
 
 TIMESTAMP_COLUMN = "event_timestamp"
@@ -309,61 +306,11 @@ def _table_of(rows: Iterable[dict[str, Any]], table: FeatureTable, day: int) -> 
     return pa.Table.from_pydict(columns, schema=table.arrow_schema())
 
 
-def _file_of(element, num_shards: int) -> tuple[str, str, pa.Table]:
+def _file_of(element, num_shards: int) -> tuple[str, pa.Table]:
     (table, day, shard), rows = element
-    content = _table_of((r for r in rows if r is not None), _BY_TABLE[table].table, day)
-    return table, file_name(day, shard, num_shards), content
-
-
-class _ParquetTableSink(fileio.FileSink):
-    """Writes each element, a whole file's ``pa.Table``, as one Parquet file."""
-
-    def create_metadata(self, destination: str, full_file_name: str) -> fileio.FileMetadata:
-        # AUTO would pick a codec from the (extension-less) temp name; Parquet compresses by column.
-        return fileio.FileMetadata(
-            mime_type="application/x-parquet", compression_type=CompressionTypes.UNCOMPRESSED
-        )
-
-    def open(self, fh) -> None:
-        self._fh = fh
-
-    def write(self, record: tuple[str, str, pa.Table]) -> None:
-        pq.write_table(record[2], self._fh, compression="zstd")
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-
-def _final_name(window, pane, shard_index: int, total_shards: int, compression, destination: str) -> str:
-    if total_shards != 1:  # two temp files would overwrite each other under one name: refuse to lose one
-        raise RuntimeError(f"expected one file for {destination}, but the writer produced {total_shards}")
-    return destination
-
-
-class _WriteFiles(beam.PTransform):
-    """(table, file name, pa.Table) elements, one per file -> those files in ``directory``; their paths."""
-
-    def __init__(self, directory: str, temp_directory: str) -> None:
-        super().__init__()
-        self._directory = directory
-        self._temp_directory = temp_directory
-
-    def expand(self, files):
-        return (
-            files
-            | "Write"
-            >> fileio.WriteToFiles(
-                path=self._directory,
-                destination=lambda element: element[1],
-                sink=lambda destination: _ParquetTableSink(),
-                file_naming=_final_name,
-                # WriteToFiles calls .get() on a given temp directory: a plain str fails in the workers
-                temp_directory=StaticValueProvider(str, self._temp_directory),
-                shards=1,
-            )
-            | "Paths"
-            >> beam.Map(lambda result, directory: f"{directory}/{result.file_name}", self._directory)
-        )
+    return file_name(day, shard, num_shards), _table_of(
+        (r for r in rows if r is not None), _BY_TABLE[table].table, day
+    )
 
 
 class WriteFeatureAggregates(beam.PTransform):
@@ -402,17 +349,17 @@ class WriteFeatureAggregates(beam.PTransform):
         keyed = rows | "KeyByFile" >> beam.Map(
             lambda r: ((r[0], r[1], shard_of(r[2][_BY_TABLE[r[0]].table.join_key], n)), r[2])
         )
-        files = (
+        by_table = (
             (keyed, placeholders)
             | "AllFiles" >> beam.Flatten()
             | "GroupByFile" >> beam.GroupByKey()
-            | "ToTable" >> beam.Map(_file_of, n)
-            | "ByTable" >> beam.Partition(lambda f, _: _TABLE_INDEX[f[0]], len(FEATURE_TABLES))
+            | "ByTable" >> beam.Partition(lambda element, _: _TABLE_INDEX[element[0][0]], len(FEATURE_TABLES))
         )
         written = [
-            files[i]
+            by_table[i]
+            | f"ToTable_{table.name}" >> beam.Map(_file_of, n)
             | f"Write_{table.name}"
-            >> _WriteFiles(f"{self._root}/{table.name}", f"{self._root}/.beam-temp/{table.name}")
+            >> WriteWholeFiles(f"{self._root}/{table.name}", f"{self._root}/.beam-temp/{table.name}")
             for i, table in enumerate(FEATURE_TABLES)
         ]
         return written | "AllWritten" >> beam.Flatten()

@@ -1,26 +1,18 @@
-"""Deterministic, sharded output of a transition dataset through Beam's fileio.
+"""Transition records as files: tf.train.Example and Parquet encodings, and deterministic sharding.
 
-Beam's ready-made sinks (WriteToTFRecord, WriteToParquet) write each shard's records in whatever order
-the runner delivers them, so two runs over the same offsets would give the same records in different
-bytes. Here rows are assigned to a shard by a stable hash of their episode, each shard is sorted, and
-the whole sorted shard is one element that ``fileio.WriteToFiles`` hands to our sinks: the same input
-gives byte-identical files on any runner.
+Rows are assigned to a shard by a stable hash of their episode and each shard is sorted and handed to
+``pipelines.whole_files.WriteWholeFiles`` as one element, so the same input gives byte-identical files
+on any runner.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.parquet as pq
-from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.tfrecordio import _TFRecordUtil
-from apache_beam.options.value_provider import StaticValueProvider
 
 from pipelines.episodes import SURFACE_SIGNALS
 from recsys_rl import contracts
@@ -81,79 +73,6 @@ def to_parquet_row(row: dict) -> dict:
     return flat
 
 
-class _WholeFileSink(fileio.FileSink):
-    """A sink that receives one element per file: (file name, payload), already in file order."""
-
-    def create_metadata(self, destination: str, full_file_name: str) -> fileio.FileMetadata:
-        # Our formats carry their own framing and compression; never let a name suffix add a codec.
-        return fileio.FileMetadata(
-            mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED
-        )
-
-    def open(self, fh) -> None:
-        self._fh = fh
-
-    def write(self, record: tuple[str, Any]) -> None:
-        self._write_payload(record[0], record[1])
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def _write_payload(self, name: str, payload: Any) -> None:
-        raise NotImplementedError
-
-
-class TFRecordShardSink(_WholeFileSink):
-    def _write_payload(self, name: str, payload: list[bytes]) -> None:
-        # Beam's own TFRecord framing (length, masked CRC32C, data, masked CRC32C), as WriteToTFRecord uses
-        for value in payload:
-            _TFRecordUtil.write_record(self._fh, value)
-
-
-class ParquetShardSink(_WholeFileSink):
-    def _write_payload(self, name: str, payload: tuple[str, list[tuple]]) -> None:
-        surface, rows = payload
-        schema = parquet_schema(surface)
-        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
-        arrays = [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)]
-        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), self._fh, compression="zstd")
-
-
-class JsonLinesSink(_WholeFileSink):
-    def _write_payload(self, name: str, payload: list[dict]) -> None:
-        for item in payload:
-            self._fh.write(json.dumps(item, sort_keys=True).encode("utf-8") + b"\n")
-
-
-_SINKS = {TFRECORD_SUFFIX: TFRecordShardSink, PARQUET_SUFFIX: ParquetShardSink, ".jsonl": JsonLinesSink}
-
-
-def _sink_for(file_name: str) -> fileio.FileSink:
-    for suffix, sink in _SINKS.items():
-        if file_name.endswith(suffix):
-            return sink()
-    raise ValueError(f"no sink for output file {file_name!r}")
-
-
-class WriteWholeFiles(beam.PTransform):
-    """Write (file name, payload) elements, one element per file, under ``directory`` with those names."""
-
-    def __init__(self, directory: str, temp_directory: str) -> None:
-        super().__init__()
-        self._directory = directory
-        self._temp_directory = temp_directory
-
-    def expand(self, files):
-        return files | fileio.WriteToFiles(
-            path=self._directory,
-            destination=lambda element: element[0],
-            sink=_sink_for,
-            file_naming=lambda window, pane, shard, total, compression, destination: destination,
-            temp_directory=StaticValueProvider(str, self._temp_directory),
-            shards=1,
-        )
-
-
 class ShardTransitions(beam.PTransform):
     """Transitions (dicts) -> (file name, payload) elements: TFRecord and Parquet per surface and shard.
 
@@ -199,4 +118,11 @@ def _shard_files(element: tuple[tuple[str, int], Any], num_shards: int):
     ordered = sorted((item for item in encoded if item is not None), key=lambda item: item[0])
     name = shard_name(surface, shard, num_shards)
     yield name + TFRECORD_SUFFIX, [example for _, example, _ in ordered]
-    yield name + PARQUET_SUFFIX, (surface, [values for _, _, values in ordered])
+    yield name + PARQUET_SUFFIX, _arrow_table(surface, [values for _, _, values in ordered])
+
+
+def _arrow_table(surface: str, rows: list[tuple]) -> pa.Table:
+    schema = parquet_schema(surface)
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -20,8 +20,9 @@ from pipelines.dataset import ACCOUNTING_FILE, DEAD_LETTER_FILE, FEATURES_DIR
 from pipelines.episodes import DECISION, FEEDBACK, EpisodeConfig, build_user_episodes, dead_letter
 from pipelines.feature_aggregates import WriteFeatureAggregates
 from pipelines.kafka_source import KafkaRecord, ReadKafkaReplay, ReplayPlan
-from pipelines.transition_io import ShardTransitions, WriteWholeFiles
+from pipelines.transition_io import ShardTransitions
 from pipelines.validation import check_decision, check_feedback
+from pipelines.whole_files import WriteWholeFiles
 from recsys_rl import contracts
 
 DEAD_LETTERS = "dead_letters"

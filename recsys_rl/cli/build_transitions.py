@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.common import env_default, positive_int
+from recsys_rl.cli.common import add_bootstrap_option, add_config_option, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import get_logger, log_event, new_run_id
-
-_BOOTSTRAP_ENV = "RECSYS_RL_BOOTSTRAP_SERVERS"
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -21,13 +19,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "Unrecognised flags go to Beam as pipeline options, e.g. --runner=FlinkRunner, "
         "--direct_num_workers=2 --direct_running_mode=multi_processing.",
     )
-    p.add_argument("--config", metavar="YAML", help="YAML file with any of the options below; flags win")
-    p.add_argument(
-        "--bootstrap-servers",
-        metavar="HOST:PORT",
-        default=env_default(_BOOTSTRAP_ENV),
-        help=f"Kafka cluster to read (env {_BOOTSTRAP_ENV})",
-    )
+    add_config_option(p)
+    add_bootstrap_option(p, "Kafka cluster to read")
     p.add_argument("--group", help="consumer group whose offsets the replay resumes and commits")
     p.add_argument("--out", metavar="DIR", help="dataset root directory")
     p.add_argument("--decisions-topic", help="decision records topic (default recsys.decisions)")

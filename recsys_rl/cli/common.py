@@ -36,6 +36,23 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
+BOOTSTRAP_ENV = "RECSYS_RL_BOOTSTRAP_SERVERS"
+
+
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="YAML", help="YAML file with any of the options below; flags win")
+
+
+def add_bootstrap_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """--bootstrap-servers with the environment fallback every Kafka verb shares."""
+    parser.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        default=env_default(BOOTSTRAP_ENV),
+        help=f"{what} (env {BOOTSTRAP_ENV})",
+    )
+
+
 def env_default(name: str) -> str | None:
     """Operators set connection settings once in the environment rather than on every call."""
     return os.environ.get(name) or None

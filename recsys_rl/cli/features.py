@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.common import OneLineParser, env_default
+from recsys_rl.cli.common import OneLineParser, add_config_option, env_default
 from recsys_rl.config import load_config
 from recsys_rl.logs import get_logger, log_event, new_run_id
 
@@ -28,7 +28,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "feature view's latest per-entity rows up to --end-date from the offline Parquet (written by the "
         "feature pipeline) into the profile's online store, continuing where the last run stopped.",
     )
-    m.add_argument("--config", metavar="YAML", help="YAML file with any of the options below; flags win")
+    add_config_option(m)
     m.add_argument("--repo", metavar="DIR", help="Feast feature repo (default: features)")
     m.add_argument("--profile", choices=_PROFILES, help="online store: sqlite (embedded, default) or redis")
     m.add_argument(

@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from recsys_rl.cli.common import env_default, non_negative_int, positive_int
+from recsys_rl.cli.common import add_bootstrap_option, add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.kafka import open_broker
 from recsys_rl.logs import get_logger, log_event, new_run_id
 from recsys_rl.simulate import BROKER_KINDS, SimulateConfig, SimulationReport, run_simulation
-
-_BOOTSTRAP_ENV = "RECSYS_RL_BOOTSTRAP_SERVERS"
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -22,16 +20,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "decision records and feedback events to Kafka. Without --bootstrap-servers it starts the "
         "embedded broker, which keeps the records in memory until the command ends.",
     )
-    p.add_argument("--config", metavar="YAML", help="YAML file with any of the options below; flags win")
+    add_config_option(p)
     p.add_argument("--users", type=positive_int, help="users in the simulated world (default 1000)")
     p.add_argument("--days", type=positive_int, help="days to simulate (default 1)")
     p.add_argument("--seed", type=non_negative_int, help="seed of world and traffic (default 0)")
-    p.add_argument(
-        "--bootstrap-servers",
-        metavar="HOST:PORT",
-        default=env_default(_BOOTSTRAP_ENV),
-        help=f"Kafka cluster to write to (env {_BOOTSTRAP_ENV}); default: start a broker",
-    )
+    add_bootstrap_option(p, "Kafka cluster to write to; default: start a broker")
     p.add_argument("--broker", choices=BROKER_KINDS, help="broker to start without --bootstrap-servers")
     p.add_argument("--partitions", type=positive_int, help="partitions per created topic (default 4)")
     p.add_argument("--decisions-topic", help="topic for decision records (default recsys.decisions)")

@@ -14,8 +14,9 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipelines.episodes import DECISION, EpisodeConfig, build_user_episodes
 from pipelines.episodes import FEEDBACK as FEEDBACK_KIND
 from pipelines.kafka_source import KafkaRecord
-from pipelines.transition_io import ShardTransitions, WriteWholeFiles
+from pipelines.transition_io import ShardTransitions
 from pipelines.transitions import KafkaToTransitions
+from pipelines.whole_files import WriteWholeFiles
 from recsys_rl import contracts
 from recsys_rl.simulate import SimulateConfig, day_messages, simulated_days
 
