@@ -19,6 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from pipelines.build import BuildTransitionsConfig, build_transitions
 from recsys_rl.kafka import open_broker
+from recsys_rl.kafka.connection import quiet_kafka_logging
 from recsys_rl.kafka.reader import high_watermarks
 from recsys_rl.simulate import SimulateConfig, run_simulation
 
@@ -43,7 +44,8 @@ def raw_consume(bootstrap_servers: str, topics: list[str]) -> int:
             count += len(batch)
             if batch[-1].offset + 1 >= ends[tp]:
                 remaining.discard(tp)
-    consumer.close()
+    with quiet_kafka_logging():  # closing mid-refresh logs a harmless 'Cancelled' error
+        consumer.close()
     return count
 
 

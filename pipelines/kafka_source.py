@@ -47,21 +47,16 @@ T = TypeVar("T")
 
 DEFAULT_RECORDS_PER_CHUNK = 5_000
 
-# Consumer settings for replay reads, measured on the 2-core machine with simulated events (63 B and
-# 1.2 KB values). What decides the rate is not here but in `_read_chunk`: polls bounded by what the
-# chunk still needs, because kafka-python parses records eagerly up to a poll's max_records and
-# parsing is most of the per-record cost (unbounded 10,000-record polls made 1,000-record chunks 3x
-# slower). Next comes CRC checking, which stays on: it costs ~5% with the crc32c package installed, but
-# makes the 1.2 KB records ~4x slower without it (pure-Python CRC-32C); `_ReadChunkFn.setup` warns.
-# Larger polls and fetches than kafka-python's defaults (500 records, 1 MiB) double a plain
-# whole-partition loop; within this source their effect was below the run-to-run noise, and larger
-# fetches only add data fetched past a chunk's end. retry_backoff_ms and fetch_max_wait_ms made no
-# measurable difference to the per-chunk latency (~10-20 ms for 1,000 records).
-READ_TUNING: dict[str, Any] = {
-    "max_partition_fetch_bytes": 2 * 1024 * 1024,
-    "max_poll_records": 10_000,
-    "check_crcs": True,
-}
+# Consumer settings for replay reads, from measurements on the 2-core machine with simulated events
+# (63 B and 1.2 KB values). What decides the rate is not here but in `_read_chunk`: polls bounded by
+# what the chunk still needs, because kafka-python parses records eagerly up to a poll's max_records
+# and parsing is most of the per-record cost (unbounded 10,000-record polls made 1,000-record chunks
+# 3x slower). Next comes CRC checking, which stays on: it costs ~5% with the crc32c package installed,
+# but makes the 1.2 KB records ~4x slower without it (pure-Python CRC-32C); `_ReadChunkFn.setup` warns.
+# Larger polls and fetches than kafka-python's defaults (500 records, 1 MiB), a shorter
+# fetch_max_wait_ms and retry_backoff_ms all made no difference beyond run-to-run noise in this
+# source, so kafka-python's defaults stand; `ReadKafkaReplay(consumer_config=...)` overrides them.
+READ_TUNING: dict[str, Any] = {"check_crcs": True}
 
 _POLL_MS = 200
 _RETRY_PAUSE_S = 0.1
@@ -432,11 +427,42 @@ class KafkaRecord(NamedTuple):
     value: bytes  # b"" for a null value (tombstone)
 
 
-# Beam's default coder for a NamedTuple pickles each element (~6 us to encode, 155 B for a 63 B value);
-# a RowCoder is Cython-compiled and schema-aware (<1 us, 101 B). Beam documents registering it by type.
-# After a process boundary (multi-process or remote workers) downstream steps may receive an
-# equivalent NamedTuple generated from the schema rather than this class: use fields, not isinstance.
-beam.coders.registry.register_coder(KafkaRecord, beam.coders.RowCoder)
+_RECORD_FIELDS = beam.coders.TupleCoder(
+    [
+        beam.coders.StrUtf8Coder(),
+        beam.coders.VarIntCoder(),
+        beam.coders.VarIntCoder(),
+        beam.coders.VarIntCoder(),
+        beam.coders.BytesCoder(),
+        beam.coders.BytesCoder(),
+    ]
+).get_impl()
+
+
+class KafkaRecordCoder(beam.coders.Coder):
+    """Encodes `KafkaRecord` field by field with Beam's compiled coders.
+
+    Beam's default for a NamedTuple (FastPrimitivesCoder) spends ~5 us encoding and ~3 us decoding a
+    record and writes the class path into every element (155 B for a 63 B value); this takes ~1 us
+    each way and 98 B. A RowCoder is as fast, but on multi-process runners the records come out of a
+    shuffle as a NamedTuple class generated from the schema, not `KafkaRecord`; this coder is pickled
+    into the pipeline and always decodes to `KafkaRecord`.
+    """
+
+    def encode(self, value: KafkaRecord) -> bytes:
+        return _RECORD_FIELDS.encode(value)
+
+    def decode(self, encoded: bytes) -> KafkaRecord:
+        return KafkaRecord._make(_RECORD_FIELDS.decode(encoded))
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self) -> type[KafkaRecord]:
+        return KafkaRecord
+
+
+beam.coders.registry.register_coder(KafkaRecord, KafkaRecordCoder)
 
 
 class ReadKafkaReplay(beam.PTransform):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pipelines.kafka_source import (
     KafkaRecord,
+    KafkaRecordCoder,
     OffsetRange,
     ReadKafkaReplay,
     ReplayPlan,
@@ -175,10 +176,25 @@ def test_transform_and_reader_pickle_without_a_live_client() -> None:
     assert copy._consumer_config == {"check_crcs": False}
 
 
-def test_records_use_a_row_coder_not_pickling() -> None:
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param(
+            KafkaRecord("recsys.feedback", 3, 12_345, 1_767_225_600_000, b"user-1", b"\x00pay"), id="typical"
+        ),
+        pytest.param(KafkaRecord("t", 0, 0, -1, b"", b""), id="no-timestamp-empty-bytes"),
+        pytest.param(KafkaRecord("t\u00e9", 2**31, 2**62, 0, b"k", b"v" * 100_000), id="large-values"),
+    ],
+)
+def test_records_get_a_compact_coder_that_keeps_their_type(record: KafkaRecord) -> None:
     coder = beam.coders.registry.get_coder(KafkaRecord)
-    assert isinstance(coder, beam.coders.RowCoder)
-    record = KafkaRecord("recsys.feedback", 3, 12_345, 1_767_225_600_000, b"user-1", b"\x00payload")
+    assert isinstance(coder, KafkaRecordCoder)
+    assert coder.is_deterministic()
     encoded = coder.encode(record)
-    assert coder.decode(encoded) == record
-    assert len(encoded) < 60  # pickling would spend more than that on the class path alone
+    decoded = coder.decode(encoded)
+    assert decoded == record
+    assert type(decoded) is KafkaRecord
+    overhead = len(encoded) - len(record.topic.encode()) - len(record.key) - len(record.value)
+    assert overhead <= 30  # lengths and varints only; Beam's default also writes the class path
+    copy = pickler.loads(pickler.dumps(coder))  # coders travel pickled to multi-process workers
+    assert copy.decode(encoded) == record
