@@ -31,6 +31,22 @@ def _quote(value: object) -> str:
     return f'"{text}"' if (" " in text or "=" in text or not text) else text
 
 
+#: Warnings third-party packages log at import time that say nothing about a recsys-rl run: Beam warns
+#: about BigQuery client libraries we never use on every import of apache_beam.
+_IMPORT_NOISE = ("apitools not found, and bigquery client libraries",)
+
+
+def _not_import_noise(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_IMPORT_NOISE)
+
+
+def silence_import_noise() -> None:
+    """Keep known import-time warnings of dependencies off the user's terminal (root logger only)."""
+    root = logging.getLogger()
+    if _not_import_noise not in root.filters:
+        root.addFilter(_not_import_noise)
+
+
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 

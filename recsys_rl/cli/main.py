@@ -16,6 +16,7 @@ from recsys_rl.cli.common import EXIT_FAILURE, EXIT_USAGE, OneLineParser
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import BrokerConfigError
+from recsys_rl.logs import silence_import_noise
 
 
 def build_parser() -> OneLineParser:
@@ -28,6 +29,7 @@ def build_parser() -> OneLineParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    silence_import_noise()
     parser = build_parser()
     # Verbs that run Beam pipelines pass the flags they do not know on to Beam's PipelineOptions.
     args, extra = parser.parse_known_args(argv)
