@@ -23,15 +23,13 @@ import pyarrow.parquet as pq
 
 from pipelines.episodes import SURFACE_SIGNALS
 from pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
+from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
 from recsys_rl.errors import OperationalError
-from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from recsys_rl.state import FEATURE_VERSION
 
-MANIFEST = "manifest.json"
 ACCOUNTING_FILE = "accounting.jsonl"  # fate counts from the pipeline; folded into the manifest
 DEAD_LETTER_FILE = "dead-letters.jsonl"
 FEATURES_DIR = "features"  # the Feast offline store's Parquet for this dataset
-DATASET_SCHEMA_VERSION = 1
-STATE_FEATURES = {"feed": FEED_STATE_FEATURES, "live_allocation": LIVE_STATE_FEATURES}
 
 
 class AccountingError(OperationalError):

@@ -36,7 +36,11 @@ def _allowed_types(annotation: Any) -> tuple[type, ...]:
 def load_config(
     cls: type[T], path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
 ) -> T:
-    """Build ``cls`` from the YAML mapping at ``path`` (optional) with non-None ``overrides`` on top."""
+    """Build ``cls`` from the YAML mapping at ``path`` (optional) with non-None ``overrides`` on top.
+
+    A field whose type is itself a config dataclass is read from a nested mapping, checked the same
+    way; a field typed as a tuple accepts a YAML list.
+    """
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -49,19 +53,38 @@ def load_config(
             raise ConfigError(
                 f"config file {str(path)!r} should hold a mapping, but holds {type(loaded).__name__}"
             )
-        data = {str(k).replace("-", "_"): v for k, v in (loaded or {}).items()}
+        data = dict(loaded or {})
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return _build(cls, data, where=f"in {str(path)!r}", prefix="")
+
+
+def _build(cls: type[T], data: Mapping[str, Any], where: str, prefix: str) -> T:
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"unknown config keys {unknown} in {str(path)!r}; known keys are {sorted(known)}")
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        unknown_keys = [prefix + k for k in unknown]
+        raise ConfigError(f"unknown config keys {unknown_keys} {where}; known keys are {sorted(known)}")
+    values: dict[str, Any] = {}
     for key, value in data.items():
-        allowed = _allowed_types(hints[key])
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+            if isinstance(value, hint):
+                values[key] = value
+                continue
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"config key {prefix + key!r} should be a mapping, but is {value!r}")
+            values[key] = _build(hint, value, where, prefix=f"{prefix}{key}.")
+            continue
+        if typing.get_origin(hint) is tuple and isinstance(value, list):
+            value = tuple(value)
+        allowed = _allowed_types(hint)
         if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
             names = " or ".join(t.__name__ for t in allowed)
-            raise ConfigError(f"config key {key!r} should be {names}, but is {value!r}")
+            raise ConfigError(f"config key {prefix + key!r} should be {names}, but is {value!r}")
+        values[key] = value
     try:
-        return cls(**data)
+        return cls(**values)
     except ValueError as err:
-        raise ConfigError(str(err)) from None
+        raise ConfigError(f"{prefix.rstrip('.') + ': ' if prefix else ''}{err}") from None

@@ -1,0 +1,214 @@
+"""A transition dataset as TF-Agents ``Transition`` batches, checked against its manifest first.
+
+Training on a dataset that was built for other signals or another state layout would not fail: it would
+silently learn the wrong thing. So the reader refuses a dataset whose manifest disagrees with what the
+agents were built for (schema version, signal names, state feature names) or whose shards do not match
+their recorded sha256, and says which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import tensorflow as tf
+from tf_agents.trajectories import policy_step, time_step, trajectory
+
+from recsys_rl import signals
+from recsys_rl.agents.specs import LOG_PROPENSITY_KEY
+from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
+from recsys_rl.errors import OperationalError
+from recsys_rl.fusion import FEED_ACTION_NAMES
+
+FEED = "feed"
+SURFACE_SIGNALS = {FEED: signals.FEED_SIGNALS, "live_allocation": signals.LIVE_SIGNALS}
+#: A feed action is one fusion-weight logit per prediction; an allocation is one insert flag.
+ACTION_SIZES = {FEED: len(FEED_ACTION_NAMES), "live_allocation": 1}
+
+
+class DatasetMismatchError(OperationalError):
+    """The dataset cannot feed this training job; the message says what differs."""
+
+
+@dataclass(frozen=True)
+class TransitionDataset:
+    """One surface of a dataset directory, after its manifest has been checked."""
+
+    directory: Path
+    surface: str
+    manifest: dict[str, Any]
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        return SURFACE_SIGNALS[self.surface]
+
+    @property
+    def rows(self) -> int:
+        return int(self.manifest["surfaces"][self.surface]["rows"])
+
+    def shard_paths(self, kind: str) -> list[Path]:
+        names = self.manifest["surfaces"][self.surface][f"{kind}_shards"]
+        return [self.directory / name for name in names]
+
+
+def open_dataset(
+    directory: str | Path, surface: str = FEED, *, check_sha256: bool = True
+) -> TransitionDataset:
+    directory = Path(directory)
+    path = directory / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetMismatchError(f"{directory} has no {MANIFEST}: not a transition dataset") from None
+    except json.JSONDecodeError as err:
+        raise DatasetMismatchError(f"{path} is not valid JSON: {err}") from None
+    if manifest.get("schema_version") != DATASET_SCHEMA_VERSION or manifest.get("kind") != "transitions":
+        raise DatasetMismatchError(
+            f"{path}: expected a transitions dataset with schema_version {DATASET_SCHEMA_VERSION}, found "
+            f"kind {manifest.get('kind')!r} with schema_version {manifest.get('schema_version')!r}"
+        )
+    section = manifest.get("surfaces", {}).get(surface)
+    if section is None:
+        raise DatasetMismatchError(f"{path} has no {surface!r} surface")
+    for key, expected in (("signals", SURFACE_SIGNALS[surface]), ("feature_names", STATE_FEATURES[surface])):
+        if tuple(section.get(key, ())) != tuple(expected):
+            raise DatasetMismatchError(
+                f"{path}: {surface} {key} are {section.get(key)}, but this trainer expects {list(expected)}"
+            )
+    dataset = TransitionDataset(directory, surface, manifest)
+    if dataset.rows == 0:
+        raise DatasetMismatchError(f"{directory} holds no {surface} transitions to train on")
+    if check_sha256:
+        for shard in dataset.shard_paths("tfrecord") + dataset.shard_paths("parquet"):
+            _check_digest(shard, manifest["sha256"].get(shard.name))
+    return dataset
+
+
+def _check_digest(path: Path, expected: str | None) -> None:
+    if not path.is_file():
+        raise DatasetMismatchError(f"shard {path} is listed in the manifest but missing")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise DatasetMismatchError(f"shard {path} does not match the sha256 in its manifest")
+
+
+@dataclass(frozen=True)
+class TransitionStatistics:
+    """Moments the networks normalise with; baked into the exported policy so serving needs nothing else."""
+
+    state_mean: np.ndarray  # (D,)
+    state_std: np.ndarray  # (D,), floored so constant features do not divide by zero
+    reward_std: np.ndarray  # (S,), floored likewise
+    reward_mean: np.ndarray  # (S,)
+    action_mean: np.ndarray  # (K,): where a new actor's mean starts, so it begins near the logged policy
+    rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state_mean": self.state_mean.tolist(),
+            "state_std": self.state_std.tolist(),
+            "reward_mean": self.reward_mean.tolist(),
+            "reward_std": self.reward_std.tolist(),
+            "action_mean": self.action_mean.tolist(),
+            "rows": self.rows,
+        }
+
+
+def transition_statistics(dataset: TransitionDataset, floor: float = 1e-3) -> TransitionStatistics:
+    """Per-feature and per-signal moments over the whole surface, read from the Parquet shards."""
+    tables = [pq.read_table(p) for p in dataset.shard_paths("parquet")]
+
+    def matrix(column: str, width: int) -> np.ndarray:
+        values = [np.asarray(t.column(column).combine_chunks().flatten(), np.float64) for t in tables]
+        return np.concatenate(values).reshape(-1, width)
+
+    states = matrix("state", len(STATE_FEATURES[dataset.surface]))
+    rewards = np.stack(
+        [np.concatenate([t.column(f"reward_{s}").to_numpy() for t in tables]) for s in dataset.signals],
+        axis=1,
+    )
+    actions = matrix("action", ACTION_SIZES[dataset.surface])
+    return TransitionStatistics(
+        state_mean=states.mean(axis=0),
+        state_std=np.maximum(states.std(axis=0), floor),
+        reward_mean=rewards.mean(axis=0),
+        reward_std=np.maximum(rewards.std(axis=0), floor),
+        action_mean=actions.mean(axis=0),
+        rows=states.shape[0],
+    )
+
+
+def _feature_spec(dataset: TransitionDataset) -> dict[str, tf.io.FixedLenFeature]:
+    state_size = len(STATE_FEATURES[dataset.surface])
+    spec = {
+        "state": tf.io.FixedLenFeature([state_size], tf.float32),
+        "next_state": tf.io.FixedLenFeature([state_size], tf.float32),
+        "action": tf.io.FixedLenFeature([ACTION_SIZES[dataset.surface]], tf.float32),
+        "log_propensity": tf.io.FixedLenFeature([], tf.float32),
+        "step": tf.io.FixedLenFeature([], tf.int64),
+        "done": tf.io.FixedLenFeature([], tf.int64),
+    }
+    spec.update({f"reward/{s}": tf.io.FixedLenFeature([], tf.float32) for s in dataset.signals})
+    return spec
+
+
+def _to_transition(parsed: dict[str, tf.Tensor], signal_names: tuple[str, ...]) -> trajectory.Transition:
+    done = tf.cast(parsed["done"], tf.bool)
+    batch = tf.shape(done)[0]
+    first = tf.equal(parsed["step"], 0)
+    current = time_step.TimeStep(
+        step_type=tf.where(first, time_step.StepType.FIRST, time_step.StepType.MID),
+        reward=tf.zeros([batch, len(signal_names)], tf.float32),
+        discount=tf.ones([batch], tf.float32),
+        observation=parsed["state"],
+    )
+    following = time_step.TimeStep(
+        step_type=tf.where(done, time_step.StepType.LAST, time_step.StepType.MID),
+        reward=tf.stack([parsed[f"reward/{s}"] for s in signal_names], axis=1),
+        discount=1.0 - tf.cast(done, tf.float32),
+        observation=parsed["next_state"],
+    )
+    action = policy_step.PolicyStep(
+        action=parsed["action"], state=(), info={LOG_PROPENSITY_KEY: parsed["log_propensity"]}
+    )
+    return trajectory.Transition(current, action, following)
+
+
+def read_transitions(
+    dataset: TransitionDataset,
+    batch_size: int,
+    *,
+    seed: int,
+    shuffle_buffer: int = 65_536,
+    repeat: bool = True,
+) -> tf.data.Dataset:
+    """Shuffled ``Transition`` batches of exactly ``batch_size`` (a ragged last batch is dropped).
+
+    Shuffling is seeded and the pipeline deterministic, so a run's batches depend only on the seed, and
+    an iterator saved in a checkpoint resumes at the same place.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size should be at least 1, but is {batch_size}")
+    files = [str(p) for p in dataset.shard_paths("tfrecord")]
+    records = tf.data.TFRecordDataset(files)
+    records = records.shuffle(
+        min(shuffle_buffer, max(dataset.rows, 1)), seed=seed, reshuffle_each_iteration=True
+    )
+    if repeat:
+        records = records.repeat()
+    spec = _feature_spec(dataset)
+    signal_names = dataset.signals
+    batches = records.batch(batch_size, drop_remainder=True).map(
+        lambda serialized: _to_transition(tf.io.parse_example(serialized, spec), signal_names),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return batches.prefetch(tf.data.AUTOTUNE)

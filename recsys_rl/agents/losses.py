@@ -1,0 +1,93 @@
+"""The losses of the feed agents as plain functions of tensors, so each is checked on hand-built batches.
+
+Two actor updates cover every algorithm:
+
+* weighted log-likelihood of the logged actions (TSCAC's stage two, its stage one, behaviour cloning):
+  the closed-form optimum of a KL-regularised objective, fitted on data drawn from the behaviour policy;
+* a deterministic update (TSCAC's deterministic variant, RCPO, the watch-time actor-critic): maximise
+  a weighted sum of critic heads at the actor's mean, plus behaviour cloning, plus closeness to other
+  actors' means.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def td_targets(rewards: tf.Tensor, continues: tf.Tensor, gammas: tf.Tensor, next_q: tf.Tensor) -> tf.Tensor:
+    """r_i + gamma_i * (1 - done) * Q_i'(s', a'), per signal: rewards and next_q (B, S), continues (B,)."""
+    return rewards + gammas[None, :] * continues[:, None] * next_q
+
+
+def critic_loss(q: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    """Huber TD loss per head (S,): each head learns on its own error, whatever the others' scale."""
+    error = q - tf.stop_gradient(targets)
+    absolute = tf.abs(error)
+    huber = tf.where(absolute <= 1.0, 0.5 * tf.square(error), absolute - 0.5)
+    return tf.reduce_mean(huber, axis=0)
+
+
+def closed_form_log_weights(
+    advantage: tf.Tensor | None,
+    behaviour_log_prob: tf.Tensor,
+    prior_log_probs: tf.Tensor | None,
+    prior_lambdas: tf.Tensor | None,
+    behaviour_lambda: float,
+) -> tf.Tensor:
+    """Log of the weights that fit pi* by likelihood on actions logged by the behaviour policy beta.
+
+    pi*(a|s) is proportional to beta^(l_b/L) * prod_i pi_i^(l_i/L) * exp(A/L) with L = l_b + sum_i l_i
+    (DESIGN 3.1, with the offline behaviour term as one more prior). Samples come from beta, so each is
+    weighted by pi*/beta = prod_i (pi_i / beta)^(l_i/L) * exp(A/L). As l_b grows every exponent goes to
+    zero and the fit becomes behaviour cloning. ``advantage`` (B,) should already be in the units the
+    lambdas are calibrated in; ``prior_log_probs`` is (B, M) with ``prior_lambdas`` (M,).
+    """
+    total = tf.constant(behaviour_lambda, tf.float32)
+    log_w = tf.zeros_like(behaviour_log_prob)
+    if prior_log_probs is not None:
+        total += tf.reduce_sum(prior_lambdas)
+        log_w += tf.reduce_sum(
+            (prior_lambdas / total)[None, :] * (prior_log_probs - behaviour_log_prob[:, None]), axis=1
+        )
+    if advantage is not None:
+        log_w += advantage / total
+    return log_w
+
+
+def normalised_weights(log_weights: tf.Tensor, max_weight: float) -> tf.Tensor:
+    """Weights with mean one over the batch (softmax times batch size), capped to bound the variance."""
+    batch = tf.cast(tf.shape(log_weights)[0], tf.float32)
+    weights = tf.nn.softmax(log_weights) * batch
+    return tf.stop_gradient(tf.minimum(weights, max_weight))
+
+
+def weighted_log_likelihood_loss(log_probs: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+    return -tf.reduce_mean(weights * log_probs)
+
+
+def standardised(values: tf.Tensor) -> tf.Tensor:
+    """values / their batch standard deviation: makes a lambda mean the same thing on any reward scale."""
+    return values / (tf.math.reduce_std(values) + 1e-6)
+
+
+def deterministic_actor_loss(
+    q_at_mean: tf.Tensor,
+    mean: tf.Tensor,
+    logged_action: tf.Tensor,
+    bc_weight: float,
+    anchors: tf.Tensor | None = None,
+    closeness_weight: float = 0.0,
+) -> tf.Tensor:
+    """-Q(s, mu(s)) / mean|Q| + bc * |mu - a|^2 + closeness * mean_m |mu - anchor_m|^2.
+
+    Dividing Q by its (detached) batch mean magnitude keeps the behaviour-cloning weight meaningful on
+    any reward scale. ``q_at_mean`` (B,) is the critic's combined value at the actor's mean; ``anchors``
+    (M, B, K) are the actions the actor should stay close to (TSCAC's stage-one actors).
+    """
+    scale = tf.stop_gradient(tf.reduce_mean(tf.abs(q_at_mean))) + 1e-6
+    loss = -tf.reduce_mean(q_at_mean) / scale
+    loss += bc_weight * tf.reduce_mean(tf.reduce_sum(tf.square(mean - logged_action), axis=-1))
+    if anchors is not None and closeness_weight > 0.0:
+        gaps = tf.reduce_sum(tf.square(mean[None] - tf.stop_gradient(anchors)), axis=-1)
+        loss += closeness_weight * tf.reduce_mean(gaps)
+    return loss

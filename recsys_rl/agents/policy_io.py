@@ -1,0 +1,168 @@
+"""Exported feed policies: a TF-Agents ``PolicySaver`` SavedModel plus the functions OPE and serving call.
+
+Besides PolicySaver's standard signatures (``action`` samples an action from a ``TimeStep``), the
+SavedModel carries three functions on raw state batches:
+
+* ``mean_action({"observation"})``: the Gaussian's mean, the greedy ranking action;
+* ``sample_action({"observation", "seed"})``: mean + std * noise from a stateless seed, with the
+  log-density of the drawn action, so a served decision is reproducible and its propensity exact;
+* ``log_probability({"observation", "action"})``: log-density of given actions, for OPE.
+
+The directory also holds ``policy.json`` (what the policy expects and the sha256 of every file). It is
+written to a temporary name and renamed, so a reader never sees a half-exported policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.policies import policy_saver
+
+from recsys_rl import signals
+from recsys_rl.agents.base import FeedAgent
+from recsys_rl.errors import OperationalError
+from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES
+
+POLICY_MANIFEST = "policy.json"
+POLICY_SCHEMA_VERSION = 1
+
+
+class PolicyLoadError(OperationalError):
+    """A policy directory that cannot be served: missing, corrupt, or built for another state layout."""
+
+
+def _file_digests(directory: Path) -> dict[str, str]:
+    digests = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != POLICY_MANIFEST):
+        digests[str(path.relative_to(directory))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
+
+
+def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, Any]) -> dict[str, Any]:
+    """Save the agent's main policy into ``directory`` (replacing an older export atomically)."""
+    directory = Path(directory)
+    staging = directory.with_name(f".{directory.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    actor = agent.actor
+    observation_spec = tf.TensorSpec([len(FEED_STATE_FEATURES)], tf.float32, name="observation")
+    action_spec = tf.TensorSpec([len(FEED_ACTION_NAMES)], tf.float32, name="action")
+
+    def mean_action(inputs):
+        return actor.mean_and_std(inputs["observation"])[0]
+
+    def sample_action(inputs):
+        mean, std = actor.mean_and_std(inputs["observation"])
+        noise = tf.random.stateless_normal(tf.shape(mean), seed=inputs["seed"][0])
+        action = mean + std * noise
+        dist, _ = actor(inputs["observation"])
+        return {"action": action, "log_probability": dist.log_prob(action)}
+
+    def log_probability(inputs):
+        dist, _ = actor(inputs["observation"])
+        return dist.log_prob(inputs["action"])
+
+    saver = policy_saver.PolicySaver(agent.policy, batch_size=None, train_step=agent.train_step_counter)
+    saver.register_function("mean_action", mean_action, {"observation": observation_spec})
+    seed_spec = tf.TensorSpec([2], tf.int32, name="seed")
+    saver.register_function(
+        "sample_action", sample_action, {"observation": observation_spec, "seed": seed_spec}
+    )
+    saver.register_function(
+        "log_probability", log_probability, {"observation": observation_spec, "action": action_spec}
+    )
+    saver.save(str(staging))
+    manifest = {
+        "schema_version": POLICY_SCHEMA_VERSION,
+        "kind": "feed_policy",
+        "surface": "feed",
+        "feature_names": list(FEED_STATE_FEATURES),
+        "feature_version": FEATURE_VERSION,
+        "action_names": list(FEED_ACTION_NAMES),
+        "signals": list(signals.FEED_SIGNALS),
+        "train_step": int(agent.train_step_counter.numpy()),
+        **metadata,
+        "sha256": _file_digests(staging),
+    }
+    (staging / POLICY_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if directory.exists():
+        old = directory.with_name(f".{directory.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(directory, old)
+        os.rename(staging, directory)
+        shutil.rmtree(old)
+    else:
+        os.rename(staging, directory)
+    return manifest
+
+
+@dataclass
+class SavedFeedPolicy:
+    """A loaded feed policy with numpy in and out; meets the simulator's ``FeedPolicy`` protocol.
+
+    ``act`` serves the mean (``sample=False``) or draws from the Gaussian with seeds taken from the
+    caller's generator, and always returns the log-density of the action it returns.
+    """
+
+    directory: Path
+    manifest: dict[str, Any]
+    model: Any
+    sample: bool = False
+
+    @property
+    def version(self) -> str:
+        return str(self.manifest.get("version", self.directory.name))
+
+    def mean(self, states: np.ndarray) -> np.ndarray:
+        return self.model.mean_action({"observation": _f32(states)}).numpy().astype(np.float64)
+
+    def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        out = self.model.log_probability({"observation": _f32(states), "action": _f32(actions)})
+        return out.numpy().astype(np.float64)
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        if not self.sample:
+            actions = self.mean(states)
+            return actions, self.log_prob(states, actions)
+        seed = rng.integers(0, 2**31 - 1, size=2, dtype=np.int64).astype(np.int32)
+        out = self.model.sample_action({"observation": _f32(states), "seed": tf.constant(seed[None])})
+        return out["action"].numpy().astype(np.float64), out["log_probability"].numpy().astype(np.float64)
+
+
+def _f32(values: np.ndarray) -> tf.Tensor:
+    return tf.constant(np.asarray(values, np.float32))
+
+
+def load_feed_policy(directory: str | Path, *, sample: bool = False, verify: bool = True) -> SavedFeedPolicy:
+    directory = Path(directory)
+    manifest_path = directory / POLICY_MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise PolicyLoadError(f"{directory} has no {POLICY_MANIFEST}: not an exported policy") from None
+    except json.JSONDecodeError as err:
+        raise PolicyLoadError(f"{manifest_path} is not valid JSON: {err}") from None
+    if manifest.get("schema_version") != POLICY_SCHEMA_VERSION or manifest.get("kind") != "feed_policy":
+        raise PolicyLoadError(f"{manifest_path} is not a feed policy of schema {POLICY_SCHEMA_VERSION}")
+    if tuple(manifest.get("feature_names", ())) != FEED_STATE_FEATURES:
+        raise PolicyLoadError(f"{directory} expects state features {manifest.get('feature_names')}")
+    if verify:
+        actual = _file_digests(directory)
+        if actual != manifest.get("sha256"):
+            changed = sorted(set(actual.items()) ^ set(manifest.get("sha256", {}).items()))
+            raise PolicyLoadError(
+                f"{directory} does not match its manifest: {[name for name, _ in changed][:5]}"
+            )
+    try:
+        model = tf.saved_model.load(str(directory))
+    except (OSError, ValueError, tf.errors.OpError) as err:
+        raise PolicyLoadError(f"cannot load the SavedModel in {directory}: {err}") from None
+    return SavedFeedPolicy(directory, manifest, model, sample)

@@ -1,0 +1,47 @@
+"""TF-Agents specs of the feed surface: what a policy observes, what it emits and what training reads.
+
+Training reads logged transitions, not environment trajectories, so the agents' ``training_data_spec``
+is TF-Agents' own ``Transition`` (time step, action step, next time step) with the reward vector and the
+``done`` flag on the next time step, as TF-Agents places them: ``next.discount`` is 0 after the last
+step of a session and 1 otherwise. The behaviour policy's logged log-density rides in the action step's
+``info``, where off-policy corrections expect it.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import policy_step, time_step, trajectory
+
+from recsys_rl import signals
+from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.state import FEED_STATE_FEATURES
+
+#: Fusion-weight logits beyond this magnitude mean a weight below e^-8 or above e^8 "typical units":
+#: further out the ranking no longer changes, so the bound only keeps a sampled action finite and sane.
+ACTION_BOUND = 8.0
+LOG_PROPENSITY_KEY = "log_propensity"
+
+
+def feed_observation_spec() -> tf.TensorSpec:
+    return tf.TensorSpec((len(FEED_STATE_FEATURES),), tf.float32, name="state")
+
+
+def feed_action_spec() -> tensor_spec.BoundedTensorSpec:
+    return tensor_spec.BoundedTensorSpec(
+        (len(FEED_ACTION_NAMES),), tf.float32, -ACTION_BOUND, ACTION_BOUND, name="fusion_logits"
+    )
+
+
+def feed_time_step_spec() -> time_step.TimeStep:
+    reward = tf.TensorSpec((len(signals.FEED_SIGNALS),), tf.float32, name="reward")
+    return time_step.time_step_spec(feed_observation_spec(), reward_spec=reward)
+
+
+def feed_transition_spec() -> trajectory.Transition:
+    info = {LOG_PROPENSITY_KEY: tf.TensorSpec((), tf.float32, name=LOG_PROPENSITY_KEY)}
+    return trajectory.Transition(
+        time_step=feed_time_step_spec(),
+        action_step=policy_step.PolicyStep(action=feed_action_spec(), state=(), info=info),
+        next_time_step=feed_time_step_spec(),
+    )

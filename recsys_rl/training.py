@@ -1,0 +1,215 @@
+"""``recsys-rl train``: one training run of a feed agent on a transition dataset, into a run directory.
+
+A run directory holds everything needed to trust, resume and ship the run:
+
+    RUN/config.yaml          the resolved config (a rerun with another config is refused)
+    RUN/input_manifest.json  the dataset manifest it read
+    RUN/statistics.json      the normalisation moments baked into the networks
+    RUN/tensorboard/         TensorBoard scalars
+    RUN/metrics.jsonl        the same scalars as JSON lines, every ``log_every`` steps
+    RUN/checkpoints/         agent, optimisers, step and data iterator, every ``checkpoint_every`` steps
+    RUN/policy/              the exported policy (``recsys_rl.agents.policy_io``)
+    RUN/manifest.json        written last and atomically: the run is complete when it exists
+
+A killed run started again with the same config resumes from its last checkpoint, data iterator
+included, so it ends where an uninterrupted run would have (bit for bit on CPU, where ops are made
+deterministic). A non-finite loss stops the run with the names of the losses that broke.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+import yaml
+from tf_agents.utils import common
+
+from recsys_rl.agents.base import AgentConfig
+from recsys_rl.agents.data import open_dataset, read_transitions, transition_statistics
+from recsys_rl.agents.policy_io import export_policy
+from recsys_rl.agents.registry import ALGORITHMS, build_agent
+from recsys_rl.errors import OperationalError
+
+RUN_MANIFEST = "manifest.json"
+RUN_SCHEMA_VERSION = 1
+
+
+class TrainingDivergedError(OperationalError):
+    """A loss became NaN or infinite."""
+
+
+class RunDirectoryError(OperationalError):
+    """The run directory belongs to a different run."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    algo: str = "tscac"
+    data: str = ""  # transition dataset directory (one version, with manifest.json)
+    out: str = ""  # run directory
+    steps: int = 3000
+    batch_size: int = 512
+    seed: int = 0
+    stage_one_fraction: float = 0.5  # TSCAC: share of the steps spent on stage one
+    checkpoint_every: int = 500
+    log_every: int = 100
+    shuffle_buffer: int = 65_536
+    agent: AgentConfig = field(default_factory=AgentConfig)
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"algo should be one of {sorted(ALGORITHMS)}, but is {self.algo!r}")
+        for name in ("data", "out"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} is required")
+        for name in ("steps", "batch_size", "checkpoint_every", "log_every", "shuffle_buffer"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
+        if not 0.0 <= self.stage_one_fraction < 1.0:
+            raise ValueError(f"stage_one_fraction should be in [0, 1), but is {self.stage_one_fraction}")
+
+    @property
+    def stage_one_steps(self) -> int:
+        return round(self.steps * self.stage_one_fraction)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples as lists, like the YAML
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    manifest: dict[str, Any]
+    resumed_from_step: int
+    already_complete: bool
+
+
+def train(
+    config: TrainConfig,
+    progress: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+) -> TrainResult:
+    run_dir = Path(config.out)
+    manifest_path = run_dir / RUN_MANIFEST
+    _claim_run_dir(run_dir, config)
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        return TrainResult(run_dir, manifest, int(manifest["steps"]), already_complete=True)
+
+    tf.keras.utils.set_random_seed(config.seed)
+    tf.config.experimental.enable_op_determinism()
+    dataset = open_dataset(config.data)
+    stats = transition_statistics(dataset)
+    _write_json(run_dir / "input_manifest.json", dataset.manifest)
+    _write_json(run_dir / "statistics.json", stats.to_dict())
+
+    # One device: TensorFlow places the steps on a GPU when there is one, else on the CPU.
+    agent = build_agent(config.algo, stats, config.agent, stage_one_steps=config.stage_one_steps)
+    batches = read_transitions(
+        dataset, config.batch_size, seed=config.seed, shuffle_buffer=config.shuffle_buffer
+    )
+    iterator = iter(batches)
+    checkpoint = tf.train.Checkpoint(agent=agent, iterator=iterator)
+    manager = tf.train.CheckpointManager(checkpoint, str(run_dir / "checkpoints"), max_to_keep=2)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    start = int(agent.train_step_counter.numpy())
+    progress("started", {"algo": config.algo, "step": start, "of": config.steps, "rows": dataset.rows})
+
+    train_step = common.function(agent.train, autograph=False)
+    writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
+    metrics_path = run_dir / "metrics.jsonl"
+    _drop_metrics_after(metrics_path, start)  # steps a killed run logged past its last checkpoint
+    window_start, window_steps = time.perf_counter(), 0
+    last: dict[str, float] = {}
+    for step in range(start, config.steps):
+        info = train_step(next(iterator), **agent.train_kwargs(step))
+        window_steps += 1
+        loss = float(info.loss)
+        if not math.isfinite(loss):
+            broken = sorted(k for k, v in info.extra.items() if not math.isfinite(float(v)))
+            raise TrainingDivergedError(
+                f"{config.algo}: loss became {loss} at step {step + 1} (non-finite: {broken or ['total']}); "
+                f"the last checkpoint is {manager.latest_checkpoint or 'none'}. Lower the learning rates or "
+                f"check the dataset's rewards"
+            )
+        done = step + 1
+        if done % config.log_every == 0 or done == config.steps:
+            elapsed = time.perf_counter() - window_start
+            last = {"loss": loss, **{k: float(v) for k, v in info.extra.items()}}
+            last["transitions_per_s"] = window_steps * config.batch_size / elapsed
+            _log_metrics(writer, metrics_path, done, last)
+            progress("step", {"step": done, "of": config.steps, **{k: round(v, 4) for k, v in last.items()}})
+            window_start, window_steps = time.perf_counter(), 0
+        if done % config.checkpoint_every == 0 or done == config.steps:
+            manager.save(checkpoint_number=done)
+    writer.flush()
+
+    policy_meta = {
+        "algo": config.algo,
+        "version": f"{config.algo}-{dataset.manifest['version']}-s{config.seed}",
+    }
+    policy_manifest = export_policy(agent, run_dir / "policy", policy_meta)
+    manifest = {
+        "schema_version": RUN_SCHEMA_VERSION,
+        "kind": "training_run",
+        "algo": config.algo,
+        "steps": config.steps,
+        "seed": config.seed,
+        "dataset": {"path": str(Path(config.data).resolve()), "version": dataset.manifest["version"]},
+        "final_metrics": last,
+        "policy": {"path": "policy", "version": policy_meta["version"], "sha256": policy_manifest["sha256"]},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    _write_json(manifest_path, manifest)
+    progress("exported", {"policy": str(run_dir / "policy")})
+    return TrainResult(run_dir, manifest, start, already_complete=False)
+
+
+def _claim_run_dir(run_dir: Path, config: TrainConfig) -> None:
+    """Create the run directory with its config, or check that an existing one is the same run."""
+    config_path = run_dir / "config.yaml"
+    wanted = config.to_dict()
+    if config_path.exists():
+        recorded = yaml.safe_load(config_path.read_text())
+        if recorded != wanted:
+            changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+            raise RunDirectoryError(
+                f"{run_dir} holds a run with a different config (differs in {changed}); "
+                f"use a new --out or the same config to resume"
+            )
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = config_path.with_name(".config.yaml.tmp")
+    tmp.write_text(yaml.safe_dump(wanted, sort_keys=True))
+    os.replace(tmp, config_path)
+
+
+def _log_metrics(writer, path: Path, step: int, values: dict[str, float]) -> None:
+    with writer.as_default(step=step):
+        for name, value in values.items():
+            tf.summary.scalar(name, value)
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": step, **values}, sort_keys=True) + "\n")
+
+
+def _drop_metrics_after(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
