@@ -33,6 +33,23 @@ def _allowed_types(annotation: Any) -> tuple[type, ...]:
     return (origin,) if origin else (annotation,)
 
 
+def _item_types(annotation: Any) -> tuple[type, ...] | None:
+    """The allowed types of each item of a ``tuple[X, ...]`` field; None for any other field."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _allowed_types(args[0])
+    return None
+
+
+def _is_a(value: Any, allowed: tuple[type, ...]) -> bool:
+    """isinstance, except that a YAML true/false is not accepted as a number."""
+    return isinstance(value, allowed) and (not isinstance(value, bool) or bool in allowed)
+
+
+def _names(allowed: tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in allowed)
+
+
 def load_config(
     cls: type[T], path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
 ) -> T:
@@ -55,7 +72,8 @@ def load_config(
             )
         data = dict(loaded or {})
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return _build(cls, data, where=f"in {str(path)!r}", prefix="")
+    where = f"in {str(path)!r}" if path is not None else "in the overrides"
+    return _build(cls, data, where=where, prefix="")
 
 
 def _build(cls: type[T], data: Mapping[str, Any], where: str, prefix: str) -> T:
@@ -80,9 +98,14 @@ def _build(cls: type[T], data: Mapping[str, Any], where: str, prefix: str) -> T:
         if typing.get_origin(hint) is tuple and isinstance(value, list):
             value = tuple(value)
         allowed = _allowed_types(hint)
-        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-            names = " or ".join(t.__name__ for t in allowed)
-            raise ConfigError(f"config key {prefix + key!r} should be {names}, but is {value!r}")
+        if not _is_a(value, allowed):
+            raise ConfigError(f"config key {prefix + key!r} should be {_names(allowed)}, but is {value!r}")
+        items = _item_types(hint)
+        if items and isinstance(value, tuple) and not all(_is_a(item, items) for item in value):
+            # a layer size given as "wide" or 1.5 should fail here, not deep inside the model's build
+            raise ConfigError(
+                f"config key {prefix + key!r} should be a list of {_names(items)}, but is {list(value)!r}"
+            )
         values[key] = value
     try:
         return cls(**values)

@@ -3,7 +3,8 @@
 Besides PolicySaver's standard signatures (``action`` samples an action from a ``TimeStep``), the
 SavedModel carries three functions on raw state batches:
 
-* ``mean_action({"observation"})``: the Gaussian's mean, the greedy ranking action;
+* ``mean_action({"observation"})``: the Gaussian's mean, the greedy ranking action, and
+  ``action_std({"observation"})``: its standard deviation;
 * ``sample_action({"observation", "seed"})``: mean + std * noise from a stateless seed, with the
   log-density of the drawn action, so a served decision is reproducible and its propensity exact;
 * ``log_probability({"observation", "action"})``: log-density of given actions, for OPE.
@@ -59,6 +60,9 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
     def mean_action(inputs):
         return actor.mean_and_std(inputs["observation"])[0]
 
+    def action_std(inputs):
+        return actor.mean_and_std(inputs["observation"])[1]
+
     def sample_action(inputs):
         mean, std = actor.mean_and_std(inputs["observation"])
         noise = tf.random.stateless_normal(tf.shape(mean), seed=inputs["seed"][0])
@@ -72,6 +76,7 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
 
     saver = policy_saver.PolicySaver(agent.policy, batch_size=None, train_step=agent.train_step_counter)
     saver.register_function("mean_action", mean_action, {"observation": observation_spec})
+    saver.register_function("action_std", action_std, {"observation": observation_spec})
     seed_spec = tf.TensorSpec([2], tf.int32, name="seed")
     saver.register_function(
         "sample_action", sample_action, {"observation": observation_spec, "seed": seed_spec}
@@ -108,8 +113,11 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
 class SavedFeedPolicy:
     """A loaded feed policy with numpy in and out; meets the simulator's ``FeedPolicy`` protocol.
 
-    ``act`` serves the mean (``sample=False``) or draws from the Gaussian with seeds taken from the
-    caller's generator, and always returns the log-density of the action it returns.
+    ``act`` serves the mean (``sample=False``) or mean + std * noise, and returns the log-density of
+    the action it returns. It draws the noise from the caller's generator in both modes, exactly as
+    the simulator's Gaussian behaviour policy does: runs of two policies on one simulated world then
+    see the same random users and responses (common random numbers), so their difference is measured
+    with far less noise than two independent runs would allow.
     """
 
     directory: Path
@@ -128,13 +136,15 @@ class SavedFeedPolicy:
         out = self.model.log_probability({"observation": _f32(states), "action": _f32(actions)})
         return out.numpy().astype(np.float64)
 
+    def std(self, states: np.ndarray) -> np.ndarray:
+        return self.model.action_std({"observation": _f32(states)}).numpy().astype(np.float64)
+
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        if not self.sample:
-            actions = self.mean(states)
-            return actions, self.log_prob(states, actions)
-        seed = rng.integers(0, 2**31 - 1, size=2, dtype=np.int64).astype(np.int32)
-        out = self.model.sample_action({"observation": _f32(states), "seed": tf.constant(seed[None])})
-        return out["action"].numpy().astype(np.float64), out["log_probability"].numpy().astype(np.float64)
+        noise = rng.standard_normal((states.shape[0], len(FEED_ACTION_NAMES)))
+        actions = self.mean(states)
+        if self.sample:
+            actions = actions + self.std(states) * noise
+        return actions, self.log_prob(states, actions)
 
 
 def _f32(values: np.ndarray) -> tf.Tensor:

@@ -1,0 +1,153 @@
+"""The training job on a real pipeline-built dataset: export and reload, resume after a kill, divergence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from recsys_rl.agents.base import AgentConfig
+from recsys_rl.agents.data import open_dataset, read_transitions, transition_statistics
+from recsys_rl.agents.policy_io import PolicyLoadError, export_policy, load_feed_policy
+from recsys_rl.agents.registry import build_agent
+from recsys_rl.training import TrainConfig, TrainingDivergedError, train
+
+pytestmark = pytest.mark.integration
+
+SMALL = AgentConfig(actor_hidden=(16,), critic_hidden=(32,), head_hidden=8)
+
+
+def _config(dataset: Path, out: Path, **overrides) -> TrainConfig:
+    settings = {
+        "algo": "tscac",
+        "data": str(dataset),
+        "out": str(out),
+        "steps": 40,
+        "batch_size": 128,
+        "checkpoint_every": 10,
+        "log_every": 10,
+        "shuffle_buffer": 4096,
+        "agent": SMALL,
+        **overrides,
+    }
+    return TrainConfig(**settings)
+
+
+def _states(dataset: Path, n: int = 256) -> np.ndarray:
+    batch = next(iter(read_transitions(open_dataset(dataset), n, seed=3)))
+    return batch.time_step.observation.numpy()
+
+
+def test_exported_policy_reloads_with_identical_actions_and_densities(feed_dataset: Path, tmp_path: Path):
+    dataset = open_dataset(feed_dataset)
+    agent = build_agent("tscac", transition_statistics(dataset), SMALL, stage_one_steps=0)
+    step = tf.function(agent.train, autograph=False)
+    batches = iter(read_transitions(dataset, 128, seed=0))
+    for _ in range(5):  # move the weights away from their initial values
+        step(next(batches))
+    export_policy(agent, tmp_path / "policy", {"version": "test-v1"})
+    policy = load_feed_policy(tmp_path / "policy")
+    states = _states(feed_dataset)
+
+    mean, std = agent.actor.mean_and_std(states)
+    np.testing.assert_allclose(policy.mean(states), mean.numpy(), rtol=0, atol=1e-6)
+    actions = mean.numpy() + 0.5
+    dist, _ = agent.actor(states)
+    np.testing.assert_allclose(policy.log_prob(states, actions), dist.log_prob(actions).numpy(), atol=1e-4)
+
+    sampled = load_feed_policy(tmp_path / "policy", sample=True)
+    first, first_logp = sampled.act(states, np.random.default_rng(11))
+    again, again_logp = sampled.act(states, np.random.default_rng(11))
+    other, _ = sampled.act(states, np.random.default_rng(12))
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first_logp, again_logp)
+    assert not np.allclose(first, other)
+    np.testing.assert_allclose(first_logp, policy.log_prob(states, first), atol=1e-4)
+    # the draws spread like the policy's own std
+    np.testing.assert_allclose((first - mean.numpy()).std(axis=0), std.numpy()[0], rtol=0.25)
+    np.testing.assert_allclose(sampled.std(states), std.numpy(), atol=1e-6)
+
+    # the serving entry point: a stateless seed gives a reproducible draw and its exact log-density
+    inputs = {"observation": tf.constant(states), "seed": tf.constant([[5, 6]], tf.int32)}
+    drawn = policy.model.sample_action(inputs)
+    redrawn = policy.model.sample_action(inputs)
+    np.testing.assert_array_equal(drawn["action"].numpy(), redrawn["action"].numpy())
+    np.testing.assert_allclose(
+        drawn["log_probability"].numpy(), policy.log_prob(states, drawn["action"].numpy()), atol=1e-4
+    )
+
+
+def test_a_tampered_export_is_refused(feed_dataset: Path, tmp_path: Path):
+    dataset = open_dataset(feed_dataset)
+    agent = build_agent("bc", transition_statistics(dataset), SMALL, stage_one_steps=0)
+    export_policy(agent, tmp_path / "policy", {"version": "test-v1"})
+    variables = next((tmp_path / "policy" / "variables").glob("variables.data-*"))
+    data = variables.read_bytes()
+    variables.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    with pytest.raises(PolicyLoadError, match="does not match its manifest"):
+        load_feed_policy(tmp_path / "policy")
+    with pytest.raises(PolicyLoadError, match="not an exported policy"):
+        load_feed_policy(tmp_path)
+
+
+class _Killed(Exception):
+    pass
+
+
+def _kill_at(step: int):
+    def progress(event: str, fields: dict) -> None:
+        if event == "step" and fields["step"] == step:
+            raise _Killed
+
+    return progress
+
+
+def _weights(run: Path) -> list[np.ndarray]:
+    reader = tf.train.load_checkpoint(str(run / "checkpoints"))
+    names = sorted(
+        n for n in reader.get_variable_to_shape_map() if n.startswith("agent/") and "OPTIMIZER" not in n
+    )
+    return [reader.get_tensor(n) for n in names]
+
+
+def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_run_ends(feed_dataset: Path, tmp_path: Path):
+    straight = train(_config(feed_dataset, tmp_path / "straight"))
+
+    interrupted = _config(feed_dataset, tmp_path / "interrupted")
+    with pytest.raises(_Killed):
+        train(interrupted, _kill_at(30))  # killed before its step-30 checkpoint: steps 21-30 are redone
+    assert not (tmp_path / "interrupted" / "manifest.json").exists()
+    resumed = train(interrupted)
+
+    assert resumed.resumed_from_step == 20
+    assert resumed.manifest["steps"] == straight.manifest["steps"] == 40
+    for a, b in zip(_weights(tmp_path / "straight"), _weights(tmp_path / "interrupted"), strict=True):
+        np.testing.assert_array_equal(a, b)
+    logged = [
+        json.loads(line)["step"]
+        for line in (tmp_path / "interrupted" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert logged == [10, 20, 30, 40]
+    again = train(interrupted)
+    assert again.already_complete
+
+
+def test_a_diverging_loss_stops_the_job_with_the_step_and_the_broken_losses(
+    feed_dataset: Path, tmp_path: Path
+):
+    explosive = AgentConfig(
+        actor_hidden=(16,),
+        critic_hidden=(32,),
+        head_hidden=8,
+        critic_learning_rate=1e30,
+        actor_learning_rate=1e30,
+    )
+    config = _config(feed_dataset, tmp_path / "run", algo="rcpo-mc", agent=explosive, steps=50)
+    with pytest.raises(
+        TrainingDivergedError, match=r"rcpo-mc: loss became (nan|inf) at step \d+ \(non-finite: \['"
+    ):
+        train(config)
+    assert not (tmp_path / "run" / "policy").exists()

@@ -1,0 +1,273 @@
+"""The actor and critic networks: state normalisation inside the model, the std's range, and the funnel.
+
+The progressive critic's promise is one-way: a later head reads the earlier heads' values but its TD
+error never reaches their weights. Both halves are checked, on an untrained network, with the gradient
+and with a perturbation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from recsys_rl import signals
+from recsys_rl.agents.base import AgentConfig
+from recsys_rl.agents.networks import LOG_STD_RANGE, GaussianActorNetwork, MultiTaskCriticNetwork
+from recsys_rl.agents.specs import feed_action_spec, feed_observation_spec
+from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.state import FEED_STATE_FEATURES
+
+STATE_SIZE = len(FEED_STATE_FEATURES)
+ACTION_SIZE = len(FEED_ACTION_NAMES)
+STATE_MEAN = np.linspace(-50.0, 300.0, STATE_SIZE)  # far from zero, as raw logged features are
+STATE_STD = np.linspace(0.5, 40.0, STATE_SIZE)
+INITIAL_MEAN = np.linspace(-1.0, 1.0, ACTION_SIZE)
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    tf.keras.utils.set_random_seed(1234)
+
+
+def _actor(**overrides) -> GaussianActorNetwork:
+    settings = dict(
+        state_mean=STATE_MEAN,
+        state_std=STATE_STD,
+        initial_mean=INITIAL_MEAN,
+        initial_std=0.3,
+        hidden=(16, 16),
+    )
+    settings.update(overrides)
+    actor = GaussianActorNetwork(feed_observation_spec(), feed_action_spec(), **settings)
+    actor.create_variables()
+    return actor
+
+
+def _critic(funnel=(), mean=STATE_MEAN, std=STATE_STD) -> MultiTaskCriticNetwork:
+    critic = MultiTaskCriticNetwork(
+        (feed_observation_spec(), feed_action_spec()),
+        signals.FEED_SIGNALS,
+        state_mean=mean,
+        state_std=std,
+        hidden=(16, 16),
+        head_hidden=8,
+        funnel=funnel,
+    )
+    critic.create_variables()
+    return critic
+
+
+def _states(rng: np.random.Generator, batch: int) -> tf.Tensor:
+    return tf.constant(STATE_MEAN + STATE_STD * rng.normal(size=(batch, STATE_SIZE)), tf.float32)
+
+
+def _actions(rng: np.random.Generator, batch: int) -> tf.Tensor:
+    return tf.constant(rng.normal(size=(batch, ACTION_SIZE)), tf.float32)
+
+
+def _head_variables(critic: MultiTaskCriticNetwork, name: str, *, hidden: bool = True) -> list[tf.Variable]:
+    """A head's output layer, and its hidden layer unless ``hidden`` is false."""
+    scopes = (f"/head_{name}/", f"/head_{name}_hidden/") if hidden else (f"/head_{name}/",)
+    return [v for v in critic.trainable_variables if any(scope in v.name for scope in scopes)]
+
+
+# -- actor ----------------------------------------------------------------------------------------
+
+
+def test_untrained_actor_at_the_mean_state_proposes_the_initial_mean():
+    actor = _actor()
+    states = tf.constant(np.stack([STATE_MEAN, STATE_MEAN]), tf.float32)
+    mean, std = actor.mean_and_std(states)
+    np.testing.assert_allclose(mean.numpy(), np.stack([INITIAL_MEAN] * 2), atol=1e-5)
+    np.testing.assert_allclose(std.numpy(), np.full((2, ACTION_SIZE), 0.3), rtol=1e-5)
+
+
+def test_actor_normalises_raw_states_with_the_given_moments():
+    """The same weights on (s - mean) / std without normalisation give the same action as on raw s."""
+    normalising = _actor()
+    plain = _actor(state_mean=np.zeros(STATE_SIZE), state_std=np.ones(STATE_SIZE))
+    rng = np.random.default_rng(3)
+    for variable in normalising.trainable_variables:  # large weights, so the input visibly matters
+        variable.assign(rng.normal(size=variable.shape).astype(np.float32))
+    for source, target in zip(normalising.trainable_variables, plain.trainable_variables, strict=True):
+        target.assign(source)
+    states = _states(rng, 5)
+
+    raw_mean, _ = normalising.mean_and_std(states)
+    by_hand, _ = plain.mean_and_std((states - STATE_MEAN.astype(np.float32)) / STATE_STD.astype(np.float32))
+    unnormalised, _ = plain.mean_and_std(states)
+
+    np.testing.assert_allclose(raw_mean.numpy(), by_hand.numpy(), rtol=1e-4, atol=1e-4)
+    assert np.abs(raw_mean.numpy() - unnormalised.numpy()).max() > 1.0
+
+
+def test_actor_distribution_has_the_actors_mean_and_std():
+    actor = _actor(initial_std=0.5)
+    states = _states(np.random.default_rng(0), 4)
+    dist, _ = actor(states)
+    mean, std = actor.mean_and_std(states)
+    assert dist.mean().shape == (4, ACTION_SIZE)
+    np.testing.assert_allclose(dist.mean().numpy(), mean.numpy())
+    np.testing.assert_allclose(dist.stddev().numpy(), std.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(std.numpy(), 0.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("learn_std", [True, False])
+def test_learn_std_decides_whether_log_std_is_trained(learn_std):
+    actor = _actor(learn_std=learn_std)
+    trainable = [v.name for v in actor.trainable_variables]
+    assert any("log_std" in name for name in trainable) is learn_std
+    assert any("log_std" in v.name for v in actor.variables)  # saved either way: serving needs it
+    assert not any(name.split("/")[-1] in ("mean:0", "std:0") for name in trainable)
+
+
+def test_fixed_std_gets_no_gradient_but_a_learned_one_does():
+    states = _states(np.random.default_rng(1), 8)
+    actions = tf.zeros([8, ACTION_SIZE])
+    for learn_std in (True, False):
+        actor = _actor(learn_std=learn_std)
+        with tf.GradientTape() as tape:
+            dist, _ = actor(states)
+            loss = -tf.reduce_mean(dist.log_prob(actions))
+        grads = tape.gradient(loss, actor.trainable_variables)
+        by_name = {v.name: g for v, g in zip(actor.trainable_variables, grads, strict=True)}
+        assert all(g is not None for g in by_name.values())
+        assert any("log_std" in name for name in by_name) is learn_std
+
+
+@pytest.mark.parametrize(
+    ("initial_std", "expected"),
+    [
+        pytest.param(math.exp(3.0), math.exp(LOG_STD_RANGE[1]), id="above"),
+        pytest.param(math.exp(-10.0), math.exp(LOG_STD_RANGE[0]), id="below"),
+        pytest.param(0.3, 0.3, id="inside"),
+    ],
+)
+def test_actor_std_is_clipped_to_the_log_std_range(initial_std, expected):
+    assert LOG_STD_RANGE == (-5.0, 1.0)
+    actor = _actor(initial_std=initial_std)
+    _, std = actor.mean_and_std(_states(np.random.default_rng(2), 3))
+    np.testing.assert_allclose(std.numpy(), np.full((3, ACTION_SIZE), expected), rtol=1e-5)
+
+
+def test_a_learned_log_std_pushed_out_of_range_is_clipped():
+    actor = _actor(learn_std=True)
+    (log_std,) = [v for v in actor.trainable_variables if "log_std" in v.name]
+    log_std.assign(np.linspace(-9.0, 4.0, ACTION_SIZE).astype(np.float32))
+    _, std = actor.mean_and_std(_states(np.random.default_rng(2), 1))
+    expected = np.exp(np.clip(np.linspace(-9.0, 4.0, ACTION_SIZE), *LOG_STD_RANGE))
+    np.testing.assert_allclose(std.numpy()[0], expected, rtol=1e-5)
+
+
+# -- critic ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("funnel", [(), ("click", "like", "follow")], ids=["plain", "funnel"])
+def test_critic_returns_one_value_per_signal(funnel):
+    critic = _critic(funnel)
+    rng = np.random.default_rng(4)
+    q, _ = critic((_states(rng, 5), _actions(rng, 5)))
+    assert q.shape == (5, len(signals.FEED_SIGNALS))
+    assert critic.signal_names == signals.FEED_SIGNALS
+    assert np.all(np.isfinite(q.numpy()))
+
+
+def test_critic_normalises_states_inside_the_network():
+    normalising = _critic()
+    plain = _critic(mean=np.zeros(STATE_SIZE), std=np.ones(STATE_SIZE))
+    for source, target in zip(normalising.trainable_variables, plain.trainable_variables, strict=True):
+        target.assign(source)
+    rng = np.random.default_rng(5)
+    states, actions = _states(rng, 4), _actions(rng, 4)
+    q, _ = normalising((states, actions))
+    by_hand, _ = plain(((states - STATE_MEAN.astype(np.float32)) / STATE_STD.astype(np.float32), actions))
+    np.testing.assert_allclose(q.numpy(), by_hand.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_later_funnel_heads_loss_does_not_reach_an_earlier_heads_weights():
+    critic = _critic(funnel=("click", "like"))
+    like = signals.FEED_SIGNALS.index("like")
+    rng = np.random.default_rng(6)
+    states, actions = _states(rng, 16), _actions(rng, 16)
+    click_weights = _head_variables(critic, "click")
+    like_weights = _head_variables(critic, "like")
+    torso = [v for v in critic.trainable_variables if "/critic_" in v.name]
+    assert len(click_weights) == len(like_weights) == 4 and torso
+
+    with tf.GradientTape() as tape:
+        q, _ = critic((states, actions))
+        loss = tf.reduce_sum(tf.square(q[:, like]))
+    grads = tape.gradient(loss, click_weights + like_weights + torso)
+
+    click_grads, rest = grads[: len(click_weights)], grads[len(click_weights) :]
+    assert all(g is None or not np.any(g.numpy()) for g in click_grads)
+    assert all(g is not None and np.any(g.numpy()) for g in rest)  # it trains its own head and the torso
+
+
+def test_a_later_funnel_head_reads_the_earlier_heads_value():
+    rng = np.random.default_rng(7)
+    states, actions = _states(rng, 8), _actions(rng, 8)
+    click, like = signals.FEED_SIGNALS.index("click"), signals.FEED_SIGNALS.index("like")
+    watch = signals.FEED_SIGNALS.index("watch_time")
+
+    def outputs_before_and_after_moving_the_click_head(funnel):
+        tf.keras.utils.set_random_seed(99)
+        critic = _critic(funnel=funnel)
+        before, _ = critic((states, actions))
+        (click_bias,) = [v for v in _head_variables(critic, "click", hidden=False) if "bias" in v.name]
+        click_bias.assign_add([5.0])
+        after, _ = critic((states, actions))
+        return before.numpy(), after.numpy()
+
+    before, after = outputs_before_and_after_moving_the_click_head(("click", "like"))
+    np.testing.assert_allclose(after[:, click] - before[:, click], 5.0, rtol=1e-5)
+    assert np.abs(after[:, like] - before[:, like]).max() > 1e-3  # like sees click's value
+    np.testing.assert_array_equal(after[:, watch], before[:, watch])  # outside the funnel: unaffected
+
+    before, after = outputs_before_and_after_moving_the_click_head(())
+    np.testing.assert_array_equal(after[:, like], before[:, like])  # without a funnel the heads are apart
+
+
+def test_unknown_funnel_signal_is_rejected_by_the_critic():
+    with pytest.raises(ValueError, match=r"funnel signals \['clicks'\] are not among"):
+        _critic(funnel=("clicks", "like"))
+
+
+# -- agent config ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        pytest.param({"aux_lambda": -0.1}, "aux_lambda should be >= 0", id="negative-aux-lambda"),
+        pytest.param({"behaviour_lambda": 0.0}, "behaviour_lambda should be positive", id="zero-behaviour"),
+        pytest.param({"behaviour_lambda": -1.0}, "behaviour_lambda should be positive", id="neg-behaviour"),
+        pytest.param({"bc_weight": -1.0}, "bc_weight should be >= 0", id="negative-bc"),
+        pytest.param({"max_weight": 0.0}, "max_weight should be positive", id="zero-cap"),
+        pytest.param(
+            {"actor_hidden": ()}, "actor_hidden should list positive layer sizes", id="no-actor-layers"
+        ),
+        pytest.param({"critic_hidden": (64, 0)}, "critic_hidden should list positive", id="zero-width"),
+        pytest.param({"head_hidden": 0}, "head_hidden should be positive", id="zero-head"),
+        pytest.param({"target_update_tau": 0.0}, r"target_update_tau should be in \(0, 1\]", id="tau-zero"),
+        pytest.param({"target_update_tau": 1.5}, r"target_update_tau should be in \(0, 1\]", id="tau-big"),
+        pytest.param(
+            {"funnel": ("click", "likes")}, r"funnel names unknown signals \['likes'\]", id="funnel"
+        ),
+    ],
+)
+def test_agent_config_rejects_bad_values(settings, message):
+    with pytest.raises(ValueError, match=message):
+        AgentConfig(**settings)
+
+
+def test_agent_config_accepts_its_defaults_and_a_feed_funnel():
+    assert AgentConfig().behaviour_lambda > 0
+    assert AgentConfig(funnel=("click", "like", "follow"), aux_lambda=0.0).funnel == (
+        "click",
+        "like",
+        "follow",
+    )
