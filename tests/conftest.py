@@ -137,28 +137,12 @@ FEED_DATASET_SEED = 0
 @pytest.fixture(scope="session")
 def feed_dataset(embedded_kafka: Broker, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A transition dataset built the production way: simulated traffic -> Kafka -> the Beam pipeline."""
-    from pipelines.build import BuildTransitionsConfig, build_transitions
-    from recsys_rl.simulate import SimulateConfig, run_simulation
+    from pipelines.simulated import simulated_dataset
 
-    suffix = f"{time.time_ns()}"
-    sim = SimulateConfig(
+    result = simulated_dataset(
+        embedded_kafka.bootstrap_servers,
+        tmp_path_factory.mktemp("feed-dataset"),
         users=FEED_DATASET_USERS,
         seed=FEED_DATASET_SEED,
-        decisions_topic=f"train-dec-{suffix}",
-        feedback_topic=f"train-fb-{suffix}",
     )
-    run_simulation(sim, embedded_kafka.bootstrap_servers)
-    result = build_transitions(
-        BuildTransitionsConfig(
-            bootstrap_servers=embedded_kafka.bootstrap_servers,
-            group=f"train-{suffix}",
-            out=str(tmp_path_factory.mktemp("feed-dataset")),
-            decisions_topic=sim.decisions_topic,
-            feedback_topic=sim.feedback_topic,
-            dead_letter_topic="",
-            start="earliest",
-            commit=False,
-        )
-    )
-    assert result.dataset_dir is not None
     return result.dataset_dir

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,11 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
     saver.register_function(
         "log_probability", log_probability, {"observation": observation_spec, "action": action_spec}
     )
-    saver.save(str(staging))
+    with warnings.catch_warnings():
+        # PolicySaver records the actor's distribution type in the SavedModel and warns that reading that
+        # record back needs TFP; our readers call the functions above and never read it.
+        warnings.filterwarnings("ignore", message="Encoding a StructuredValue with type tfp")
+        saver.save(str(staging))
     manifest = {
         "schema_version": POLICY_SCHEMA_VERSION,
         "kind": "feed_policy",
