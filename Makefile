@@ -41,10 +41,14 @@ lint: install
 bench: install
 	$(BIN)/python bench/simulator.py --full --out bench/results/simulator.json
 	$(BIN)/python bench/pipeline.py --full --out bench/results/pipeline.json
+	$(BIN)/python bench/training.py --full --out bench/results/training.json
+	$(BIN)/python bench/policy_quality.py --full --out bench/results/policy_quality.json --docs docs/policy_quality.md
 
 bench-quick: install
 	$(BIN)/python bench/simulator.py --quick --out bench/results/simulator.json
 	$(BIN)/python bench/pipeline.py --quick --out bench/results/pipeline.json
+	$(BIN)/python bench/training.py --quick --out bench/results/training.json
+	$(BIN)/python bench/policy_quality.py --quick --out bench/results/policy_quality.quick.json
 
 # Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
 kafka-jars: $(KAFKA_LIBS)/.complete

@@ -29,8 +29,8 @@ from common import bench_parser, git_commit, write_result
 
 from pipelines.simulated import simulated_dataset
 from recsys_rl import signals
+from recsys_rl.agents.algorithms import ALGORITHMS
 from recsys_rl.agents.policy_io import load_feed_policy
-from recsys_rl.agents.registry import ALGORITHMS
 from recsys_rl.kafka import open_broker
 from recsys_rl.sim.config import SimConfig
 from recsys_rl.sim.ground_truth import monte_carlo_values

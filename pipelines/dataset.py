@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from pipelines.episodes import SURFACE_SIGNALS
 from pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
+from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
 from recsys_rl.errors import OperationalError
 from recsys_rl.state import FEATURE_VERSION
@@ -120,7 +121,7 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
         "features_dir": FEATURES_DIR,
         "sha256": {str(p.relative_to(staging)): sha256_of(p) for p in files},
     }
-    _write_json_atomic(staging / MANIFEST, manifest)
+    write_json_atomic(staging / MANIFEST, manifest)
     os.rename(staging, paths.final)  # fails rather than replace an existing dataset
     return manifest
 
@@ -137,9 +138,3 @@ def verify(directory: Path) -> list[str]:
         for name, digest in manifest["sha256"].items()
         if not (directory / name).is_file() or sha256_of(directory / name) != digest
     ]
-
-
-def _write_json_atomic(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)

@@ -6,10 +6,14 @@ watch progress on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 
 _CONFIGURED = False
 
@@ -24,6 +28,21 @@ class KeyValueFormatter(logging.Formatter):
         }
         fields.update(getattr(record, "kv", {}))
         return " ".join(f"{k}={_quote(v)}" for k, v in fields.items())
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is at each record, not as it was when logging was configured.
+
+    A command run in-process (tests, notebooks, ``contextlib.redirect_stderr``) swaps ``sys.stderr``;
+    a handler holding the first stream would write to a closed or stale one instead.
+    """
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
 
 
 def _quote(value: object) -> str:
@@ -47,6 +66,31 @@ def silence_import_noise() -> None:
         root.addFilter(_not_import_noise)
 
 
+@contextlib.contextmanager
+def quiet_native_imports() -> Iterator[None]:
+    """Hold back what imports write straight to file descriptor 2, and show it only if they fail.
+
+    Importing TensorFlow and TF-Agents prints a dozen start-up lines from C++ (oneDNN, CUDA probing,
+    which TF_CPP_MIN_LOG_LEVEL does not silence) and Gym's deprecation notice; before every command's
+    own output, they would bury its one-line result or error.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            sys.stderr.flush()
+            held.seek(0)
+            os.write(saved, held.read())
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -56,7 +100,7 @@ def get_logger(name: str) -> logging.Logger:
     global _CONFIGURED
     root = logging.getLogger("recsys_rl")
     if not _CONFIGURED:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderrHandler()
         handler.setFormatter(KeyValueFormatter())
         root.addHandler(handler)
         root.setLevel(logging.INFO)

@@ -32,10 +32,12 @@ import tensorflow as tf
 import yaml
 from tf_agents.utils import common
 
+from recsys_rl.agents.algorithms import ALGORITHMS
 from recsys_rl.agents.base import AgentConfig
 from recsys_rl.agents.data import open_dataset, read_transitions, transition_statistics
 from recsys_rl.agents.policy_io import export_policy
-from recsys_rl.agents.registry import ALGORITHMS, build_agent
+from recsys_rl.agents.registry import build_agent
+from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.errors import OperationalError
 
 RUN_MANIFEST = "manifest.json"
@@ -98,6 +100,7 @@ def train(
 ) -> TrainResult:
     run_dir = Path(config.out)
     manifest_path = run_dir / RUN_MANIFEST
+    dataset = open_dataset(config.data)  # before claiming the directory: a bad --data must not lock it
     _claim_run_dir(run_dir, config)
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
@@ -105,10 +108,9 @@ def train(
 
     tf.keras.utils.set_random_seed(config.seed)
     tf.config.experimental.enable_op_determinism()
-    dataset = open_dataset(config.data)
     stats = transition_statistics(dataset)
-    _write_json(run_dir / "input_manifest.json", dataset.manifest)
-    _write_json(run_dir / "statistics.json", stats.to_dict())
+    write_json_atomic(run_dir / "input_manifest.json", dataset.manifest)
+    write_json_atomic(run_dir / "statistics.json", stats.to_dict())
 
     # One device: TensorFlow places the steps on a GPU when there is one, else on the CPU.
     agent = build_agent(config.algo, stats, config.agent, stage_one_steps=config.stage_one_steps)
@@ -128,10 +130,15 @@ def train(
     metrics_path = run_dir / "metrics.jsonl"
     _drop_metrics_after(metrics_path, start)  # steps a killed run logged past its last checkpoint
     window_start, window_steps = time.perf_counter(), 0
-    last: dict[str, float] = {}
+    last: dict[str, float] = _last_metrics(metrics_path)
+    traced: set[tuple] = set()
     for step in range(start, config.steps):
-        info = train_step(next(iterator), **agent.train_kwargs(step))
+        kwargs = agent.train_kwargs(step)
+        info = train_step(next(iterator), **kwargs)
         window_steps += 1
+        if tuple(sorted(kwargs.items())) not in traced:  # a step that traced: keep it out of the rate
+            traced.add(tuple(sorted(kwargs.items())))
+            window_start, window_steps = time.perf_counter(), 0
         loss = float(info.loss)
         if not math.isfinite(loss):
             broken = sorted(k for k, v in info.extra.items() if not math.isfinite(float(v)))
@@ -144,7 +151,8 @@ def train(
         if done % config.log_every == 0 or done == config.steps:
             elapsed = time.perf_counter() - window_start
             last = {"loss": loss, **{k: float(v) for k, v in info.extra.items()}}
-            last["transitions_per_s"] = window_steps * config.batch_size / elapsed
+            if window_steps:
+                last["transitions_per_s"] = window_steps * config.batch_size / elapsed
             _log_metrics(writer, metrics_path, done, last)
             progress("step", {"step": done, "of": config.steps, **{k: round(v, 4) for k, v in last.items()}})
             window_start, window_steps = time.perf_counter(), 0
@@ -168,7 +176,7 @@ def train(
         "policy": {"path": "policy", "version": policy_meta["version"], "sha256": policy_manifest["sha256"]},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    _write_json(manifest_path, manifest)
+    write_json_atomic(manifest_path, manifest)
     progress("exported", {"policy": str(run_dir / "policy")})
     return TrainResult(run_dir, manifest, start, already_complete=False)
 
@@ -176,7 +184,7 @@ def train(
 def _claim_run_dir(run_dir: Path, config: TrainConfig) -> None:
     """Create the run directory with its config, or check that an existing one is the same run."""
     config_path = run_dir / "config.yaml"
-    wanted = config.to_dict()
+    wanted = {**config.to_dict(), "data": str(Path(config.data).resolve())}  # ./ds and ds are one dataset
     if config_path.exists():
         recorded = yaml.safe_load(config_path.read_text())
         if recorded != wanted:
@@ -200,16 +208,18 @@ def _log_metrics(writer, path: Path, step: int, values: dict[str, float]) -> Non
         f.write(json.dumps({"step": step, **values}, sort_keys=True) + "\n")
 
 
+def _last_metrics(path: Path) -> dict[str, float]:
+    """The last logged metrics: what a run killed after its final checkpoint reports when it finishes."""
+    if not path.exists() or not path.read_text().strip():
+        return {}
+    record = json.loads(path.read_text().splitlines()[-1])
+    return {k: v for k, v in record.items() if k != "step"}
+
+
 def _drop_metrics_after(path: Path, step: int) -> None:
     if not path.exists():
         return
     kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
-
-
-def _write_json(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from absl import logging as absl_logging
 from tf_agents.policies import policy_saver
 
 from recsys_rl import signals
@@ -85,11 +86,17 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
     saver.register_function(
         "log_probability", log_probability, {"observation": observation_spec, "action": action_spec}
     )
+    verbosity = absl_logging.get_verbosity()
     with warnings.catch_warnings():
         # PolicySaver records the actor's distribution type in the SavedModel and warns that reading that
-        # record back needs TFP; our readers call the functions above and never read it.
+        # record back needs TFP; our readers call the functions above and never read it. It also logs,
+        # per exported function, that TF-Agents' nested argument names ("0/step_type") were sanitised.
         warnings.filterwarnings("ignore", message="Encoding a StructuredValue with type tfp")
-        saver.save(str(staging))
+        absl_logging.set_verbosity(absl_logging.ERROR)
+        try:
+            saver.save(str(staging))
+        finally:
+            absl_logging.set_verbosity(verbosity)
     manifest = {
         "schema_version": POLICY_SCHEMA_VERSION,
         "kind": "feed_policy",

@@ -1,22 +1,14 @@
-"""The algorithms ``recsys-rl train --algo`` offers, by name."""
+"""Builds the agent for an algorithm name of ``recsys_rl.agents.algorithms``."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from recsys_rl.agents.algorithms import ALGORITHMS
 from recsys_rl.agents.base import AgentConfig, FeedAgent
 from recsys_rl.agents.baselines import BehaviourCloningAgent, RCPOAgent
 from recsys_rl.agents.data import TransitionStatistics
 from recsys_rl.agents.tscac import TSCACAgent
-
-ALGORITHMS: dict[str, str] = {
-    "tscac": "Two-Stage Constrained Actor-Critic (closed-form weighted likelihood)",
-    "tscac-det": "TSCAC, deterministic variant (Q-maximising actor + BC + closeness to stage one)",
-    "bc": "behaviour cloning",
-    "rcpo": "RCPO with a single critic on the Lagrangian reward",
-    "rcpo-mc": "RCPO with the multi-task critic",
-    "ac-main": "actor-critic on watch time only",
-}
 
 
 def build_agent(

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 from recsys_rl.cli import build_transitions as build_transitions_cmd
 from recsys_rl.cli import features as features_cmd
+from recsys_rl.cli import sim_eval as sim_eval_cmd
 from recsys_rl.cli import simulate as simulate_cmd
+from recsys_rl.cli import train as train_cmd
 from recsys_rl.cli.common import EXIT_FAILURE, EXIT_USAGE, OneLineParser
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
@@ -25,6 +27,8 @@ def build_parser() -> OneLineParser:
     simulate_cmd.register(verbs)
     build_transitions_cmd.register(verbs)
     features_cmd.register(verbs)
+    train_cmd.register(verbs)
+    sim_eval_cmd.register(verbs)
     return parser
 
 

@@ -40,3 +40,23 @@ def test_bad_pipeline_arguments_give_one_line_and_exit_2(args, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["train", "--algo", "ppo"], "argument --algo: invalid choice: 'ppo'", id="algo"),
+        pytest.param(
+            ["train", "--steps", "0"], "argument --steps: should be at least 1, but is 0", id="steps"
+        ),
+        pytest.param(["train", "--algo", "bc", "--out", "/tmp/unused"], "data is required", id="no-data"),
+        pytest.param(["sim-eval", "--users", "0"], "argument --users: should be at least 1", id="users"),
+        pytest.param(["sim-eval", "--episode-seed", "-1"], "should be at least 0, but is -1", id="seed"),
+        pytest.param(["sim-eval", "--users", "5"], "policy is required", id="no-policy"),
+    ],
+)
+def test_bad_training_and_evaluation_arguments_give_one_line_and_exit_2(args, message):
+    result = _run(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

@@ -1,0 +1,57 @@
+"""``recsys-rl train``: argument parsing and output of one training run (``recsys_rl.training``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from recsys_rl.agents.algorithms import ALGORITHMS
+from recsys_rl.cli.common import add_config_option, non_negative_int, positive_int
+from recsys_rl.config import load_config
+from recsys_rl.logs import get_logger, log_event, new_run_id, quiet_native_imports
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser(
+        "train",
+        help="train a feed agent on a transition dataset into a run directory",
+        description="Train a feed-ranking agent offline on one transition dataset (a version directory "
+        "with manifest.json) and export its policy. The run directory holds the resolved config, the "
+        "input manifest, metrics (JSON lines and TensorBoard), checkpoints, the exported policy and, "
+        "last, manifest.json. Started again with the same config, a run resumes from its last checkpoint; "
+        "a finished run is left as it is; a different config for the same directory is refused. Any "
+        "TrainConfig key, including the nested 'agent' settings, can come from --config.",
+    )
+    add_config_option(p)
+    p.add_argument("--algo", choices=list(ALGORITHMS), help="algorithm (default tscac)")
+    p.add_argument("--data", metavar="DATASET", help="transition dataset version directory")
+    p.add_argument("--out", metavar="RUN", help="run directory")
+    p.add_argument("--steps", type=positive_int, help="training steps (default 3000)")
+    p.add_argument("--batch-size", type=positive_int, help="transitions per step (default 512)")
+    p.add_argument("--seed", type=non_negative_int, help="seed of initialisation and data order (default 0)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with quiet_native_imports():
+        from recsys_rl.training import TrainConfig, train  # TensorFlow only for this verb
+
+    overrides = {k: getattr(args, k) for k in ("algo", "data", "out", "steps", "batch_size", "seed")}
+    config = load_config(TrainConfig, args.config, overrides)
+    logger = get_logger("train")
+    run_id = new_run_id()
+    result = train(config, lambda event, fields: log_event(logger, event, run_id=run_id, **fields))
+    manifest = result.manifest
+    if result.already_complete:
+        status = "already complete, nothing to do"
+    elif result.resumed_from_step:
+        status = f"resumed from step {result.resumed_from_step}"
+    else:
+        status = "trained from scratch"
+    print(f"run {result.run_dir}: {manifest['algo']}, {manifest['steps']} steps ({status})")
+    print(
+        f"  policy  {result.run_dir / manifest['policy']['path']} (version {manifest['policy']['version']})"
+    )
+    print(f"  dataset {manifest['dataset']['path']} (version {manifest['dataset']['version']})")
+    metrics = " ".join(f"{name}={value:.6g}" for name, value in sorted(manifest["final_metrics"].items()))
+    print(f"  final metrics: {metrics or 'none logged'}")
+    return 0

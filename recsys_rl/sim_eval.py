@@ -1,0 +1,160 @@
+"""``recsys-rl sim-eval``: a trained feed policy against the behaviour policy, in the simulator.
+
+Off-policy estimates are only as good as their assumptions; the simulator can run the policy itself. Both
+feed policies run on the same world with the same episode seed (and the behaviour allocation policy), so
+the comparison is paired: what differs between the two is the ranking, not the users drawn. The world is
+fixed by ``users`` and ``seed`` together, so to evaluate on the world the policy learnt from, give those
+of the simulated logs it was trained on.
+
+The verdict per auxiliary signal is the TSCAC constraint: no worse than the behaviour policy, which is at
+least its level for a signal to raise and at most for one to lower (``recsys_rl.signals`` directions).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from recsys_rl import signals
+from recsys_rl.agents.policy_io import POLICY_MANIFEST, PolicyLoadError, load_feed_policy
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values
+from recsys_rl.sim.policies import FeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.training import RUN_MANIFEST
+
+AUXILIARY_SIGNALS = tuple(s for s in signals.FEED_SIGNALS if s != signals.FEED_MAIN_SIGNAL)
+
+
+@dataclass(frozen=True)
+class SimEvalConfig:
+    """A simulator evaluation of one exported feed policy against the behaviour policy."""
+
+    policy: str = ""  # a training run directory (its exported policy is used) or a policy directory
+    users: int = 2_000  # users in the world; with seed it fixes the world, more users give more episodes
+    days: int = 2  # days to run; return_rate needs at least 2
+    seed: int = 0  # world seed: that of the simulated logs the policy was trained on
+    episode_seed: int = 1  # users' draws on that world; the logs used 0, so 1 keeps them independent
+    sample: bool = False  # serve the policy's mean (False) or sample its Gaussian
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            raise ValueError("policy is required")
+        for name in ("users", "days"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
+        for name in ("seed", "episode_seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} should be non-negative, but is {getattr(self, name)}")
+
+
+def policy_directory(path: str | Path) -> Path:
+    """The exported policy of a finished training run, or ``path`` itself when it is a policy directory."""
+    path = Path(path)
+    if (path / POLICY_MANIFEST).is_file():
+        return path
+    if (path / RUN_MANIFEST).is_file():
+        run_manifest = json.loads((path / RUN_MANIFEST).read_text())
+        return path / run_manifest["policy"]["path"]
+    if (path / "config.yaml").is_file():
+        raise PolicyLoadError(
+            f"{path} is a training run that has not finished: it has no exported policy yet"
+        )
+    raise PolicyLoadError(f"{path} is neither a policy directory (with {POLICY_MANIFEST}) nor a training run")
+
+
+def evaluate_policy(
+    config: SimEvalConfig,
+    progress: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+) -> dict[str, Any]:
+    """Run the behaviour policy and the exported policy on the same world; a JSON-able comparison."""
+    policy = load_feed_policy(policy_directory(config.policy), sample=config.sample)
+    behaviour = behaviour_feed_policy()
+
+    def values(feed_policy: FeedPolicy) -> PolicyValues:
+        progress("evaluating", {"policy": feed_policy.version, "users": config.users, "days": config.days})
+        started = time.perf_counter()
+        result = monte_carlo_values(
+            SimConfig(n_users=config.users),
+            feed_policy,
+            behaviour_allocation_policy(),
+            seed=config.seed,
+            episode_seed=config.episode_seed,
+            days=config.days,
+        )
+        elapsed = round(time.perf_counter() - started, 2)
+        progress(
+            "evaluated", {"policy": feed_policy.version, "episodes": result.episodes, "seconds": elapsed}
+        )
+        return result
+
+    report = compare_values(values(behaviour), values(policy))
+    report["config"] = asdict(config)
+    report["policy"] = {
+        "directory": str(policy.directory.resolve()),
+        "version": policy.version,
+        "algo": policy.manifest.get("algo"),
+        "train_step": policy.manifest.get("train_step"),
+    }
+    report["behaviour"] = {
+        "feed_policy": behaviour.version,
+        "allocation_policy": behaviour_allocation_policy().version,
+    }
+    return report
+
+
+def compare_values(behaviour: PolicyValues, policy: PolicyValues) -> dict[str, Any]:
+    """Per feed signal: both values and the policy's relative lift; per auxiliary signal: the constraint."""
+    feed_signals = {
+        name: {
+            "direction": signals.get(name).direction.value,
+            "behaviour": _estimate(behaviour.feed[name]),
+            "policy": _estimate(policy.feed[name]),
+            "lift": _relative(policy.feed[name].mean, behaviour.feed[name].mean),
+        }
+        for name in signals.FEED_SIGNALS
+    }
+    constraints = {
+        name: _constraint(name, behaviour.feed[name], policy.feed[name]) for name in AUXILIARY_SIGNALS
+    }
+    return {
+        "kind": "sim_eval",
+        "signals": feed_signals,
+        "return_rate": {"behaviour": _finite(behaviour.return_rate), "policy": _finite(policy.return_rate)},
+        "episodes": {"behaviour": behaviour.episodes, "policy": policy.episodes},
+        "constraints": constraints,
+        "constraints_satisfied": all(c["satisfied"] for c in constraints.values()),
+    }
+
+
+def _constraint(name: str, behaviour: Estimate, policy: Estimate) -> dict[str, Any]:
+    """Whether the policy is no worse than the behaviour on ``name``, with the margin in the good direction.
+
+    The margin's standard error treats the two runs as independent, which overstates it for these paired
+    runs: a margin several of them below zero is a violation, not noise.
+    """
+    direction = signals.get(name).direction
+    margin = direction.sign * (policy.mean - behaviour.mean)
+    return {
+        "bound": "at least" if direction is signals.Direction.HIGHER_IS_BETTER else "at most",
+        "satisfied": margin >= 0.0,  # False when there is no estimate (NaN)
+        "margin": _finite(margin),
+        "margin_stderr": _finite(math.hypot(behaviour.stderr, policy.stderr)),
+    }
+
+
+def _estimate(estimate: Estimate) -> dict[str, float | None]:
+    return {"mean": _finite(estimate.mean), "stderr": _finite(estimate.stderr)}
+
+
+def _relative(value: float, reference: float) -> float | None:
+    return _finite((value - reference) / abs(reference)) if reference else None
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN or infinity: a figure that does not exist (one day has no return rate) is null."""
+    return float(value) if math.isfinite(value) else None

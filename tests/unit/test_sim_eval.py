@@ -1,0 +1,89 @@
+"""The sim-eval comparison: lifts, constraint directions from the signal registry, and where a policy is."""
+
+import json
+import math
+
+import pytest
+
+from recsys_rl import signals
+from recsys_rl.agents.policy_io import PolicyLoadError
+from recsys_rl.sim.ground_truth import Estimate, PolicyValues
+from recsys_rl.sim_eval import AUXILIARY_SIGNALS, SimEvalConfig, compare_values, policy_directory
+
+
+def _values(return_rate: float = 0.7, **means: float) -> PolicyValues:
+    feed = {name: Estimate(means.get(name, 1.0), 0.1, 500) for name in signals.FEED_SIGNALS}
+    live = {name: Estimate(1.0, 0.1, 500) for name in signals.LIVE_SIGNALS}
+    per_request = dict.fromkeys(signals.FEED_SIGNALS, 0.1)
+    return PolicyValues(feed, live, per_request, episodes=500, return_rate=return_rate)
+
+
+def test_a_policy_equal_to_the_behaviour_has_no_lift_and_meets_every_constraint():
+    report = compare_values(_values(), _values())
+    assert all(v["lift"] == 0.0 for v in report["signals"].values())
+    assert report["constraints_satisfied"]
+    assert report["constraints"]["click"]["margin_stderr"] == pytest.approx(math.hypot(0.1, 0.1))
+
+
+def test_constraints_follow_each_signals_direction():
+    behaviour = _values(click=2.0, like=2.0, hate=2.0)
+    policy = _values(watch_time=0.5, click=2.5, like=1.5, hate=1.0)
+    report = compare_values(behaviour, policy)
+    checks = report["constraints"]
+    assert checks["click"]["bound"] == "at least"
+    assert checks["click"]["satisfied"] and checks["click"]["margin"] == pytest.approx(0.5)
+    assert not checks["like"]["satisfied"] and checks["like"]["margin"] == pytest.approx(-0.5)
+    assert checks["hate"]["bound"] == "at most"
+    assert checks["hate"]["satisfied"] and checks["hate"]["margin"] == pytest.approx(
+        1.0
+    )  # less hate is better
+    assert "watch_time" not in checks  # the main signal is maximised, not constrained
+    assert set(checks) == set(AUXILIARY_SIGNALS)
+    assert not report["constraints_satisfied"]
+    assert report["signals"]["watch_time"]["lift"] == pytest.approx(-0.5)
+    assert report["signals"]["hate"]["lift"] == pytest.approx(-0.5)
+    assert report["signals"]["hate"]["direction"] == "lower"
+
+
+def test_more_hate_than_the_behaviour_violates_its_constraint():
+    report = compare_values(_values(hate=1.0), _values(hate=1.2))
+    assert not report["constraints"]["hate"]["satisfied"]
+    assert report["constraints"]["hate"]["margin"] == pytest.approx(-0.2)
+
+
+def test_figures_that_do_not_exist_are_null_so_the_report_is_strict_json():
+    report = compare_values(_values(return_rate=float("nan"), share=0.0), _values(return_rate=float("nan")))
+    assert report["return_rate"] == {"behaviour": None, "policy": None}
+    assert report["signals"]["share"]["lift"] is None  # relative to a behaviour value of zero
+    json.dumps(report, allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        pytest.param({"policy": ""}, "policy is required", id="no-policy"),
+        pytest.param({"users": 0}, "users should be at least 1, but is 0", id="users"),
+        pytest.param({"days": 0}, "days should be at least 1, but is 0", id="days"),
+        pytest.param({"episode_seed": -1}, "episode_seed should be non-negative", id="episode-seed"),
+    ],
+)
+def test_config_rejects_what_cannot_be_simulated(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        SimEvalConfig(**{"policy": "run", **overrides})
+
+
+def test_a_policy_is_found_in_its_own_directory_or_through_a_finished_run(tmp_path):
+    policy = tmp_path / "run" / "exported"
+    policy.mkdir(parents=True)
+    (policy / "policy.json").write_text("{}")
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"policy": {"path": "exported"}}))
+    assert policy_directory(policy) == policy
+    assert policy_directory(tmp_path / "run") == policy
+
+
+def test_an_unfinished_run_or_another_directory_is_refused_with_the_reason(tmp_path):
+    (tmp_path / "config.yaml").write_text("algo: bc\n")
+    with pytest.raises(PolicyLoadError, match="has not finished"):
+        policy_directory(tmp_path)
+    with pytest.raises(PolicyLoadError, match="neither a policy directory"):
+        policy_directory(tmp_path / "missing")
