@@ -38,6 +38,7 @@ from recsys_rl.agents.data import open_dataset, read_transitions, transition_sta
 from recsys_rl.agents.policy_io import export_policy
 from recsys_rl.agents.registry import build_agent
 from recsys_rl.atomic_json import write_json_atomic
+from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
 
 RUN_MANIFEST = "manifest.json"
@@ -64,6 +65,9 @@ class TrainConfig:
     checkpoint_every: int = 500
     log_every: int = 100
     shuffle_buffer: int = 65_536
+    # Devices to mirror the model over (e.g. ["/gpu:0", "/gpu:1"]); empty: every GPU when there are
+    # several, else the one device TensorFlow picks (a GPU if present, the CPU otherwise).
+    devices: tuple[str, ...] = ()
     agent: AgentConfig = field(default_factory=AgentConfig)
 
     def __post_init__(self) -> None:
@@ -112,12 +116,16 @@ def train(
     write_json_atomic(run_dir / "input_manifest.json", dataset.manifest)
     write_json_atomic(run_dir / "statistics.json", stats.to_dict())
 
-    # One device: TensorFlow places the steps on a GPU when there is one, else on the CPU.
-    agent = build_agent(config.algo, stats, config.agent, stage_one_steps=config.stage_one_steps)
+    strategy = training_strategy(config.devices)
+    replicas = strategy.num_replicas_in_sync
+    if config.batch_size % replicas:
+        raise ConfigError(f"batch_size {config.batch_size} does not split evenly over {replicas} replicas")
+    with strategy.scope():
+        agent = build_agent(config.algo, stats, config.agent, stage_one_steps=config.stage_one_steps)
     batches = read_transitions(
         dataset, config.batch_size, seed=config.seed, shuffle_buffer=config.shuffle_buffer
     )
-    iterator = iter(batches)
+    iterator = iter(batches)  # a plain tf.data iterator: checkpointable, unlike a distributed one
     checkpoint = tf.train.Checkpoint(agent=agent, iterator=iterator)
     manager = tf.train.CheckpointManager(checkpoint, str(run_dir / "checkpoints"), max_to_keep=2)
     if manager.latest_checkpoint:
@@ -125,7 +133,7 @@ def train(
     start = int(agent.train_step_counter.numpy())
     progress("started", {"algo": config.algo, "step": start, "of": config.steps, "rows": dataset.rows})
 
-    train_step = common.function(agent.train, autograph=False)
+    train_step = _distributed_step(strategy, agent)
     writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
     metrics_path = run_dir / "metrics.jsonl"
     _drop_metrics_after(metrics_path, start)  # steps a killed run logged past its last checkpoint
@@ -134,14 +142,14 @@ def train(
     traced: set[tuple] = set()
     for step in range(start, config.steps):
         kwargs = agent.train_kwargs(step)
-        info = train_step(next(iterator), **kwargs)
+        loss, extra = train_step(next(iterator), **kwargs)
         window_steps += 1
         if tuple(sorted(kwargs.items())) not in traced:  # a step that traced: keep it out of the rate
             traced.add(tuple(sorted(kwargs.items())))
             window_start, window_steps = time.perf_counter(), 0
-        loss = float(info.loss)
+        loss = float(loss)
         if not math.isfinite(loss):
-            broken = sorted(k for k, v in info.extra.items() if not math.isfinite(float(v)))
+            broken = sorted(k for k, v in extra.items() if not math.isfinite(float(v)))
             raise TrainingDivergedError(
                 f"{config.algo}: loss became {loss} at step {step + 1} (non-finite: {broken or ['total']}); "
                 f"the last checkpoint is {manager.latest_checkpoint or 'none'}. Lower the learning rates or "
@@ -150,7 +158,7 @@ def train(
         done = step + 1
         if done % config.log_every == 0 or done == config.steps:
             elapsed = time.perf_counter() - window_start
-            last = {"loss": loss, **{k: float(v) for k, v in info.extra.items()}}
+            last = {"loss": loss, **{k: float(v) for k, v in extra.items()}}
             if window_steps:
                 last["transitions_per_s"] = window_steps * config.batch_size / elapsed
             _log_metrics(writer, metrics_path, done, last)
@@ -171,6 +179,7 @@ def train(
         "algo": config.algo,
         "steps": config.steps,
         "seed": config.seed,
+        "replicas": replicas,
         "dataset": {"path": str(Path(config.data).resolve()), "version": dataset.manifest["version"]},
         "final_metrics": last,
         "policy": {"path": "policy", "version": policy_meta["version"], "sha256": policy_manifest["sha256"]},
@@ -179,6 +188,46 @@ def train(
     write_json_atomic(manifest_path, manifest)
     progress("exported", {"policy": str(run_dir / "policy")})
     return TrainResult(run_dir, manifest, start, already_complete=False)
+
+
+def training_strategy(devices: tuple[str, ...] = ()) -> tf.distribute.Strategy:
+    """MirroredStrategy over ``devices``, or over every GPU when there are several; else the default."""
+    # The agents update several networks per step, each with its own optimiser; with collective
+    # all-reduces the replicas could order those reductions differently and deadlock or mismatch, so
+    # gradients are summed on one device instead (small networks: the copy is cheap).
+    reduce_on_one = tf.distribute.ReductionToOneDevice()
+    if devices:
+        return tf.distribute.MirroredStrategy(list(devices), cross_device_ops=reduce_on_one)
+    if len(tf.config.list_logical_devices("GPU")) > 1:
+        return tf.distribute.MirroredStrategy(cross_device_ops=reduce_on_one)
+    return tf.distribute.get_strategy()
+
+
+def _distributed_step(strategy: tf.distribute.Strategy, agent):
+    """One compiled step: every replica trains on its share of the batch; losses averaged over replicas.
+
+    With the default strategy this is the compiled ``agent.train`` on the whole batch.
+    """
+
+    def mean(value):
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+
+    def step(batch, **kwargs):
+        info = strategy.run(agent.train, args=(batch,), kwargs=kwargs)
+        return mean(info.loss), {name: mean(value) for name, value in info.extra.items()}
+
+    compiled = common.function(step, autograph=False)
+    replicas = strategy.num_replicas_in_sync
+
+    def split_and_step(batch, **kwargs):
+        def share(context: tf.distribute.experimental.ValueContext):
+            return tf.nest.map_structure(
+                lambda t: tf.split(t, replicas)[context.replica_id_in_sync_group], batch
+            )
+
+        return compiled(strategy.experimental_distribute_values_from_function(share), **kwargs)
+
+    return split_and_step
 
 
 def _claim_run_dir(run_dir: Path, config: TrainConfig) -> None:

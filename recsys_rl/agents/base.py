@@ -105,7 +105,10 @@ class FeedAgent(tf_agent.TFAgent):
             policy,
             train_sequence_length=None,
             training_data_spec=feed_transition_spec(),
-            train_step_counter=train_step_counter or tf.Variable(0, dtype=tf.int64, name="train_step"),
+            train_step_counter=train_step_counter
+            or tf.Variable(
+                0, dtype=tf.int64, name="train_step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+            ),
         )
 
     # Deterministic-update agents serve their mean with the configured exploration std.
@@ -197,12 +200,24 @@ class FeedAgent(tf_agent.TFAgent):
             per_head = losses.critic_loss(q, targets)
             total = tf.reduce_sum(per_head)
         self._apply(total, tape, critic.trainable_variables, optimizer)
-        common.soft_variables_update(critic.variables, target.variables, self._config.target_update_tau)
+        tau = self._config.target_update_tau
+        _in_cross_replica_context(
+            lambda: common.soft_variables_update(critic.variables, target.variables, tau)
+        )
         return per_head
+
+    def _new_target(self, critic: MultiTaskCriticNetwork) -> MultiTaskCriticNetwork:
+        target = critic.copy(name="target_critic")
+        target.create_variables()
+        common.soft_variables_update(critic.variables, target.variables, 1.0)
+        return target
 
     @staticmethod
     def _apply(loss, tape, variables, optimizer) -> None:
-        grads = tape.gradient(loss, variables)
+        # Under a MirroredStrategy the optimiser sums the replicas' gradients, and each replica's loss is a
+        # mean over its share of the batch: dividing by the replica count makes the sum the batch mean.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        grads = [g / replicas for g in tape.gradient(loss, variables)]
         optimizer.apply_gradients(zip(grads, variables, strict=True))
 
     def _weighted_likelihood_step(
@@ -260,6 +275,19 @@ class FeedAgent(tf_agent.TFAgent):
 
     def _loss(self, experience, weights=None, training=False):
         raise NotImplementedError("feed agents report their losses from train(); there is no separate loss()")
+
+
+def _in_cross_replica_context(update) -> None:
+    """Run a variable update once for all replicas (a no-op wrapper without a distribution strategy).
+
+    Target networks are plain mirrored variables: replicas may not assign them one by one, but their
+    sources are identical on every replica after a synchronised step, so one update from any is right.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        update()
+    else:
+        context.merge_call(lambda strategy: update())
 
 
 def gammas_for(head_names: Sequence[str]) -> tf.Tensor:

@@ -19,7 +19,6 @@ from typing import Literal
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
-from tf_agents.utils import common
 
 from recsys_rl import signals
 from recsys_rl.agents.base import AgentConfig, FeedAgent, gammas_for
@@ -75,9 +74,7 @@ class RCPOAgent(FeedAgent):
         gamma_names = (signals.FEED_MAIN_SIGNAL,) if critic == "single" else self._heads
         self._gammas = gammas_for(gamma_names)
         self._critic = self._new_critic(self._heads, config.funnel if critic == "multi" else ())
-        self._target_critic = self._critic.copy(name="target_critic")
-        self._target_critic.create_variables()
-        common.soft_variables_update(self._critic.variables, self._target_critic.variables, 1.0)
+        self._target_critic = self._new_target(self._critic)
         self._critic_optimizer = tf.keras.optimizers.Adam(config.critic_learning_rate)
         initial = 0.0 if critic == "main" else config.initial_multiplier
         self._multipliers = tf.Variable(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
-from tf_agents.utils import common
 
 from recsys_rl import signals
 from recsys_rl.agents import losses
@@ -55,9 +54,7 @@ class TSCACAgent(FeedAgent):
         self._aux_actors = [self._new_actor(f"aux_actor_{s}", learn_std=not deterministic) for s in AUXILIARY]
         self._aux_optimizer = tf.keras.optimizers.Adam(config.actor_learning_rate)
         self._critic = self._new_critic(signals.FEED_SIGNALS, config.funnel)
-        self._target_critic = self._critic.copy(name="target_critic")
-        self._target_critic.create_variables()
-        common.soft_variables_update(self._critic.variables, self._target_critic.variables, 1.0)
+        self._target_critic = self._new_target(self._critic)
         self._critic_optimizer = tf.keras.optimizers.Adam(config.critic_learning_rate)
         self._gammas = gammas_for(signals.FEED_SIGNALS)
         # head j bootstraps from policy j: 0 is the main actor, 1.. the stage-one actors in AUXILIARY order

@@ -173,3 +173,43 @@ def test_a_short_tscac_run_beats_the_behaviour_policy_on_watch_time_in_the_simul
     watch = report["signals"]["watch_time"]
     # more than one standard error above the behaviour policy (about +1.2% measured; paired runs)
     assert watch["policy"]["mean"] - watch["behaviour"]["mean"] > watch["behaviour"]["stderr"]
+
+
+_MIRRORED_RUN = """
+import sys
+import recsys_rl
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from recsys_rl.agents.base import AgentConfig
+from recsys_rl.training import TrainConfig, train
+
+config = TrainConfig(
+    algo=sys.argv[3], data=sys.argv[1], out=sys.argv[2], steps=12, batch_size=64, checkpoint_every=6,
+    log_every=6, devices=("/cpu:0", "/cpu:1"), agent=AgentConfig(actor_hidden=(16,), critic_hidden=(32,)),
+)
+print("replicas", train(config).manifest["replicas"])
+"""
+
+
+@pytest.mark.parametrize("algo", ["tscac", "rcpo"])
+def test_training_mirrors_over_several_devices(feed_dataset: Path, tmp_path: Path, algo: str):
+    """The multi-GPU path (MirroredStrategy), exercised on two logical CPU devices in a fresh process."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-c", _MIRRORED_RUN, str(feed_dataset), str(run), algo],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "replicas 2" in done.stdout
+    policy = load_feed_policy(run / "policy")
+    actions = policy.mean(_states(feed_dataset, 64))
+    assert np.all(np.isfinite(actions))
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [6, 12]
