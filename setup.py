@@ -99,8 +99,10 @@ setup(
         # record CRCs several times faster with it than in pure Python
         "google-crc32c",
         "crc32c",
+        "matplotlib",  # plots of the OPE report
     ],
-    extras_require={"dev": ["pytest", "hypothesis", "ruff"]},
+    # nbclient and ipykernel run the notebooks in the tests
+    extras_require={"dev": ["pytest", "hypothesis", "ruff", "nbformat", "nbclient", "ipykernel"]},
     entry_points={"console_scripts": ["recsys-rl=recsys_rl.cli.main:main"]},
     cmdclass={
         "build_protos": BuildProtos,
