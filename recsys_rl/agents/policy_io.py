@@ -43,6 +43,14 @@ class PolicyLoadError(OperationalError):
     """A policy directory that cannot be served: missing, corrupt, or built for another state layout."""
 
 
+def policy_digest(directory: str | Path) -> str:
+    """One sha256 for a whole exported policy: that of its ``policy.json``, which lists every file's sha256.
+
+    Blessings and the registry name a policy by it, so a blessing cannot be reused for other weights.
+    """
+    return hashlib.sha256((Path(directory) / POLICY_MANIFEST).read_bytes()).hexdigest()
+
+
 def _file_digests(directory: Path) -> dict[str, str]:
     digests = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != POLICY_MANIFEST):
