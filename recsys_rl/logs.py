@@ -13,7 +13,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 _CONFIGURED = False
 
@@ -111,3 +112,10 @@ def get_logger(name: str) -> logging.Logger:
 
 def log_event(logger: logging.Logger, event: str, **kv: object) -> None:
     logger.info(event, extra={"kv": kv})
+
+
+def progress_logger(name: str) -> Callable[[str, dict[str, Any]], None]:
+    """A job's progress callback: each (event, fields) becomes one key=value line with a fresh run id."""
+    logger = get_logger(name)
+    run_id = new_run_id()
+    return lambda event, fields: log_event(logger, event, run_id=run_id, **fields)

@@ -9,7 +9,6 @@ their recorded sha256, and says which.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tf_agents.trajectories import policy_step, time_step, trajectory
 
 from recsys_rl import signals
 from recsys_rl.agents.specs import LOG_PROPENSITY_KEY
+from recsys_rl.atomic_json import read_json_file
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
@@ -61,12 +61,7 @@ def open_dataset(
 ) -> TransitionDataset:
     directory = Path(directory)
     path = directory / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DatasetMismatchError(f"{directory} has no {MANIFEST}: not a transition dataset") from None
-    except json.JSONDecodeError as err:
-        raise DatasetMismatchError(f"{path} is not valid JSON: {err}") from None
+    manifest = read_json_file(path, DatasetMismatchError, "not a transition dataset")
     if manifest.get("schema_version") != DATASET_SCHEMA_VERSION or manifest.get("kind") != "transitions":
         raise DatasetMismatchError(
             f"{path}: expected a transitions dataset with schema_version {DATASET_SCHEMA_VERSION}, found "

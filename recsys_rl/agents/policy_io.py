@@ -31,6 +31,7 @@ from tf_agents.policies import policy_saver
 
 from recsys_rl import signals
 from recsys_rl.agents.base import FeedAgent
+from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES
@@ -174,12 +175,7 @@ def _f32(values: np.ndarray) -> tf.Tensor:
 def load_feed_policy(directory: str | Path, *, sample: bool = False, verify: bool = True) -> SavedFeedPolicy:
     directory = Path(directory)
     manifest_path = directory / POLICY_MANIFEST
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except FileNotFoundError:
-        raise PolicyLoadError(f"{directory} has no {POLICY_MANIFEST}: not an exported policy") from None
-    except json.JSONDecodeError as err:
-        raise PolicyLoadError(f"{manifest_path} is not valid JSON: {err}") from None
+    manifest = read_json_file(manifest_path, PolicyLoadError, "not an exported policy")
     if manifest.get("schema_version") != POLICY_SCHEMA_VERSION or manifest.get("kind") != "feed_policy":
         raise PolicyLoadError(f"{manifest_path} is not a feed policy of schema {POLICY_SCHEMA_VERSION}")
     if tuple(manifest.get("feature_names", ())) != FEED_STATE_FEATURES:

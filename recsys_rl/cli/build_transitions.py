@@ -6,7 +6,7 @@ import argparse
 
 from recsys_rl.cli.common import add_bootstrap_option, add_config_option, positive_int
 from recsys_rl.config import load_config
-from recsys_rl.logs import get_logger, log_event, new_run_id
+from recsys_rl.logs import progress_logger
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -65,11 +65,7 @@ def run(args: argparse.Namespace) -> int:
         "commit",
     )
     config = load_config(BuildTransitionsConfig, args.config, {k: getattr(args, k) for k in fields})
-    logger = get_logger("build_transitions")
-    run_id = new_run_id()
-    result = build_transitions(
-        config, args.pipeline_args, lambda event, kv: log_event(logger, event, run_id=run_id, **kv)
-    )
+    result = build_transitions(config, args.pipeline_args, progress_logger("build_transitions"))
     if result.dataset_dir is None:
         print(
             f"nothing to read: group {config.group!r} is at the end of "

@@ -7,7 +7,7 @@ from typing import Any
 
 from recsys_rl.cli.common import add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
-from recsys_rl.logs import get_logger, log_event, new_run_id, quiet_native_imports
+from recsys_rl.logs import progress_logger, quiet_native_imports
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -46,9 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {k: getattr(args, k) for k in ("policy", "users", "days", "seed", "episode_seed", "sample")}
     config = load_config(SimEvalConfig, args.config, overrides)
-    logger = get_logger("sim_eval")
-    run_id = new_run_id()
-    report = evaluate_policy(config, lambda event, fields: log_event(logger, event, run_id=run_id, **fields))
+    report = evaluate_policy(config, progress_logger("sim_eval"))
     _print_report(report)
     if args.out:
         write_json_atomic(args.out, report)

@@ -7,7 +7,7 @@ import argparse
 from recsys_rl.agents.algorithms import ALGORITHMS
 from recsys_rl.cli.common import add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
-from recsys_rl.logs import get_logger, log_event, new_run_id, quiet_native_imports
+from recsys_rl.logs import progress_logger, quiet_native_imports
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -37,9 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {k: getattr(args, k) for k in ("algo", "data", "out", "steps", "batch_size", "seed")}
     config = load_config(TrainConfig, args.config, overrides)
-    logger = get_logger("train")
-    run_id = new_run_id()
-    result = train(config, lambda event, fields: log_event(logger, event, run_id=run_id, **fields))
+    result = train(config, progress_logger("train"))
     manifest = result.manifest
     if result.already_complete:
         status = "already complete, nothing to do"
