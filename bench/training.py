@@ -24,14 +24,13 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 import tensorflow as tf
 from common import bench_parser, repeat_rate, write_result
-from tf_agents.utils import common as tfa_common
 
 from pipelines.simulated import simulated_dataset
 from recsys_rl.agents.base import AgentConfig, FeedAgent
 from recsys_rl.agents.data import TransitionDataset, open_dataset, read_transitions, transition_statistics
 from recsys_rl.agents.registry import build_agent
 from recsys_rl.kafka import open_broker
-from recsys_rl.training import TrainConfig
+from recsys_rl.training import TrainConfig, compiled_train_step, training_strategy
 
 TARGET_TRANSITIONS_PER_S = 20_000
 BATCH_SIZE = 512
@@ -57,13 +56,13 @@ def training_rate(
 ) -> dict:
     """Transitions per second of ``agent``'s training step at global ``step`` (which sets TSCAC's stage)."""
     iterator = iter(read_transitions(dataset, BATCH_SIZE, seed=seed))
-    train_step = tfa_common.function(agent.train, autograph=False)
+    train_step = compiled_train_step(training_strategy(), agent)  # exactly the job's step
     kwargs = agent.train_kwargs(step)
-    float(train_step(next(iterator), **kwargs).loss)  # warm-up: tracing and the first run
+    float(train_step(next(iterator), **kwargs)[0])  # warm-up: tracing and the first run
 
     def work() -> int:
         for _ in range(steps):
-            float(train_step(next(iterator), **kwargs).loss)  # the training loop checks every loss
+            float(train_step(next(iterator), **kwargs)[0])  # the training loop checks every loss
         return steps * BATCH_SIZE
 
     return repeat_rate(work, repeats)

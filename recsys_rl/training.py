@@ -133,7 +133,7 @@ def train(
     start = int(agent.train_step_counter.numpy())
     progress("started", {"algo": config.algo, "step": start, "of": config.steps, "rows": dataset.rows})
 
-    train_step = _distributed_step(strategy, agent)
+    train_step = compiled_train_step(strategy, agent)
     writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
     metrics_path = run_dir / "metrics.jsonl"
     _drop_metrics_after(metrics_path, start)  # steps a killed run logged past its last checkpoint
@@ -203,7 +203,7 @@ def training_strategy(devices: tuple[str, ...] = ()) -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def _distributed_step(strategy: tf.distribute.Strategy, agent):
+def compiled_train_step(strategy: tf.distribute.Strategy, agent):
     """One compiled step: every replica trains on its share of the batch; losses averaged over replicas.
 
     With the default strategy this is the compiled ``agent.train`` on the whole batch.
@@ -218,6 +218,8 @@ def _distributed_step(strategy: tf.distribute.Strategy, agent):
 
     compiled = common.function(step, autograph=False)
     replicas = strategy.num_replicas_in_sync
+    if replicas == 1:
+        return compiled
 
     def split_and_step(batch, **kwargs):
         def share(context: tf.distribute.experimental.ValueContext):

@@ -103,40 +103,40 @@ class TSCACAgent(FeedAgent):
         return tf_agent.LossInfo(loss=total, extra=extra)
 
     def _stage_one(self, experience, extra: dict) -> tf.Tensor:
+        """Each stage-one actor learns its own signal (sign-corrected: hate is minimised).
+
+        The critic is evaluated once at the logged actions and once at all six actors' means together,
+        rather than twice per actor: stage one is the costlier stage.
+        """
+        observations = experience.time_step.observation
+        action = experience.action_step.action
+        behaviour = self._behaviour_log_prob(experience)
         total = tf.constant(0.0)
-        signs = tf.constant(signals.directions(signals.FEED_SIGNALS), tf.float32)
         with tf.GradientTape() as tape:
-            for name, head, actor in zip(AUXILIARY, self._aux_heads, self._aux_actors, strict=True):
-                coefficients = tf.one_hot(head, len(signals.FEED_SIGNALS)) * signs
-                loss = self._aux_loss(actor, experience, coefficients)
+            means = self._means(self._aux_actors, observations)  # (M, B, K)
+            q_at_means = self._q_at(self._critic, observations, means)  # (M, B, S)
+            q_logged, _ = self._critic((observations, action))
+            for i, (name, head, actor) in enumerate(
+                zip(AUXILIARY, self._aux_heads, self._aux_actors, strict=True)
+            ):
+                sign = float(signals.get(name).direction.sign)
+                if self._deterministic:
+                    loss = losses.deterministic_actor_loss(
+                        sign * q_at_means[i, :, head], means[i], action, self._config.bc_weight
+                    )
+                else:
+                    advantage = tf.stop_gradient(sign * (q_logged[:, head] - q_at_means[i, :, head]))
+                    log_w = losses.closed_form_log_weights(
+                        losses.standardised(advantage), behaviour, None, None, self._config.behaviour_lambda
+                    )
+                    weights = losses.normalised_weights(log_w, self._config.max_weight)
+                    dist, _ = actor(observations, training=True)
+                    loss = losses.weighted_log_likelihood_loss(dist.log_prob(action), weights)
                 extra[f"actor/{name}"] = loss
                 total += loss
         variables = [v for a in self._aux_actors for v in a.trainable_variables]
         self._apply(total, tape, variables, self._aux_optimizer)
         return total
-
-    def _aux_loss(self, actor, experience, coefficients: tf.Tensor) -> tf.Tensor:
-        """One stage-one actor's loss on its own signal (sign-corrected: hate is minimised)."""
-        observations = experience.time_step.observation
-        mean, _ = actor.mean_and_std(observations)
-        if self._deterministic:
-            q, _ = self._critic((observations, mean))
-            return losses.deterministic_actor_loss(
-                tf.linalg.matvec(q, coefficients), mean, experience.action_step.action, self._config.bc_weight
-            )
-        advantage = tf.stop_gradient(
-            tf.linalg.matvec(self._advantage(self._critic, experience, actor), coefficients)
-        )
-        log_w = losses.closed_form_log_weights(
-            losses.standardised(advantage),
-            self._behaviour_log_prob(experience),
-            None,
-            None,
-            self._config.behaviour_lambda,
-        )
-        weights = losses.normalised_weights(log_w, self._config.max_weight)
-        dist, _ = actor(observations, training=True)
-        return losses.weighted_log_likelihood_loss(dist.log_prob(experience.action_step.action), weights)
 
     def _stage_two(self, experience, observations, extra: dict) -> tf.Tensor:
         if self._deterministic:
