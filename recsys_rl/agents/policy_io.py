@@ -15,7 +15,6 @@ written to a temporary name and renamed, so a reader never sees a half-exported 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -34,29 +33,14 @@ from recsys_rl.agents.base import FeedAgent
 from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.policy_files import POLICY_MANIFEST, file_digests, mismatched_policy_files
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES
 
-POLICY_MANIFEST = "policy.json"
 POLICY_SCHEMA_VERSION = 1
 
 
 class PolicyLoadError(OperationalError):
     """A policy directory that cannot be served: missing, corrupt, or built for another state layout."""
-
-
-def policy_digest(directory: str | Path) -> str:
-    """One sha256 for a whole exported policy: that of its ``policy.json``, which lists every file's sha256.
-
-    Blessings and the registry name a policy by it, so a blessing cannot be reused for other weights.
-    """
-    return hashlib.sha256((Path(directory) / POLICY_MANIFEST).read_bytes()).hexdigest()
-
-
-def _file_digests(directory: Path) -> dict[str, str]:
-    digests = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != POLICY_MANIFEST):
-        digests[str(path.relative_to(directory))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return digests
 
 
 def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +100,7 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
         "signals": list(signals.FEED_SIGNALS),
         "train_step": int(agent.train_step_counter.numpy()),
         **metadata,
-        "sha256": _file_digests(staging),
+        "sha256": file_digests(staging),
     }
     (staging / POLICY_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     if directory.exists():
@@ -180,13 +164,8 @@ def load_feed_policy(directory: str | Path, *, sample: bool = False, verify: boo
         raise PolicyLoadError(f"{manifest_path} is not a feed policy of schema {POLICY_SCHEMA_VERSION}")
     if tuple(manifest.get("feature_names", ())) != FEED_STATE_FEATURES:
         raise PolicyLoadError(f"{directory} expects state features {manifest.get('feature_names')}")
-    if verify:
-        actual = _file_digests(directory)
-        if actual != manifest.get("sha256"):
-            changed = sorted(set(actual.items()) ^ set(manifest.get("sha256", {}).items()))
-            raise PolicyLoadError(
-                f"{directory} does not match its manifest: {[name for name, _ in changed][:5]}"
-            )
+    if verify and (changed := mismatched_policy_files(directory, manifest)):
+        raise PolicyLoadError(f"{directory} does not match its manifest: {changed[:5]}")
     try:
         model = tf.saved_model.load(str(directory))
     except (OSError, ValueError, tf.errors.OpError) as err:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from recsys_rl.cli import build_transitions as build_transitions_cmd
 from recsys_rl.cli import features as features_cmd
+from recsys_rl.cli import registry as registry_cmd
 from recsys_rl.cli import sim_eval as sim_eval_cmd
 from recsys_rl.cli import simulate as simulate_cmd
 from recsys_rl.cli import train as train_cmd
@@ -29,6 +30,7 @@ def build_parser() -> OneLineParser:
     features_cmd.register(verbs)
     train_cmd.register(verbs)
     sim_eval_cmd.register(verbs)
+    registry_cmd.register(verbs)
     return parser
 
 

@@ -1,0 +1,291 @@
+"""``recsys-rl registry``: register, inspect, promote and roll back policy versions (``recsys_rl.registry``).
+
+Each action names the registry with --registry (or $RECSYS_RL_REGISTRY) and the surface with
+--surface; the actions that write record --actor (default $USER) in the registry's audit log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from recsys_rl import registry
+from recsys_rl.blessing import Blessing
+from recsys_rl.cli.common import env_default
+from recsys_rl.config import ConfigError
+from recsys_rl.logs import quiet_native_imports
+
+REGISTRY_ENV = "RECSYS_RL_REGISTRY"
+
+
+def _argument(check: Callable[[Any], Any], convert: Callable[[str], Any] = str) -> Callable[[str], Any]:
+    """An argparse type from a library check, so a bad value is a usage error naming it."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check(convert(text))
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # the check then names it as "should be a number ..., but is 'text'"
+
+
+version_name = _argument(registry.check_version_name)
+fraction = _argument(registry.check_fraction, _number)
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser(
+        "registry",
+        help="register, inspect, promote and roll back policy versions",
+        description="The model registry: policy versions per surface, each with its OPE report and the "
+        "gate's blessing, and the routing the server follows (stable, a canary with a share of users, "
+        "shadow). Stable and canary take only blessed versions; shadow, which is never served, also takes "
+        "unblessed ones. Every write is atomic and recorded in REGISTRY/audit.jsonl.",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    where = argparse.ArgumentParser(add_help=False)
+    default_registry = env_default(REGISTRY_ENV)
+    where.add_argument(
+        "--registry",
+        metavar="DIR",
+        default=default_registry,
+        required=default_registry is None,
+        help=f"registry root directory (env {REGISTRY_ENV})",
+    )
+    where.add_argument("--surface", choices=registry.SURFACES, default="feed", help="surface (default feed)")
+    writes = argparse.ArgumentParser(add_help=False, parents=[where])
+    writes.add_argument(
+        "--actor", default=env_default("USER"), help="who the audit log names for this write (default $USER)"
+    )
+
+    a = actions.add_parser(
+        "register",
+        parents=[writes],
+        help="copy a run's policy into the registry as a new version",
+        description="Copy an exported policy into the registry after checking every file against its "
+        "policy.json. Registering the same policy again changes nothing.",
+    )
+    source = a.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", metavar="RUN", help="training run directory (its manifest names the policy)")
+    source.add_argument("--policy", metavar="DIR", help="exported policy directory (with policy.json)")
+    a.add_argument(
+        "--version", type=version_name, help="version name (default: the policy's version and its digest)"
+    )
+    a.add_argument("--report", metavar="DIR", help="OPE gate output to attach, as for 'attach'")
+    a.set_defaults(handler=_register)
+
+    a = actions.add_parser(
+        "attach",
+        parents=[writes],
+        help="attach an OPE report and blessing to a version",
+        description="Attach the OPE gate's output (report.json, blessing.json, optionally report.html) to a "
+        "version. The blessing must name this version's policy sha256.",
+    )
+    a.add_argument("version", metavar="VERSION", type=version_name, help="a version name, as listed")
+    a.add_argument("--report", metavar="DIR", required=True, help="directory the OPE gate wrote")
+    a.set_defaults(handler=_attach)
+
+    a = actions.add_parser("list", parents=[where], help="list versions, their blessing and role")
+    a.set_defaults(handler=_list)
+
+    a = actions.add_parser(
+        "show", parents=[where], help="show one version: manifest, blessing, role, history"
+    )
+    a.add_argument("version", metavar="VERSION", type=version_name, help="a version name, as listed")
+    a.set_defaults(handler=_show)
+
+    a = actions.add_parser(
+        "promote",
+        parents=[writes],
+        help="make a version stable, canary or shadow",
+        description="Give a version a role. Stable and canary need a blessed version; the old stable is kept "
+        "for rollback; a version leaves canary and shadow when it becomes stable.",
+    )
+    a.add_argument("version", metavar="VERSION", type=version_name, help="a version name, as listed")
+    a.add_argument("--to", choices=registry.ROLES, required=True, help="the role")
+    a.add_argument(
+        "--canary-fraction", type=fraction, metavar="F", help="share of users the canary serves, in [0, 1]"
+    )
+    a.set_defaults(handler=_promote)
+
+    a = actions.add_parser(
+        "rollback",
+        parents=[writes],
+        help="make the previous stable version stable again",
+        description="Return stable to the version it replaced (again for each further rollback), or to the "
+        "blessed version given with --to.",
+    )
+    a.add_argument("--to", type=version_name, metavar="VERSION", help="roll back to this version instead")
+    a.set_defaults(handler=_rollback)
+
+    a = actions.add_parser("demote", parents=[writes], help="clear the canary or the shadow")
+    a.add_argument("role", choices=("canary", "shadow"), help="the role to clear")
+    a.set_defaults(handler=_demote)
+
+
+def _register(args: argparse.Namespace) -> int:
+    with quiet_native_imports():  # the registry checks copies with policy_io, which loads TensorFlow
+        importlib.import_module("recsys_rl.agents.policy_io")
+    result = registry.register(
+        args.registry,
+        args.surface,
+        run=args.run,
+        policy=args.policy,
+        version=args.version,
+        report=args.report,
+        actor=args.actor,
+    )
+    info = result.version
+    if result.created:
+        print(f"registered {info.surface} version {info.version} from {args.run or args.policy}")
+    else:
+        print(f"{info.surface} version {info.version} already holds this policy; nothing copied")
+    print(f"  directory {info.directory}")
+    if args.report:
+        print(f"  report    {args.report} {'attached' if result.attached else 'already attached'}")
+    print(f"  blessing  {_blessing_line(info)}")
+    return 0
+
+
+def _attach(args: argparse.Namespace) -> int:
+    changed = registry.attach_report(args.registry, args.surface, args.version, args.report, actor=args.actor)
+    info = registry.get_version(args.registry, args.surface, args.version)
+    what = "attached" if changed else "already attached:"
+    print(f"{what} {args.report} to {info.surface} version {info.version}")
+    print(f"  blessing  {_blessing_line(info)}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    versions = registry.list_versions(args.registry, args.surface)
+    routing = registry.read_routing(args.registry, args.surface)
+    print(f"{args.surface} in {args.registry}: {_routing_line(routing)}")
+    if not versions:
+        print("  no versions registered")
+        return 0
+    rows = [("VERSION", "BLESSING", "ROLE", "REGISTERED", "DATASET")]
+    for info in versions:
+        role = routing.role_of(info.version) or "-"
+        created, dataset = info.manifest["created_at"], info.manifest.get("dataset_version") or "-"
+        rows.append((info.version, _status(info), role, created, dataset))
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    for row in rows:
+        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    info = registry.get_version(args.registry, args.surface, args.version)
+    routing = registry.read_routing(args.registry, args.surface)
+    manifest, source = info.manifest, info.manifest["source"]
+    role = routing.role_of(info.version) or (
+        "earlier stable" if info.version in routing.stable_history else "none"
+    )
+    print(f"{info.surface} version {info.version}")
+    print(f"  role        {role}")
+    print(f"  directory   {info.directory}")
+    print(f"  policy      sha256 {info.policy_sha256} (policy version {manifest['policy'].get('version')})")
+    print(f"  source      {'run ' + source['run'] if source.get('run') else 'policy ' + source['policy']}")
+    print(f"  dataset     {manifest.get('dataset_version') or 'unknown'}")
+    print(f"  registered  {manifest['created_at']}")
+    blessing = info.blessing
+    if blessing is None:
+        print("  blessing    none attached")
+    else:
+        verdict = "passed" if blessing.passed else "FAILED"
+        print(f"  blessing    {verdict} ({_evaluation(blessing)}) for {blessing.candidate.version}")
+        for reason in blessing.reasons:
+            print(f"    - {reason}")
+    for defect in info.defects:
+        print(f"  DEFECT      {defect}")
+    for key in ("ope_report", "ope_report_html"):
+        if (path := info.attachment(key)) is not None:
+            print(f"  report      {path}")
+    print("  history")
+    for record in registry.read_audit(args.registry, args.surface):
+        if record.get("version") == info.version:
+            print(f"    {record['time']} {record['actor']}: {_describe(record)}")
+    return 0
+
+
+def _promote(args: argparse.Namespace) -> int:
+    if (args.to == "canary") != (args.canary_fraction is not None):
+        raise ConfigError("--canary-fraction is needed with --to canary, and only with it")
+    change = registry.promote(
+        args.registry,
+        args.surface,
+        args.version,
+        args.to,
+        canary_fraction=args.canary_fraction,
+        actor=args.actor,
+    )
+    _print_change(change)
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    _print_change(registry.rollback(args.registry, args.surface, to=args.to, actor=args.actor))
+    return 0
+
+
+def _demote(args: argparse.Namespace) -> int:
+    _print_change(registry.demote(args.registry, args.surface, args.role, actor=args.actor))
+    return 0
+
+
+def _print_change(change: registry.RoutingChange) -> None:
+    before, after = change.before, change.after
+    if not change.changed:
+        print(f"{change.surface}: nothing to change; {_routing_line(after)}")
+        return
+    print(f"{change.surface}: routing revision {before.revision} -> {after.revision}")
+    for role in registry.ROLES:
+        if getattr(before, role) != getattr(after, role):
+            print(f"  {role:<8} {getattr(before, role) or '-'} -> {getattr(after, role) or '-'}")
+    if before.canary_fraction != after.canary_fraction:
+        print(f"  canary fraction {before.canary_fraction:g} -> {after.canary_fraction:g}")
+
+
+def _routing_line(state: registry.RoutingState) -> str:
+    canary = f"{state.canary} ({state.canary_fraction:.1%} of users)" if state.canary else "-"
+    shadow = state.shadow or "-"
+    return f"stable {state.stable or '-'}, canary {canary}, shadow {shadow} (revision {state.revision})"
+
+
+def _status(info: registry.VersionInfo) -> str:
+    if info.defects:
+        return "DEFECTIVE"
+    if info.blessing is None:
+        return "unblessed"
+    return "blessed" if info.blessing.passed else "refused"
+
+
+def _blessing_line(info: registry.VersionInfo) -> str:
+    if info.blessing is not None and info.blessed:
+        return f"passed ({_evaluation(info.blessing)})"
+    return f"not blessed: {info.why_not_blessed}"
+
+
+def _evaluation(blessing: Blessing) -> str:
+    return f"{blessing.estimator}, {blessing.interval_method} intervals, gate run {blessing.created_at}"
+
+
+def _describe(record: dict[str, Any]) -> str:
+    action = record["action"]
+    if action == "attach":
+        return f"attached {record['report']} (blessing {'passed' if record['passed'] else 'failed'})"
+    if action == "promote":
+        return f"promoted to {record['to']}"
+    if action == "demote":
+        return f"removed from {record['role']}"
+    return {"register": "registered", "rollback": "made stable by a rollback"}.get(action, action)

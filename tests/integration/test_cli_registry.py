@@ -1,0 +1,222 @@
+"""``recsys-rl registry`` called in-process: what each action prints, and one-line errors with exit codes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from registry_fakes import digest_of, make_policy, make_report, make_run
+
+from recsys_rl import registry
+from recsys_rl.cli.main import main
+
+
+@dataclass(frozen=True)
+class Invocation:
+    code: int
+    out: str
+    err: str
+
+
+def cli(capsys: pytest.CaptureFixture, *args: str | Path) -> Invocation:
+    try:
+        code = main([str(arg) for arg in args])
+    except SystemExit as exit_:  # usage errors leave through argparse
+        code = exit_.code
+    captured = capsys.readouterr()
+    return Invocation(code, captured.out, captured.err)
+
+
+def one_line_error(result: Invocation, code: int, message: str) -> None:
+    assert result.code == code, result
+    assert message in result.err, result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert result.err.startswith("recsys-rl registry")
+
+
+@pytest.fixture
+def reg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("RECSYS_RL_REGISTRY", raising=False)
+    monkeypatch.setenv("USER", "carol")
+    return tmp_path / "registry"
+
+
+def test_register_attach_list_show_promote_rollback(
+    reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run1, run2 = make_run(tmp_path / "run1", 1), make_run(tmp_path / "run2", 2)
+    v1 = f"tscac-ds1-s1-{digest_of(run1 / 'policy')[:12]}"
+    v2 = f"tscac-ds1-s2-{digest_of(run2 / 'policy')[:12]}"
+    reasons = ("watch_time: lower bound of the lift -1.20% < required +0.00%", "ESS 90 vs required 1,000")
+    refused = make_report(tmp_path / "refused", run2 / "policy", passed=False, reasons=reasons)
+
+    result = cli(capsys, "registry", "register", "--registry", reg, "--run", run1)
+    assert result.code == 0, result
+    assert result.out.splitlines() == [
+        f"registered feed version {v1} from {run1}",
+        f"  directory {reg / 'feed' / 'versions' / v1}",
+        "  blessing  not blessed: no OPE report and blessing attached",
+    ]
+    result = cli(capsys, "registry", "register", "--registry", reg, "--policy", run1 / "policy")
+    assert result.out.startswith(f"feed version {v1} already holds this policy; nothing copied")
+
+    report = make_report(tmp_path / "report1", run1 / "policy")
+    result = cli(capsys, "registry", "attach", v1, "--report", report, "--registry", reg, "--actor", "dave")
+    assert result.code == 0 and result.out.startswith(f"attached {report} to feed version {v1}")
+    assert "  blessing  passed (snips, bca intervals, gate run " in result.out
+    assert (
+        cli(capsys, "registry", "register", "--registry", reg, "--run", run2, "--report", refused).code == 0
+    )
+
+    result = cli(capsys, "registry", "list", "--registry", reg)
+    lines = result.out.splitlines()
+    assert lines[0] == f"feed in {reg}: stable -, canary -, shadow - (revision 0)"
+    assert lines[1].split() == ["VERSION", "BLESSING", "ROLE", "REGISTERED", "DATASET"]
+    assert [line.split()[:3] for line in lines[2:]] == [[v1, "blessed", "-"], [v2, "refused", "-"]]
+
+    result = cli(capsys, "registry", "promote", v1, "--to", "stable", "--registry", reg)
+    assert result.code == 0 and result.out.splitlines() == [
+        "feed: routing revision 0 -> 1",
+        f"  stable   - -> {v1}",
+    ]
+    result = cli(
+        capsys, "registry", "promote", v2, "--to", "canary", "--canary-fraction", "0.2", "--registry", reg
+    )
+    one_line_error(
+        result, 1, f"cannot make version {v2} of feed canary: the OPE gate refused it: {'; '.join(reasons)}"
+    )
+    result = cli(capsys, "registry", "promote", v2, "--to", "shadow", "--registry", reg)
+    assert result.code == 0 and f"  shadow   - -> {v2}" in result.out
+
+    result = cli(capsys, "registry", "show", v2, "--registry", reg)
+    assert result.code == 0
+    out = result.out.splitlines()
+    assert out[0] == f"feed version {v2}" and out[1] == "  role        shadow"
+    assert f"  policy      sha256 {digest_of(run2 / 'policy')} (policy version tscac-ds1-s2)" in out
+    assert f"  source      run {run2.resolve()}" in out and "  dataset     ds1" in out
+    assert any(line.startswith("  blessing    FAILED (snips, bca intervals") for line in out)
+    assert [line for line in out if line.startswith("    - ")] == [f"    - {reason}" for reason in reasons]
+    history = out[out.index("  history") + 1 :]
+    assert [line.split(" ", 5)[-1] for line in history] == ["carol: registered", "carol: promoted to shadow"]
+
+    one_line_error(
+        cli(capsys, "registry", "rollback", "--registry", reg), 1, f"no earlier stable version than {v1}"
+    )
+    monkeypatch.setenv("RECSYS_RL_REGISTRY", str(reg))
+    result = cli(capsys, "registry", "list")
+    assert result.code == 0 and result.out.splitlines()[0] == (
+        f"feed in {reg}: stable {v1}, canary -, shadow {v2} (revision 2)"
+    )
+    result = cli(capsys, "registry", "demote", "shadow")
+    assert result.code == 0 and f"  shadow   {v2} -> -" in result.out
+    actions = [(r["action"], r["actor"]) for r in registry.read_audit(reg)]
+    assert actions == [
+        ("register", "carol"),
+        ("attach", "dave"),
+        ("register", "carol"),
+        ("promote", "carol"),
+        ("promote", "carol"),
+        ("demote", "carol"),
+    ]
+
+
+def test_canary_promotion_and_rollback(reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    versions = []
+    for seed in (1, 2):
+        run = make_run(tmp_path / f"run{seed}", seed)
+        report = make_report(tmp_path / f"report{seed}", run / "policy")
+        cli(capsys, "registry", "register", "--registry", reg, "--run", run, "--report", report)
+        versions.append(f"tscac-ds1-s{seed}-{digest_of(run / 'policy')[:12]}")
+    v1, v2 = versions
+    cli(capsys, "registry", "promote", v1, "--to", "stable", "--registry", reg)
+    result = cli(
+        capsys, "registry", "promote", v2, "--to", "canary", "--canary-fraction", "0.05", "--registry", reg
+    )
+    assert result.out.splitlines()[1:] == [f"  canary   - -> {v2}", "  canary fraction 0 -> 0.05"]
+    result = cli(capsys, "registry", "list", "--registry", reg)
+    assert f"canary {v2} (5.0% of users)" in result.out
+    result = cli(capsys, "registry", "promote", v2, "--to", "stable", "--registry", reg)
+    assert result.out.splitlines()[1:] == [
+        f"  stable   {v1} -> {v2}",
+        f"  canary   {v2} -> -",
+        "  canary fraction 0.05 -> 0",
+    ]
+    result = cli(capsys, "registry", "rollback", "--registry", reg)
+    assert result.code == 0 and result.out.splitlines() == [
+        "feed: routing revision 3 -> 4",
+        f"  stable   {v2} -> {v1}",
+    ]
+    result = cli(capsys, "registry", "promote", v1, "--to", "stable", "--registry", reg)
+    assert result.out.startswith(f"feed: nothing to change; stable {v1}")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["list"], "the following arguments are required: --registry", id="no-registry"),
+        pytest.param(
+            ["register", "--registry", "R", "--run", "a", "--policy", "b"],
+            "argument --policy: not allowed with argument --run",
+            id="run-and-policy",
+        ),
+        pytest.param(
+            ["register", "--registry", "R"], "one of the arguments --run --policy is required", id="none"
+        ),
+        pytest.param(
+            ["promote", "v1", "--to", "canary", "--registry", "R"],
+            "--canary-fraction is needed with --to canary, and only with it",
+            id="canary-without-fraction",
+        ),
+        pytest.param(
+            ["promote", "v1", "--to", "stable", "--canary-fraction", "0.1", "--registry", "R"],
+            "--canary-fraction is needed with --to canary, and only with it",
+            id="fraction-without-canary",
+        ),
+        pytest.param(
+            ["promote", "v1", "--to", "canary", "--canary-fraction", "1.5", "--registry", "R"],
+            "argument --canary-fraction: canary_fraction should be a number in [0, 1], but is 1.5",
+            id="fraction-above-1",
+        ),
+        pytest.param(
+            ["promote", "v1", "--to", "canary", "--canary-fraction", "half", "--registry", "R"],
+            "canary_fraction should be a number in [0, 1], but is 'half'",
+            id="fraction-not-a-number",
+        ),
+        pytest.param(
+            ["promote", "v1", "--to", "gold", "--registry", "R"], "argument --to: invalid choice", id="role"
+        ),
+        pytest.param(
+            ["show", "../v1", "--registry", "R"], "a version should be 1 to 128 letters", id="version"
+        ),
+        pytest.param(
+            ["list", "--registry", "R", "--surface", "search"], "argument --surface: invalid", id="surface"
+        ),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(
+    reg: Path, capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
+    one_line_error(cli(capsys, "registry", *[str(reg) if a == "R" else a for a in args]), 2, message)
+
+
+def test_operational_errors_give_one_line_and_exit_1(
+    reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    one_line_error(cli(capsys, "registry", "list", "--registry", reg), 1, f"no registry at {reg}")
+    policy = make_policy(tmp_path / "policy", 1)
+    (policy / "saved_model.pb").write_bytes(b"changed")
+    result = cli(capsys, "registry", "register", "--registry", reg, "--policy", policy)
+    one_line_error(result, 1, f"{policy} does not match its policy.json (saved_model.pb differ)")
+    make_policy(policy, 1)
+    version = f"tscac-ds1-s0-{digest_of(policy)[:12]}"
+    assert cli(capsys, "registry", "register", "--registry", reg, "--policy", policy).code == 0
+    result = cli(capsys, "registry", "show", "v9", "--registry", reg)
+    one_line_error(result, 1, f"feed has no version 'v9' in {reg} (known: {version})")
+    other = make_report(tmp_path / "other", make_policy(tmp_path / "other-policy", 2))
+    result = cli(capsys, "registry", "attach", version, "--report", other, "--registry", reg)
+    one_line_error(result, 1, "blesses candidate (policy sha256")
+    result = cli(capsys, "registry", "promote", version, "--to", "stable", "--registry", reg)
+    one_line_error(
+        result, 1, f"cannot make version {version} of feed stable: no OPE report and blessing attached"
+    )
