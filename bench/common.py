@@ -60,8 +60,8 @@ def write_result(path: str | Path, result: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {
+        "commit": git_commit(),  # unless the result says which commit it started from (long runs)
         **result,
-        "commit": git_commit(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:

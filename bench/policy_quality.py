@@ -106,7 +106,7 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
     lines = [
         "# Policy quality in the simulator",
         "",
-        f"Written by `python bench/policy_quality.py --{result['mode']}` at commit `{git_commit()}`.",
+        f"Written by `python bench/policy_quality.py --{result['mode']}` at commit `{result['commit']}`.",
         f"Logs: {config['users']} users x {config['days']} day(s) of the behaviour policy "
         f"({config['transitions']} feed transitions); {config['steps']} training steps per run; seeds "
         f"{list(config['seeds'])}; each policy's mean action and the behaviour policy evaluated on a "
@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = MODES[args.mode]
     started = time.perf_counter()
+    commit = git_commit()  # the code this run imported, not whatever is checked out when it ends
     with tempfile.TemporaryDirectory() as work, open_broker(None, "embedded") as broker:
         built = simulated_dataset(
             broker.bootstrap_servers,
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {algo: summarise(reports[algo]) for algo in ALGORITHMS}
     result = {
         "benchmark": "policy_quality",
+        "commit": commit,
         "mode": args.mode,
         "seed": args.seed,
         "config": {
