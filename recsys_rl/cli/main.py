@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from recsys_rl.cli import build_transitions as build_transitions_cmd
+from recsys_rl.cli import evaluate as evaluate_cmd
 from recsys_rl.cli import features as features_cmd
 from recsys_rl.cli import registry as registry_cmd
 from recsys_rl.cli import sim_eval as sim_eval_cmd
@@ -30,6 +31,7 @@ def build_parser() -> OneLineParser:
     features_cmd.register(verbs)
     train_cmd.register(verbs)
     sim_eval_cmd.register(verbs)
+    evaluate_cmd.register(verbs)
     registry_cmd.register(verbs)
     return parser
 

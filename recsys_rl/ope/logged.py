@@ -1,0 +1,224 @@
+"""Logged feed decisions as flat numpy arrays: the one input every off-policy estimator reads.
+
+Estimators need the same few columns whether the logs come from a transition dataset (Parquet shards
+written by the pipeline) or straight from the simulator (tests and benchmarks, no Kafka), so both are
+turned into one ``LoggedSteps``. Its rows are ordered by session and, within a session, by step, with
+steps numbered 0, 1, ... without gaps: sequential estimators take cumulative products along that order
+and single-decision ones sum over sessions, so the order is checked once here instead of assumed
+everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from recsys_rl import signals as signal_registry
+from recsys_rl.state import ACTIVITY_GROUPS
+
+if TYPE_CHECKING:  # the dataset reader imports TensorFlow; OPE only needs its shard paths
+    from recsys_rl.agents.data import TransitionDataset
+    from recsys_rl.sim.simulator import DayLog
+
+#: Rows per call when a policy's log-density is evaluated; bounds the memory of a TensorFlow policy.
+LOG_PROB_CHUNK_ROWS = 65_536
+
+
+class ScoredPolicy(Protocol):
+    """What OPE needs of a policy: log-densities of given actions, and draws from the same density.
+
+    ``act`` must sample the distribution ``log_prob`` describes (an exported policy is loaded with
+    ``sample=True`` for that), otherwise model-based and importance-weighted estimators would value
+    two different policies.
+    """
+
+    def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray: ...
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class LoggedSteps:
+    """One row per logged decision, ordered by (session, step)."""
+
+    states: np.ndarray  # (n, D) float32, what the behaviour policy saw
+    actions: np.ndarray  # (n, K) float32, what it did
+    rewards: np.ndarray  # (n, S) float64, in ``signals`` order
+    behaviour_log_prob: np.ndarray  # (n,) float64, log-density of the action under the behaviour policy
+    groups: np.ndarray  # (n,) int64 user group (index into ACTIVITY_GROUPS)
+    session: np.ndarray  # (n,) int64 codes 0..sessions-1, non-decreasing
+    step: np.ndarray  # (n,) int64 position within the session: 0, 1, ...
+    done: np.ndarray  # (n,) bool: the session ended after this decision
+    next_states: np.ndarray  # (n, D) float32; meaningless (zeros) where done
+    signals: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        n = self.states.shape[0]
+        expected = {
+            "actions": 2,
+            "rewards": 2,
+            "behaviour_log_prob": 1,
+            "groups": 1,
+            "session": 1,
+            "step": 1,
+            "done": 1,
+            "next_states": 2,
+        }
+        for name, ndim in expected.items():
+            value = getattr(self, name)
+            if value.ndim != ndim or value.shape[0] != n:
+                raise ValueError(
+                    f"LoggedSteps.{name} should have {n} rows and {ndim} dims, has {value.shape}"
+                )
+        if self.states.ndim != 2 or self.next_states.shape != self.states.shape:
+            raise ValueError(f"states {self.states.shape} and next_states {self.next_states.shape} disagree")
+        if self.rewards.shape[1] != len(self.signals):
+            raise ValueError(f"rewards have {self.rewards.shape[1]} columns for signals {self.signals}")
+        if n == 0:
+            raise ValueError("LoggedSteps needs at least one row")
+        gap = np.diff(self.session)
+        if self.session[0] != 0 or np.any((gap != 0) & (gap != 1)):
+            raise ValueError("LoggedSteps.session should be codes 0, 1, ... in non-decreasing order")
+        expected_step = np.arange(n) - self.session_starts[self.session]
+        if not np.array_equal(self.step, expected_step):
+            row = int(np.flatnonzero(self.step != expected_step)[0])
+            raise ValueError(
+                f"LoggedSteps row {row}: step {self.step[row]}, but it is decision {expected_step[row]} of "
+                "its session; sessions must be sorted by step and numbered 0, 1, ... without gaps"
+            )
+
+    @property
+    def rows(self) -> int:
+        return int(self.states.shape[0])
+
+    @cached_property
+    def session_starts(self) -> np.ndarray:
+        """Index of each session's first row, in session order."""
+        return np.flatnonzero(np.r_[True, self.session[1:] != self.session[:-1]])
+
+    @property
+    def sessions(self) -> int:
+        return int(self.session_starts.size)
+
+    @property
+    def session_groups(self) -> np.ndarray:
+        """A session's group is that of its first decision (a user's group does not change mid-session)."""
+        return self.groups[self.session_starts]
+
+    @classmethod
+    def from_dataset(cls, dataset: TransitionDataset) -> LoggedSteps:
+        """The rows of a transition dataset (its Parquet shards; the manifest was checked on opening)."""
+        return cls.from_parquet(dataset.shard_paths("parquet"), dataset.signals)
+
+    @classmethod
+    def from_parquet(cls, paths: Sequence[str | Path], signals: Sequence[str]) -> LoggedSteps:
+        """Read transition Parquet shards (the pipeline's schema), sorted by (session_id, step)."""
+        columns = ["session_id", "step", "user_group", "done", "state", "next_state", "action"]
+        columns += ["log_propensity", *(f"reward_{s}" for s in signals)]
+        table = pa.concat_tables([pq.read_table(p, columns=columns) for p in paths])
+        if table.num_rows == 0:
+            raise ValueError(f"the Parquet shards {[str(p) for p in paths]} hold no rows")
+        table = table.sort_by([("session_id", "ascending"), ("step", "ascending")])
+        session_id = table.column("session_id").combine_chunks()
+        changed = pc.not_equal(session_id[1:], session_id[:-1]).to_numpy(zero_copy_only=False)
+        session = np.concatenate([[0], np.cumsum(changed)]).astype(np.int64)
+
+        def ints(name: str) -> np.ndarray:
+            return table.column(name).to_numpy().astype(np.int64)
+
+        return cls(
+            states=_list_matrix(table, "state"),
+            actions=_list_matrix(table, "action"),
+            rewards=np.column_stack([table.column(f"reward_{s}").to_numpy() for s in signals]),
+            behaviour_log_prob=table.column("log_propensity").to_numpy().astype(np.float64),
+            groups=ints("user_group"),
+            session=session,
+            step=ints("step"),
+            done=ints("done").astype(bool),
+            next_states=_list_matrix(table, "next_state"),
+            signals=tuple(signals),
+        )
+
+    @classmethod
+    def from_day_logs(cls, days: Sequence[DayLog]) -> LoggedSteps:
+        """Feed decisions of simulated days, straight from the simulator's record.
+
+        Sessions of different ``DayLog`` objects are kept apart even when their ids coincide, so logs of
+        separate simulator runs can be pooled. The group is read from the state's one-hot group features;
+        a terminal decision's next state is zeros, as in the pipeline's transitions.
+        """
+        feeds = [d.feed for d in days]
+        source = np.concatenate([np.full(f.session.size, i) for i, f in enumerate(feeds)])
+        raw_session = np.concatenate([f.session for f in feeds])
+        page = np.concatenate([f.page for f in feeds])
+        order = np.lexsort((page, raw_session, source))
+        _, session = np.unique(np.column_stack([source, raw_session])[order], axis=0, return_inverse=True)
+        states = np.concatenate([f.state for f in feeds])[order].astype(np.float32)
+        done = np.concatenate([f.done for f in feeds])[order].astype(bool)
+        next_states = np.zeros_like(states)
+        next_states[:-1][~done[:-1]] = states[1:][~done[:-1]]
+        session = session.reshape(-1).astype(np.int64)
+        starts = np.flatnonzero(np.r_[True, session[1:] != session[:-1]])
+        return cls(
+            states=states,
+            actions=np.concatenate([f.action for f in feeds])[order].astype(np.float32),
+            rewards=np.concatenate([f.reward for f in feeds])[order].astype(np.float64),
+            behaviour_log_prob=np.concatenate([f.log_propensity for f in feeds])[order].astype(np.float64),
+            groups=np.argmax(states[:, : len(ACTIVITY_GROUPS)], axis=1).astype(np.int64),
+            session=session,
+            step=np.arange(session.size) - starts[session],
+            done=done,
+            next_states=next_states,
+            signals=signal_registry.FEED_SIGNALS,
+        )
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[LoggedSteps]) -> LoggedSteps:
+        """Several logs as one (days, datasets); each part's sessions stay its own."""
+        if not parts or len({p.signals for p in parts}) != 1:
+            raise ValueError(
+                f"cannot concatenate {len(parts)} logs with signals {[p.signals for p in parts]}"
+            )
+        offsets = np.cumsum([0] + [p.sessions for p in parts[:-1]])
+        arrays = {
+            f.name: np.concatenate([getattr(p, f.name) for p in parts])
+            for f in fields(cls)
+            if f.name not in ("session", "signals")
+        }
+        session = np.concatenate([p.session + offset for p, offset in zip(parts, offsets, strict=True)])
+        return cls(**arrays, session=session, signals=parts[0].signals)
+
+
+def _list_matrix(table: pa.Table, name: str) -> np.ndarray:
+    """A list<float32> column as an (n, width) array; every row must have the same width."""
+    column = table.column(name).combine_chunks()
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    width = int(lengths[0])
+    if np.any(lengths != width):
+        raise ValueError(f"column {name!r} holds lists of lengths {sorted(set(lengths.tolist()))[:5]}")
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    return values.astype(np.float32, copy=False).reshape(-1, width)
+
+
+def target_log_prob(
+    policy: ScoredPolicy, states: np.ndarray, actions: np.ndarray, chunk_rows: int = LOG_PROB_CHUNK_ROWS
+) -> np.ndarray:
+    """``policy.log_prob`` over all rows, ``chunk_rows`` at a time, as float64."""
+    out = np.empty(states.shape[0])
+    for start in range(0, states.shape[0], chunk_rows):
+        stop = start + chunk_rows
+        out[start:stop] = policy.log_prob(states[start:stop], actions[start:stop])
+    return out
+
+
+def group_label(code: int) -> str:
+    """A user group's name in reports: its ACTIVITY_GROUPS name, or the code when it has none."""
+    return ACTIVITY_GROUPS[code] if 0 <= code < len(ACTIVITY_GROUPS) else str(code)

@@ -1,0 +1,131 @@
+"""``recsys-rl evaluate`` on a trained policy and a pipeline-built dataset, then into the registry."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recsys_rl.blessing import read_blessing
+from recsys_rl.cli.main import main
+from recsys_rl.policy_files import policy_digest
+from recsys_rl.signals import FEED_SIGNALS
+
+pytestmark = pytest.mark.integration
+
+FAST = {"resamples": 30, "interval": "percentile"}
+# a gate nothing can fail, and the strict default one
+LENIENT = {
+    "gate": {**FAST, "min_main_lift": -1.0, "default_tolerance": 10.0, "min_ess": 0, "max_weight_share": 1.0}
+}
+STRICT = {"gate": {**FAST, "min_main_lift": 0.05}}
+
+
+@pytest.fixture(scope="module")
+def bc_run(feed_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("eval-runs") / "bc"
+    code = main(["train", "--algo", "bc", "--data", str(feed_dataset), "--out", str(run), "--steps", "40"])
+    assert code == 0
+    return run
+
+
+def _config(tmp_path: Path, settings: dict) -> Path:
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def _evaluate(capsys, dataset: Path, run: Path, out: Path, config: Path) -> tuple[int, str, str]:
+    code = main(
+        [
+            "evaluate",
+            "--candidate",
+            str(run),
+            "--data",
+            str(dataset),
+            "--out",
+            str(out),
+            "--config",
+            str(config),
+        ]
+    )
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_evaluate_writes_a_report_and_a_blessing_the_registry_accepts(
+    feed_dataset: Path, bc_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    out = tmp_path / "eval"
+    code, stdout, _ = _evaluate(capsys, feed_dataset, bc_run, out, _config(tmp_path, LENIENT))
+    assert code == 0 and stdout.startswith("BLESSED")
+    report = json.loads((out / "report.json").read_text())
+    blessing = read_blessing(out / "blessing.json")
+    assert blessing.passed and blessing.reasons == ()
+    assert blessing.candidate.policy_sha256 == policy_digest(bc_run / "policy")
+    assert blessing.estimator == "snips" and blessing.interval_method == "percentile"
+    assert blessing.data_manifest["version"] == feed_dataset.name
+    lift = report["lift"]["estimators"]["snips"]["overall"]
+    assert set(lift) == set(FEED_SIGNALS)
+    for entry in lift.values():
+        low, high = entry["relative"]["interval"]
+        assert low <= entry["relative"]["value"] <= high
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert not re.search(r'(src|href)="(http|//)', page), "the report must not fetch anything"
+
+    registry = tmp_path / "registry"
+    assert (
+        main(
+            ["registry", "register", "--registry", str(registry), "--run", str(bc_run), "--report", str(out)]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["registry", "list", "--registry", str(registry)]) == 0
+    version = next(line.split()[0] for line in capsys.readouterr().out.splitlines() if "bc-" in line)
+    assert main(["registry", "promote", version, "--to", "stable", "--registry", str(registry)]) == 0
+
+
+def test_a_failed_gate_lists_its_reasons_and_the_registry_refuses_promotion(
+    feed_dataset: Path, bc_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    out = tmp_path / "eval"
+    code, stdout, _ = _evaluate(capsys, feed_dataset, bc_run, out, _config(tmp_path, STRICT))
+    assert code == 0 and stdout.startswith("NOT BLESSED")
+    blessing = read_blessing(out / "blessing.json")
+    assert not blessing.passed
+    assert any(reason.startswith("watch_time: 95% lower bound") for reason in blessing.reasons)
+
+    registry = tmp_path / "registry"
+    assert (
+        main(
+            ["registry", "register", "--registry", str(registry), "--run", str(bc_run), "--report", str(out)]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["registry", "list", "--registry", str(registry)]) == 0
+    version = next(line.split()[0] for line in capsys.readouterr().out.splitlines() if "bc-" in line)
+    assert main(["registry", "promote", version, "--to", "stable", "--registry", str(registry)]) == 1
+    assert "watch_time" in capsys.readouterr().err
+
+
+def test_an_existing_output_and_a_bad_gate_config_are_one_line_errors(
+    feed_dataset: Path, bc_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    out = tmp_path / "eval"
+    out.mkdir()
+    code, _, err = _evaluate(capsys, feed_dataset, bc_run, out, _config(tmp_path, LENIENT))
+    assert code == 1 and "already exists" in err and err.count("\n") == 1
+    code, _, err = _evaluate(
+        capsys,
+        feed_dataset,
+        bc_run,
+        tmp_path / "new",
+        _config(tmp_path, {"gate": {"tolerances": {"watch_time": 0.1}}}),
+    )
+    assert code == 2 and "not constraint signals" in err and err.count("\n") == 1

@@ -1,0 +1,182 @@
+"""The OPE entry points: the result schema, on-policy sanity, group plumbing and paired lifts."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from recsys_rl import signals
+from recsys_rl.ope import estimators as single
+from recsys_rl.ope.evaluate import (
+    ESTIMATORS,
+    SINGLE_DECISION,
+    OPESettings,
+    evaluate_lift,
+    evaluate_policy_offline,
+)
+from recsys_rl.ope.logged import LoggedSteps, group_label
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.simulator import Simulator
+
+FEED = behaviour_feed_policy()
+TARGET = dataclasses.replace(FEED, base_logits=FEED.base_logits + np.array([0.1, -0.1, 0, 0, 0, 0, 0.05]))
+FAST = {"resamples": 60, "settings": OPESettings(fqe_iterations=10, folds=3)}
+
+
+@pytest.fixture(scope="module")
+def logged() -> LoggedSteps:
+    day = Simulator(SimConfig(n_users=200), seed=6).run_day(FEED, behaviour_allocation_policy())
+    return LoggedSteps.from_day_logs([day])
+
+
+@pytest.fixture(scope="module")
+def evaluation(logged) -> dict:
+    return evaluate_policy_offline(logged, TARGET, seed=3, **FAST)
+
+
+def test_the_result_follows_the_documented_schema(logged, evaluation):
+    json.dumps(evaluation, allow_nan=False)
+    assert (evaluation["schema_version"], evaluation["kind"]) == (1, "ope_evaluation")
+    assert evaluation["signals"] == list(signals.FEED_SIGNALS)
+    assert (evaluation["rows"], evaluation["sessions"]) == (logged.rows, logged.sessions)
+    assert sum(g["rows"] for g in evaluation["group_sizes"].values()) == logged.rows
+    assert evaluation["interval"] == {
+        "method": "bca",
+        "alpha": 0.05,
+        "resamples": 60,
+        "seed": 3,
+        "unit": "session",
+        "jackknife_blocks": 200,
+    }
+    assert list(evaluation["estimators"]) == list(ESTIMATORS)
+    groups = sorted(evaluation["group_sizes"])
+    for name, block in evaluation["estimators"].items():
+        assert block["kind"] == ("single_decision" if name in SINGLE_DECISION else "sequential")
+        assert block["scale"] == ("per_decision" if name in SINGLE_DECISION else "per_session_discounted")
+        assert sorted(block["groups"]) == groups
+        for scope in [block["overall"], *block["groups"].values()]:
+            assert list(scope) == list(signals.FEED_SIGNALS)
+            for entry in scope.values():
+                assert entry["method"] == "bca"
+                low, high = entry["interval"]
+                assert low <= high
+    for block in evaluation["behaviour"].values():
+        assert list(block["overall"]) == list(signals.FEED_SIGNALS)
+    bounds = evaluation["concentration"]["signals"]["watch_time"]
+    assert bounds["bernstein"][0] < bounds["value"] < bounds["bernstein"][1]
+    assert bounds["range"][0] == 0.0 and bounds["range"][1] == pytest.approx(
+        10.0 * logged.rewards[:, 0].max()
+    )
+    assert set(evaluation["diagnostics"]) >= {"ok", "warnings", "decision", "session", "groups"}
+
+
+def test_group_values_are_the_estimators_on_the_groups_own_rows(logged, evaluation):
+    weights = single.importance_weights(
+        single.log_importance_ratio(TARGET.log_prob(logged.states, logged.actions), logged.behaviour_log_prob)
+    )
+    for code in np.unique(logged.groups):
+        rows = logged.groups == code
+        expected = single.snips(logged.rewards[rows], weights[rows]).value()
+        got = evaluation["estimators"]["snips"]["groups"][group_label(int(code))]
+        np.testing.assert_allclose([got[s]["value"] for s in signals.FEED_SIGNALS], expected, rtol=1e-9)
+    overall = single.snips(logged.rewards, weights).value()
+    got = evaluation["estimators"]["snips"]["overall"]
+    np.testing.assert_allclose([got[s]["value"] for s in signals.FEED_SIGNALS], overall, rtol=1e-9)
+
+
+def test_the_behaviour_policy_evaluated_on_its_own_logs_gets_its_logged_value(logged):
+    result = evaluate_policy_offline(
+        logged, FEED, estimators=("ips", "snips", "ncis", "pdis", "wpdis"), interval="percentile", **FAST
+    )
+    per_decision = result["behaviour"]["per_decision"]["overall"]
+    per_session = result["behaviour"]["per_session_discounted"]["overall"]
+    for s in signals.FEED_SIGNALS:
+        np.testing.assert_allclose(
+            per_decision[s]["value"], logged.rewards[:, signals.FEED_SIGNALS.index(s)].mean()
+        )
+        for name in ("ips", "snips", "ncis"):
+            assert result["estimators"][name]["overall"][s]["value"] == pytest.approx(
+                per_decision[s]["value"], rel=1e-4
+            )
+        for name in ("pdis", "wpdis"):
+            assert result["estimators"][name]["overall"][s]["value"] == pytest.approx(
+                per_session[s]["value"], rel=1e-4
+            )
+    assert result["diagnostics"]["decision"]["ess_fraction"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_evaluations_are_reproducible_from_the_seed(logged, evaluation):
+    again = evaluate_policy_offline(logged, TARGET, seed=3, **FAST)
+    assert json.dumps(again, sort_keys=True) == json.dumps(evaluation, sort_keys=True)
+    other = evaluate_policy_offline(logged, TARGET, seed=4, estimators=("snips",), **FAST)
+    assert other["estimators"]["snips"]["overall"]["click"]["value"] == pytest.approx(
+        evaluation["estimators"]["snips"]["overall"]["click"]["value"]
+    )
+    assert (
+        other["estimators"]["snips"]["overall"]["click"]["interval"]
+        != (evaluation["estimators"]["snips"]["overall"]["click"]["interval"])
+    )
+
+
+def test_a_candidate_against_itself_has_exactly_zero_lift(logged):
+    lift = evaluate_lift(logged, TARGET, TARGET, **FAST)
+    json.dumps(lift, allow_nan=False)
+    assert (lift["kind"], lift["baseline"]) == ("ope_lift", "incumbent")
+    assert lift["directions"]["hate"] == -1 and lift["directions"]["watch_time"] == 1
+    for block in lift["estimators"].values():
+        for scope in [block["overall"], *block["groups"].values()]:
+            for entry in scope.values():
+                assert entry["difference"]["value"] == 0.0
+                assert entry["difference"]["interval"] == [0.0, 0.0]
+                assert entry["candidate"] == entry["baseline"]
+
+
+def test_lift_over_the_behaviour_policy_is_paired(logged, evaluation):
+    lift = evaluate_lift(logged, TARGET, estimators=("snips", "pdis"), **FAST)
+    assert lift["baseline"] == "behaviour" and lift["diagnostics"]["baseline"] is None
+    for name, scale in (("snips", "per_decision"), ("pdis", "per_session_discounted")):
+        for s in ("watch_time", "click"):
+            entry = lift["estimators"][name]["overall"][s]
+            base = evaluation["behaviour"][scale]["overall"][s]["value"]
+            assert entry["baseline"]["value"] == pytest.approx(base)
+            assert entry["candidate"]["value"] == pytest.approx(
+                evaluation["estimators"][name]["overall"][s]["value"]
+            )
+            assert entry["difference"]["value"] == pytest.approx(entry["candidate"]["value"] - base)
+            assert entry["relative"]["value"] == pytest.approx(
+                (entry["candidate"]["value"] - base) / abs(base)
+            )
+            # the same sessions drive both values: their difference varies far less than either does
+            width = np.diff(entry["difference"]["interval"])[0]
+            unpaired = np.hypot(
+                np.diff(entry["candidate"]["interval"])[0], np.diff(entry["baseline"]["interval"])[0]
+            )
+            assert width < 0.75 * unpaired, f"{name}/{s}: paired width {width:.4g} vs unpaired {unpaired:.4g}"
+
+
+def test_without_groups_only_overall_values_are_reported(logged):
+    result = evaluate_policy_offline(logged, TARGET, estimators=("ips", "fqe"), groups=False, **FAST)
+    assert all(block["groups"] == {} for block in result["estimators"].values())
+    assert result["behaviour"]["per_decision"]["groups"] == {}
+    assert list(result["estimators"]) == ["ips", "fqe"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"estimators": ("ips", "magic")}, "unknown or no estimators \\['magic'\\]"),
+        ({"estimators": ()}, "unknown or no estimators"),
+        ({"interval": "normal"}, "interval should be one of"),
+        ({"alpha": 0.0}, "alpha"),
+    ],
+)
+def test_bad_requests_name_the_problem(logged, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate_policy_offline(logged, TARGET, **kwargs)
+
+
+def test_settings_refuse_in_sample_models():
+    with pytest.raises(ValueError, match="cross-fitting"):
+        OPESettings(folds=1)

@@ -1,0 +1,148 @@
+"""Bootstrap and concentration intervals: known answers, hand-computed formulas, and the resampling layout."""
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from recsys_rl.ope.intervals import (
+    bca_interval,
+    bias_correction,
+    bootstrap_interval,
+    empirical_bernstein_interval,
+    hoeffding_interval,
+    jackknife_acceleration,
+    percentile_interval,
+    resample_sums,
+)
+from recsys_rl.ope.terms import RatioTerms
+
+
+def _mean_statistic(sums: np.ndarray) -> np.ndarray:
+    return sums[..., :1] / sums[..., 1:]
+
+
+def test_intervals_of_a_normal_mean_match_the_textbook_interval():
+    rng = np.random.default_rng(0)
+    n = 2000
+    x = rng.normal(3.0, 2.0, n)
+    terms = RatioTerms.mean(x[:, None]).flat()
+    sums = resample_sums(terms, np.zeros(n, dtype=int), resamples=2000, seed=1).overall()
+    half = 1.96 * x.std(ddof=1) / math.sqrt(n)
+    for method in ("percentile", "bca"):
+        result = bootstrap_interval(_mean_statistic, sums, method, alpha=0.05)
+        assert result.value[0] == pytest.approx(x.mean())
+        assert result.low[0] == pytest.approx(x.mean() - half, abs=0.1 * half), method
+        assert result.high[0] == pytest.approx(x.mean() + half, abs=0.1 * half), method
+
+
+def test_bca_moves_the_interval_of_a_right_skewed_mean_to_the_right():
+    rng = np.random.default_rng(3)
+    x = rng.exponential(1.0, 60)
+    sums = resample_sums(RatioTerms.mean(x[:, None]).flat(), np.zeros(60, int), resamples=4000, seed=2)
+    overall = sums.overall()
+    assert jackknife_acceleration(_mean_statistic(overall.jackknife))[0] > 0
+    percentile = bootstrap_interval(_mean_statistic, overall, "percentile", 0.05)
+    bca = bootstrap_interval(_mean_statistic, overall, "bca", 0.05)
+    assert bca.low[0] > percentile.low[0] and bca.high[0] > percentile.high[0]
+
+
+def test_jackknife_acceleration_by_hand():
+    jack = np.array([[1.0], [2.0], [4.0]])
+    # mean 7/3, d = mean - jack = [4/3, 1/3, -5/3]: sum d^2 = 42/9, sum d^3 = (64 + 1 - 125) / 27
+    expected = (-60 / 27) / (6 * (42 / 9) ** 1.5)
+    assert jackknife_acceleration(jack)[0] == pytest.approx(expected)
+    assert jackknife_acceleration(np.ones((5, 1)))[0] == 0.0
+
+
+def test_bias_correction_counts_ties_as_half_and_stays_finite():
+    boot = np.array([[1.0], [2.0], [3.0], [4.0]])
+    # one resample below 2 and one tie: share (1 + 0.5) / 4
+    assert bias_correction(np.array([2.0]), boot)[0] == pytest.approx(NormalDist().inv_cdf(0.375))
+    # an estimate below every resample is kept at share 1 / (2 B)
+    assert bias_correction(np.array([0.0]), boot)[0] == pytest.approx(NormalDist().inv_cdf(1 / 8))
+
+
+def test_bca_without_bias_or_skew_is_the_percentile_interval():
+    boot = np.arange(1.0, 100.0)[:, None]  # 99 values, 49 below 50 and one tie: z0 = 0
+    jack = np.ones((10, 1))  # no spread: a = 0
+    low, high = bca_interval(np.array([50.0]), boot, jack, alpha=0.1)
+    assert (low[0], high[0]) == pytest.approx(tuple(v[0] for v in percentile_interval(boot, 0.1)))
+
+
+def test_hoeffding_by_hand():
+    x = np.array([[0.0], [1.0], [1.0], [0.0], [1.0]])
+    low, high = hoeffding_interval(x, np.array([0.0]), np.array([1.0]), alpha=0.05)
+    half = math.sqrt(math.log(2 / 0.05) / (2 * 5))  # sqrt(ln 40 / 10) = 0.6074
+    assert (low[0], high[0]) == pytest.approx((0.6 - half, 0.6 + half))
+    assert half == pytest.approx(0.6074, abs=1e-4)
+    # a range twice as wide doubles the half-width
+    low2, high2 = hoeffding_interval(2 * x, np.array([0.0]), np.array([2.0]), alpha=0.05)
+    assert high2[0] - low2[0] == pytest.approx(2 * (high[0] - low[0]))
+
+
+def test_empirical_bernstein_by_hand():
+    x = np.array([[0.0], [1.0], [1.0], [0.0], [1.0]])
+    low, high = empirical_bernstein_interval(x, np.array([0.0]), np.array([1.0]), alpha=0.05)
+    variance = (3 * 0.4**2 + 2 * 0.6**2) / 4  # 0.3, the unbiased sample variance
+    log_term = math.log(4 / 0.05)  # ln 80
+    half = math.sqrt(2 * variance * log_term / 5) + 7 * log_term / (3 * 4)
+    assert (low[0], high[0]) == pytest.approx((0.6 - half, 0.6 + half))
+    assert half == pytest.approx(0.72515 + 2.55615, abs=1e-4)
+    # with zero variance only the range term is left
+    _, flat_high = empirical_bernstein_interval(np.ones((5, 1)), np.array([0.0]), np.array([1.0]), 0.05)
+    assert flat_high[0] == pytest.approx(1.0 + 7 * log_term / 12)
+
+
+def test_bernstein_beats_hoeffding_when_the_variance_is_small():
+    x = np.random.default_rng(0).uniform(0.45, 0.55, (5000, 1))
+    h = hoeffding_interval(x, np.array([0.0]), np.array([1.0]), 0.05)
+    b = empirical_bernstein_interval(x, np.array([0.0]), np.array([1.0]), 0.05)
+    assert b[1][0] - b[0][0] < 0.5 * (h[1][0] - h[0][0])
+
+
+def test_resamples_per_group_add_up_and_jackknife_blocks_leave_units_out():
+    rng = np.random.default_rng(5)
+    terms = rng.normal(size=(11, 3))
+    groups = np.array([2, 0, 2, 0, 0, 2, 2, 2, 0, 2, 2])
+    draws = resample_sums(terms, groups, resamples=7, seed=4, blocks=4, chunk_units=2)
+    assert draws.groups.tolist() == [0, 2]
+    overall = draws.overall()
+    np.testing.assert_allclose(overall.observed, terms.sum(axis=0))
+    np.testing.assert_allclose(overall.bootstrap, draws.bootstrap.sum(axis=0))
+    # group 0 has units 1, 3, 4, 8: four blocks of one unit each, the exact delete-one jackknife
+    group0 = draws.group(0)
+    np.testing.assert_allclose(
+        np.sort(group0.jackknife, axis=0), np.sort(terms[[1, 3, 4, 8]].sum(0) - terms[[1, 3, 4, 8]], axis=0)
+    )
+    # group 2 has 7 units dealt round-robin into 4 blocks: block 0 holds its 1st and 5th unit
+    units2 = np.flatnonzero(groups == 2)
+    np.testing.assert_allclose(draws.blocks[1, 0], terms[units2[[0, 4]]].sum(axis=0))
+    assert draws.block_sizes[1].tolist() == [2, 2, 2, 1]
+    assert overall.jackknife.shape == (8, 3)
+
+
+def test_bootstrap_counts_are_poisson_one_per_unit():
+    # with identity terms each resample's column sums are the counts themselves
+    counts = resample_sums(np.eye(500), np.zeros(500, int), resamples=40, seed=1, chunk_units=64).bootstrap[0]
+    assert np.array_equal(counts, np.round(counts)) and counts.min() >= 0
+    assert counts.mean() == pytest.approx(1.0, abs=0.03)
+    assert counts.var() == pytest.approx(1.0, abs=0.06)
+
+
+def test_resampling_is_seeded():
+    terms = np.random.default_rng(0).normal(size=(50, 2))
+    groups = np.zeros(50, int)
+    a = resample_sums(terms, groups, resamples=20, seed=9).bootstrap
+    b = resample_sums(terms, groups, resamples=20, seed=9).bootstrap
+    c = resample_sums(terms, groups, resamples=20, seed=10).bootstrap
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_unknown_interval_method_is_refused():
+    terms = np.ones((3, 2))
+    sums = resample_sums(terms, np.zeros(3, int), resamples=5, seed=0).overall()
+    with pytest.raises(ValueError, match="interval method"):
+        bootstrap_interval(_mean_statistic, sums, "normal", 0.05)

@@ -1,0 +1,162 @@
+"""LoggedSteps from simulator days and from a transition dataset's Parquet shards: the same rows both ways."""
+
+import dataclasses
+import hashlib
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.transition_io import parquet_schema
+from recsys_rl import signals
+from recsys_rl.agents.data import open_dataset
+from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST
+from recsys_rl.ope.logged import LoggedSteps, group_label, target_log_prob
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.simulator import Simulator
+from recsys_rl.state import FEED_STATE_FEATURES
+
+FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    sim = Simulator(SimConfig(n_users=150), seed=4)
+    return sim, sim.run_day(FEED, LIVE)
+
+
+def test_day_logs_become_sorted_sessions_with_next_states(simulated):
+    sim, day = simulated
+    logged = LoggedSteps.from_day_logs([day])
+    feed = day.feed
+    assert logged.rows == feed.request.size and logged.sessions == np.unique(feed.session).size
+    assert logged.signals == signals.FEED_SIGNALS
+    # every simulated request appears once, with its own state, action, reward and propensity
+    order = np.lexsort((feed.page, feed.session))
+    np.testing.assert_array_equal(logged.states, feed.state[order])
+    np.testing.assert_array_equal(logged.rewards, feed.reward[order])
+    np.testing.assert_array_equal(logged.behaviour_log_prob, feed.log_propensity[order])
+    np.testing.assert_array_equal(logged.step, feed.page[order])
+    np.testing.assert_array_equal(logged.groups, sim.world.users.group[feed.user[order]])
+    # the next state is the session's next page, zeros after its last
+    live = np.flatnonzero(~logged.done)
+    np.testing.assert_array_equal(logged.next_states[live], logged.states[live + 1])
+    assert not logged.next_states[logged.done].any()
+    assert logged.done[np.r_[logged.session_starts[1:], logged.rows] - 1].all()
+    np.testing.assert_array_equal(logged.session_groups, logged.groups[logged.session_starts])
+
+
+def test_days_of_separate_runs_keep_their_sessions_apart(simulated):
+    _, day = simulated
+    other = Simulator(SimConfig(n_users=150), seed=5).run_day(FEED, LIVE)
+    assert np.intersect1d(day.feed.session, other.feed.session).size > 0  # both runs count from 0
+    pooled = LoggedSteps.from_day_logs([day, other])
+    single = [LoggedSteps.from_day_logs([d]) for d in (day, other)]
+    assert pooled.sessions == sum(s.sessions for s in single)
+    assert pooled.rows == sum(s.rows for s in single)
+    # pooling LoggedSteps gives the same log as pooling the days
+    concatenated = LoggedSteps.concatenate(single)
+    for field in dataclasses.fields(LoggedSteps):
+        if field.name != "signals":
+            np.testing.assert_array_equal(getattr(concatenated, field.name), getattr(pooled, field.name))
+    with pytest.raises(ValueError, match="cannot concatenate"):
+        LoggedSteps.concatenate([single[0], dataclasses.replace(single[1], signals=("a",) * 7)])
+
+
+def _write_dataset(directory, day) -> None:
+    """The day as the pipeline writes it: two Parquet shards of rows in no particular order."""
+    feed = day.feed
+    order = np.lexsort((feed.page, feed.session))
+    logged = LoggedSteps.from_day_logs([day])
+    n = logged.rows
+
+    def lists(matrix: np.ndarray) -> pa.Array:
+        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * matrix.shape[1])
+        return pa.ListArray.from_arrays(offsets, pa.array(matrix.astype(np.float32).ravel()))
+
+    columns = {
+        "request_id": [f"r{r}" for r in feed.request[order]],
+        "user_id": [f"u{u}" for u in feed.user[order]],
+        # zero-padded: string order is session order, as in the simulator's log
+        "session_id": [f"s{s:06d}" for s in feed.session[order]],
+        "surface": ["feed"] * n,
+        "policy_version": [FEED.version] * n,
+        "step": logged.step,
+        "event_time_ms": feed.time_ms[order],
+        "next_event_time_ms": np.zeros(n, np.int64),
+        "user_group": logged.groups,
+        "done": logged.done.astype(np.int64),
+        "feedback_count": np.zeros(n, np.int64),
+        "state": lists(logged.states),
+        "next_state": lists(logged.next_states),
+        "action": lists(logged.actions),
+        "log_propensity": logged.behaviour_log_prob,
+        **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(signals.FEED_SIGNALS)},
+    }
+    table = pa.Table.from_pydict(columns, schema=parquet_schema("feed"))
+    shuffled = table.take(np.random.default_rng(0).permutation(n))
+    names = ["transitions-feed-00000-of-00002.parquet", "transitions-feed-00001-of-00002.parquet"]
+    pq.write_table(shuffled.slice(0, n // 3), directory / names[0])
+    pq.write_table(shuffled.slice(n // 3), directory / names[1])
+    manifest = {
+        "schema_version": DATASET_SCHEMA_VERSION,
+        "kind": "transitions",
+        "surfaces": {
+            "feed": {
+                "signals": list(signals.FEED_SIGNALS),
+                "feature_names": list(FEED_STATE_FEATURES),
+                "rows": n,
+                "tfrecord_shards": [],
+                "parquet_shards": names,
+            }
+        },
+        "sha256": {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names},
+    }
+    (directory / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_dataset_reads_back_as_the_same_steps(simulated, tmp_path):
+    _, day = simulated
+    _write_dataset(tmp_path, day)
+    from_dataset = LoggedSteps.from_dataset(open_dataset(tmp_path))
+    expected = LoggedSteps.from_day_logs([day])
+    for field in dataclasses.fields(LoggedSteps):
+        got, want = getattr(from_dataset, field.name), getattr(expected, field.name)
+        if field.name == "signals":
+            assert got == want
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=field.name)
+            assert got.dtype == want.dtype, field.name
+
+
+def test_steps_must_be_numbered_without_gaps(simulated):
+    _, day = simulated
+    logged = LoggedSteps.from_day_logs([day])
+    step = logged.step.copy()
+    step[logged.step == 1] = 2  # every second decision claims to be the third
+    with pytest.raises(ValueError, match="without gaps"):
+        dataclasses.replace(logged, step=step)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        dataclasses.replace(logged, session=logged.session[::-1].copy())
+    with pytest.raises(ValueError, match="rewards"):
+        dataclasses.replace(logged, rewards=logged.rewards[:-1])
+
+
+def test_target_log_prob_in_chunks_equals_one_call(simulated):
+    _, day = simulated
+    logged = LoggedSteps.from_day_logs([day])
+    shifted = dataclasses.replace(FEED, base_logits=FEED.base_logits + 0.2)
+    chunked = target_log_prob(shifted, logged.states, logged.actions, chunk_rows=37)
+    np.testing.assert_allclose(chunked, shifted.log_prob(logged.states, logged.actions))
+    # the behaviour policy's own density reproduces the logged propensities (up to float32 actions)
+    np.testing.assert_allclose(
+        target_log_prob(FEED, logged.states, logged.actions), logged.behaviour_log_prob, atol=1e-4
+    )
+
+
+def test_group_labels_name_activity_groups():
+    assert group_label(0) == "high_active" and group_label(3) == "low_active_or_unknown"
+    assert group_label(9) == "9"
