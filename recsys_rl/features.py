@@ -426,13 +426,21 @@ def _with_nullable_ints(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataF
 
 
 def online_user_features(
-    store: FeatureStore, user_ids: Sequence[str], service: str = USER_STATE_SERVICE
+    store: FeatureStore,
+    user_ids: Sequence[str],
+    service: str = USER_STATE_SERVICE,
+    *,
+    include_event_timestamps: bool = False,
 ) -> pd.DataFrame:
-    """One row per user id, in order; an unknown or expired user has nulls (serving falls back)."""
+    """One row per user id, in order; an unknown or expired user has nulls (serving falls back).
+
+    ``include_event_timestamps`` adds ``<feature>__ts`` columns: the row's timestamp in epoch seconds
+    (the end of the day the aggregates cover), which tells serving how recent the user's last day was.
+    """
     features = store.get_feature_service(service)
     with _store_errors(store, "online read"):
         frame = store.get_online_features(features=features, entity_rows=[{"user_id": u} for u in user_ids])
-        result = frame.to_df()
+        result = frame.to_df(include_event_timestamps=include_event_timestamps)
     return _with_nullable_ints(result, _integer_columns(features, False))
 
 

@@ -6,6 +6,8 @@ so training reads what serving used (feature logging); change the version with a
 
 from __future__ import annotations
 
+import numpy as np
+
 FEATURE_VERSION = "state-v1"
 
 #: Activity groups, in KuaiRand's ``user_active_degree`` order; a user's group id is the index.
@@ -34,3 +36,34 @@ LIVE_STATE_FEATURES: tuple[str, ...] = (
     "pred_gift",
     "pred_video_watch_displaced",
 )
+
+#: Pseudo-counts at typical rates: a new user's history features are sensible before any history exists,
+#: instead of 0/0 (the simulator and serving both apply them; see ``history_features``).
+PRIOR_VIEWS = 20.0
+PRIOR_CLICK_RATE = 0.45
+PRIOR_WATCH_PER_VIEW_S = 13.0
+PRIOR_INTERACTION_RATE = 0.02
+
+
+def history_features(
+    views: np.ndarray,
+    clicks: np.ndarray,
+    watch_s: np.ndarray,
+    interactions: np.ndarray,
+    live_views: np.ndarray,
+    live_watch_s: np.ndarray,
+) -> np.ndarray:
+    """(n, 4) ``hist_*`` features from short-video and live history totals, with their scalings.
+
+    One definition for the simulator (whole-history totals) and serving (totals rebuilt from the
+    feature store's rates), so the two cannot drift apart in smoothing or units.
+    """
+    smoothed_views = views + PRIOR_VIEWS
+    return np.column_stack(
+        [
+            (clicks + PRIOR_VIEWS * PRIOR_CLICK_RATE) / smoothed_views,
+            (watch_s + PRIOR_VIEWS * PRIOR_WATCH_PER_VIEW_S) / smoothed_views / 10.0,
+            (interactions + PRIOR_VIEWS * PRIOR_INTERACTION_RATE) / smoothed_views * 10.0,
+            live_watch_s / (live_views + 1.0) / 60.0,
+        ]
+    )

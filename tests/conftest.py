@@ -14,11 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import prometheus_client  # noqa: F401  before Feast: see below
 import pytest
 import redis
 
 from recsys_rl.kafka import Broker, EmbeddedBroker, KafkaSetupError, LocalKafkaBroker
 from recsys_rl.kafka.broker import free_port, log_excerpt
+
+# Importing Feast sets PROMETHEUS_MULTIPROC_DIR, and a prometheus_client imported after that shares metric
+# values between all registries of the process; the serving tests start many servers in one session and
+# each must count its own requests (serving.metrics), so prometheus_client is imported first.
 
 
 def _started(broker: Broker, name: str) -> Broker:

@@ -13,6 +13,7 @@ from recsys_rl.cli import build_transitions as build_transitions_cmd
 from recsys_rl.cli import evaluate as evaluate_cmd
 from recsys_rl.cli import features as features_cmd
 from recsys_rl.cli import registry as registry_cmd
+from recsys_rl.cli import serve as serve_cmd
 from recsys_rl.cli import sim_eval as sim_eval_cmd
 from recsys_rl.cli import simulate as simulate_cmd
 from recsys_rl.cli import train as train_cmd
@@ -33,6 +34,7 @@ def build_parser() -> OneLineParser:
     sim_eval_cmd.register(verbs)
     evaluate_cmd.register(verbs)
     registry_cmd.register(verbs)
+    serve_cmd.register(verbs)
     return parser
 
 

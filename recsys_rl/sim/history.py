@@ -1,8 +1,8 @@
 """Logged per-user aggregates: what a production system knows about a user from past days.
 
 Policies never see the simulator's hidden user traits; they see these aggregates (the same ones the
-Feast feature views hold in production). Pseudo-counts at typical rates make a new user's features
-sensible before any history exists, instead of 0/0.
+Feast feature views hold in production), turned into features by ``recsys_rl.state.history_features``,
+as serving does.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_PRIOR_VIEWS = 20.0
-_PRIOR_CLICK_RATE = 0.45
-_PRIOR_WATCH_PER_VIEW_S = 13.0
-_PRIOR_INTERACTION_RATE = 0.02
+from recsys_rl.state import history_features
 
 
 @dataclass
@@ -33,14 +30,13 @@ class UserHistory:
 
     def features(self, users: np.ndarray) -> np.ndarray:
         """(n, 4): click rate, watch s per view / 10, interactions per view x10, live s per view / 60."""
-        views = self.views[users] + _PRIOR_VIEWS
-        return np.column_stack(
-            [
-                (self.clicks[users] + _PRIOR_VIEWS * _PRIOR_CLICK_RATE) / views,
-                (self.watch_s[users] + _PRIOR_VIEWS * _PRIOR_WATCH_PER_VIEW_S) / views / 10.0,
-                (self.interactions[users] + _PRIOR_VIEWS * _PRIOR_INTERACTION_RATE) / views * 10.0,
-                self.live_watch_s[users] / (self.live_views[users] + 1.0) / 60.0,
-            ]
+        return history_features(
+            self.views[users],
+            self.clicks[users],
+            self.watch_s[users],
+            self.interactions[users],
+            self.live_views[users],
+            self.live_watch_s[users],
         )
 
     def add_day(self, views, returning: np.ndarray) -> None:

@@ -1,0 +1,161 @@
+"""The serving benchmark's load generator and its bare echo server, each run as its own process.
+
+The load generator offers requests open-loop (on a fixed schedule, whether or not earlier ones have
+answered: a slow server cannot slow the offered load down and hide its own latency) or closed-loop
+(a fixed number of requests in flight, to find the saturation rate). It prints one JSON line.
+
+The echo server answers Rank with an empty response: the cost of gRPC and protobuf alone on this
+machine, the baseline the real server is read against.
+
+    python bench/serving_load.py open --target HOST:PORT --qps 500 --seconds 10 --candidates 200
+    python bench/serving_load.py closed --target HOST:PORT --concurrency 16 --seconds 5 --candidates 200
+    python bench/serving_load.py echo --port PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from concurrent import futures
+
+import grpc
+import numpy as np
+
+from recsys_rl import contracts, signals
+from recsys_rl.proto import serving_pb2_grpc
+
+REQUEST_POOL = (
+    64  # distinct prebuilt requests, cycled: building 200 candidates per call would load the client
+)
+
+
+def requests(candidates: int, seed: int) -> list[contracts.RankRequest]:
+    """Feed requests with ``candidates`` candidates and typical per-signal predictions."""
+    rng = np.random.default_rng(seed)
+    scale = np.array([13.0, 0.45, 0.014, 0.0005, 0.0028, 0.0011, 0.00035])
+    pool = []
+    for i in range(REQUEST_POOL):
+        request = contracts.RankRequest(
+            schema_version=1,
+            request_id=f"bench-{seed}-{i}",
+            user_id=f"u{rng.integers(1_000_000)}",
+            prediction_names=list(signals.FEED_SIGNALS),
+            page_size=6,
+        )
+        request.context.event_time_ms = 1_760_000_000_000 + i
+        request.context.page_index = int(rng.integers(5))
+        request.context.session_id = f"s{i}"
+        predictions = rng.gamma(2.0, scale / 2.0, size=(candidates, len(scale)))
+        for j in range(candidates):
+            candidate = request.candidates.add(item_id=f"v{i}-{j}", author_id=f"a{j % 50}")
+            candidate.predictions.extend(predictions[j].tolist())
+        pool.append(request)
+    return pool
+
+
+async def _call(stub, request, deadline_s: float) -> tuple[float, bool]:
+    started = time.perf_counter()
+    try:
+        await stub.Rank(request, timeout=deadline_s)
+        ok = True
+    except grpc.aio.AioRpcError:
+        ok = False
+    return time.perf_counter() - started, ok
+
+
+async def open_loop(target: str, qps: float, seconds: float, pool, deadline_s: float) -> dict:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = serving_pb2_grpc.RankingServiceStub(channel)
+        await _call(stub, pool[0], deadline_s)  # connect before the clock starts
+        total = int(qps * seconds)
+        start = time.perf_counter()
+        tasks = []
+        for i in range(total):
+            delay = start + i / qps - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(_call(stub, pool[i % len(pool)], deadline_s)))
+        results = await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - start
+    return _summary(results, elapsed, offered=qps)
+
+
+async def closed_loop(target: str, concurrency: int, seconds: float, pool, deadline_s: float) -> dict:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = serving_pb2_grpc.RankingServiceStub(channel)
+        await _call(stub, pool[0], deadline_s)
+        results: list[tuple[float, bool]] = []
+        stop = time.perf_counter() + seconds
+
+        async def worker(offset: int) -> None:
+            i = offset
+            while time.perf_counter() < stop:
+                results.append(await _call(stub, pool[i % len(pool)], deadline_s))
+                i += concurrency
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return _summary(results, elapsed, offered=None)
+
+
+def _summary(results: list[tuple[float, bool]], elapsed: float, offered: float | None) -> dict:
+    latencies = np.array([latency for latency, ok in results if ok]) * 1000.0
+    errors = sum(not ok for _, ok in results)
+    return {
+        "requests": len(results),
+        "errors": errors,
+        "qps_offered": offered,
+        "qps_achieved": (len(results) - errors) / elapsed,
+        "p50_ms": float(np.percentile(latencies, 50)) if latencies.size else None,
+        "p99_ms": float(np.percentile(latencies, 99)) if latencies.size else None,
+    }
+
+
+class _Echo(serving_pb2_grpc.RankingServiceServicer):
+    def Rank(self, request, context):  # the gRPC method name
+        return contracts.RankResponse(schema_version=1, request_id=request.request_id)
+
+
+def echo(port: int) -> None:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    serving_pb2_grpc.add_RankingServiceServicer_to_server(_Echo(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print("ready", flush=True)
+    server.wait_for_termination()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_subparsers(dest="mode", required=True)
+    for name in ("open", "closed"):
+        p = mode.add_parser(name)
+        p.add_argument("--target", required=True)
+        p.add_argument("--seconds", type=float, default=10.0)
+        p.add_argument("--candidates", type=int, default=200)
+        p.add_argument("--deadline-s", type=float, default=1.0)
+        p.add_argument("--seed", type=int, default=0)
+        if name == "open":
+            p.add_argument("--qps", type=float, default=500.0)
+        else:
+            p.add_argument("--concurrency", type=int, default=16)
+    mode.add_parser("echo").add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    if args.mode == "echo":
+        echo(args.port)
+        return 0
+    pool = requests(args.candidates, args.seed)
+    if args.mode == "open":
+        result = asyncio.run(open_loop(args.target, args.qps, args.seconds, pool, args.deadline_s))
+    else:
+        result = asyncio.run(closed_loop(args.target, args.concurrency, args.seconds, pool, args.deadline_s))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""``recsys-rl serve``: run the gRPC server (``serving.server``) until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from recsys_rl.cli.common import add_bootstrap_option, add_config_option, non_negative_int
+from recsys_rl.config import load_config
+from recsys_rl.logs import progress_logger
+
+_OPTIONS = (
+    "registry",
+    "host",
+    "port",
+    "bootstrap_servers",
+    "decisions_topic",
+    "tls_cert",
+    "tls_key",
+    "auth_token_file",
+    "feature_repo",
+    "feature_profile",
+    "feature_state_dir",
+    "redis",
+    "metrics_port",
+    "explore",
+)
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser(
+        "serve",
+        help="serve Rank and Allocate over gRPC from the registry's blessed policies",
+        description="Serve RankingService.Rank and AllocationService.Allocate from the registry's routing "
+        "(stable, canary by a hash of the user id, shadow logged only), reloading when routing.json changes. "
+        "Every decision goes to Kafka through a bounded queue; without Kafka the server still answers. "
+        "Health checking and reflection (v1 and v1alpha) are on. Any ServeConfig key can come from --config.",
+    )
+    add_config_option(p)
+    p.add_argument("--registry", metavar="DIR", help="model registry (without: the fallback policies answer)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=non_negative_int, help="port (default 50051; 0: any free port)")
+    add_bootstrap_option(p, "Kafka cluster for decision logs; without it decisions are not logged")
+    p.add_argument("--decisions-topic", help="topic for decision records (default recsys.decisions)")
+    p.add_argument("--tls-cert", metavar="PEM", help="certificate chain; with --tls-key, TLS only")
+    p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    p.add_argument("--auth-token-file", metavar="FILE", help="token that admin RPCs need (enables them)")
+    p.add_argument("--feature-repo", metavar="DIR", help="Feast repo for online user features")
+    p.add_argument("--feature-profile", help="Feast profile: sqlite or redis (default sqlite)")
+    p.add_argument("--feature-state-dir", metavar="DIR", help="Feast state directory (registry, SQLite)")
+    p.add_argument("--redis", metavar="HOST:PORT", help="Redis online store for the redis profile")
+    p.add_argument("--metrics-port", type=non_negative_int, help="Prometheus /metrics port (default off)")
+    p.add_argument(
+        "--no-explore", dest="explore", action="store_const", const=False, help="serve each policy's mode"
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from serving.config import ServeConfig
+    from serving.server import start_server
+
+    config = load_config(ServeConfig, args.config, {k: getattr(args, k) for k in _OPTIONS})
+    progress = progress_logger("serve")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server = start_server(config)
+    scheme = "grpcs" if config.tls_cert else "grpc"
+    metrics = (
+        f", metrics on http://{config.host}:{server.metrics_port}/metrics" if server.metrics_port else ""
+    )
+    print(f"serving on {scheme}://{config.host}:{server.port}{metrics}", flush=True)
+    progress("serving", {"port": server.port, "registry": config.registry or "none"})
+    stop.wait()
+    progress("stopping", {"grace_s": config.shutdown_grace_s, "log_flush_s": config.log_flush_timeout_s})
+    server.stop(config.shutdown_grace_s)
+    print("stopped", flush=True)
+    return 0

@@ -1,0 +1,68 @@
+"""Settings of ``recsys-rl serve``: one typed object, from YAML with CLI flags on top (recsys_rl.config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    registry: str | None = None  # model registry directory; its routing says what is served
+    host: str = "127.0.0.1"
+    port: int = 50051  # 0: any free port (RunningServer.port says which)
+    workers: int = 16  # threads that run RPC handlers
+    max_concurrent_rpcs: int = 256  # more are refused with RESOURCE_EXHAUSTED instead of queueing forever
+    # decision logging
+    bootstrap_servers: str | None = None  # Kafka; None: decisions are counted but not logged
+    decisions_topic: str = "recsys.decisions"
+    shadow_topic: str = "recsys.decisions.shadow"  # shadow decisions: never shown, kept out of training
+    log_queue_size: int = 10_000  # records waiting for Kafka; more are dropped (and counted)
+    log_in_flight: int = 10_000  # records handed to the producer and not yet acknowledged
+    log_flush_timeout_s: float = 5.0  # shutdown waits at most this long for queued records to be sent
+    # features (Feast online store)
+    feature_repo: str | None = None  # Feast repo (features/); None: every request uses default features
+    feature_profile: str = "sqlite"  # a profile of recsys_rl.features.PROFILES (checked when opened)
+    feature_state_dir: str | None = None
+    redis: str | None = None  # redis profile connection; None: env RECSYS_RL_REDIS_CONNECTION_STRING
+    feature_budget_ms: float = 5.0  # a lookup slower than this falls back to defaults for that request
+    feature_lookups_in_flight: int = 4  # lookups beyond this many at once fall back at once
+    # policies and routing
+    explore: bool = True  # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode
+    reload_interval_s: float = 2.0  # how often routing.json is polled for a new revision
+    live_position: int = 2  # slot of an inserted live stream in the page
+    # limits
+    max_candidates: int = 1000
+    max_page_size: int = 100
+    max_message_bytes: int = 4 * 1024 * 1024
+    shutdown_grace_s: float = 5.0  # in-flight requests get this long to finish on stop
+    # security and operations
+    tls_cert: str | None = None  # PEM certificate chain; with tls_key, the server speaks TLS only
+    tls_key: str | None = None
+    auth_token_file: str | None = None  # enables the admin service, for callers that send this token
+    metrics_port: int | None = None  # Prometheus /metrics over HTTP; None: off, 0: any free port
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.decisions_topic == self.shadow_topic:
+            raise ValueError(
+                f"decisions_topic and shadow_topic should differ, but both are {self.shadow_topic!r}"
+            )
+        for name in ("port", "live_position"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} should be >= 0, but is {getattr(self, name)}")
+        for name in (
+            "workers",
+            "max_concurrent_rpcs",
+            "log_queue_size",
+            "log_in_flight",
+            "feature_lookups_in_flight",
+            "max_candidates",
+            "max_page_size",
+            "max_message_bytes",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
+        for name in ("log_flush_timeout_s", "feature_budget_ms", "reload_interval_s", "shutdown_grace_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} should be > 0, but is {getattr(self, name)}")

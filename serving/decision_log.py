@@ -1,0 +1,188 @@
+"""Decision records to Kafka through a bounded queue and one sender thread: never on the request path.
+
+``submit`` only appends to a bounded queue and returns; when the queue is full the record is dropped
+and counted (``dropped_queue_full``): answering the request matters more than logging it. The sender
+thread hands records to a kafka-python producer, holding at most ``in_flight`` unacknowledged ones.
+When Kafka is slow or down, the producer cannot connect or the in-flight limit is reached: the sender
+waits with the record (counted once as ``deferred``), the queue fills, and later records are dropped.
+When Kafka is back, the waiting records go out in order.
+
+Shutdown (``close``) stops accepting records and gives the sender ``flush_timeout_s`` in all to hand
+over the queue and have the producer acknowledge it; whatever is left then is counted as
+``dropped_shutdown``. ``close`` returns within ``flush_timeout_s`` plus 3 s (a connection attempt
+under way may take its 2 s; the producer's close takes up to 1 s more).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from recsys_rl import contracts
+from recsys_rl.errors import OperationalError
+from recsys_rl.kafka import DeliveryError
+from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.logs import get_logger, log_event
+from serving.metrics import ServingMetrics
+
+_CONNECT_TIMEOUT_S = 2.0
+_RETRY_PAUSE_S = 0.05
+_PRODUCER_TUNING = {
+    "linger_ms": 5,  # small batches: records should reach the log soon, not in bulk
+    "max_block_ms": 1_000,  # metadata for a missing topic: the sender notices within a second
+    "request_timeout_ms": 5_000,
+    "reconnect_backoff_max_ms": 1_000,
+}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    topic: str
+    key: bytes
+    value: bytes
+    timestamp_ms: int
+
+
+class DecisionLog:
+    def __init__(
+        self,
+        bootstrap_servers: str | None,
+        metrics: ServingMetrics,
+        *,
+        capacity: int,
+        in_flight: int,
+        flush_timeout_s: float,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._metrics = metrics
+        self._queue: queue.Queue[_Entry] = queue.Queue(capacity)
+        self._in_flight_limit = in_flight
+        self._flush_timeout_s = flush_timeout_s
+        self._closing = threading.Event()
+        self._deadline = float("inf")  # monotonic time by which the sender must give up (set by close)
+        self._producer: EventProducer | None = None
+        self._reported = {"acked": 0, "failed": 0}
+        self._logger = get_logger("serve.decision_log")
+        self._last_warning = 0.0
+        self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
+        if bootstrap_servers is not None:
+            self._thread.start()
+
+    def submit(self, topic: str, record: contracts.DecisionRecord) -> bool:
+        """Queue one record for ``topic`` (keyed by user id); False if it was dropped. Never blocks."""
+        if self._bootstrap is None or self._closing.is_set():
+            return False
+        entry = _Entry(topic, record.user_id.encode(), contracts.encode(record), record.event_time_ms)
+        try:
+            self._queue.put_nowait(entry)
+        except queue.Full:
+            self._metrics.log_records.labels("dropped_queue_full").inc()
+            return False
+        self._metrics.log_records.labels("enqueued").inc()
+        self._metrics.log_queue_depth.set(self._queue.qsize())
+        return True
+
+    # --- the sender thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                entry = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                self._account()
+                if self._closing.is_set():
+                    break
+                continue
+            self._metrics.log_queue_depth.set(self._queue.qsize())
+            if not self._send(entry):
+                self._metrics.log_records.labels("dropped_shutdown").inc()
+                self._drop_rest()
+                break
+        self._finish()
+
+    def _send(self, entry: _Entry) -> bool:
+        """Hand ``entry`` to the producer, waiting while Kafka cannot take it; False: shutdown deadline."""
+        deferred = False
+        while time.monotonic() < self._deadline:
+            producer = self._connected()
+            if producer is not None and self._in_flight() < self._in_flight_limit:
+                try:
+                    producer.send(entry.topic, entry.key, entry.value, entry.timestamp_ms)
+                    return True
+                except DeliveryError as err:
+                    self._warn("send_deferred", err)
+            if not deferred:
+                deferred = True
+                self._metrics.log_records.labels("deferred").inc()
+            self._account()
+            time.sleep(_RETRY_PAUSE_S)
+        return False
+
+    def _connected(self) -> EventProducer | None:
+        if self._producer is None:
+            try:
+                self._producer = EventProducer(
+                    self._bootstrap, connect_timeout_s=_CONNECT_TIMEOUT_S, **_PRODUCER_TUNING
+                )
+                log_event(self._logger, "producer_connected", bootstrap_servers=self._bootstrap)
+            except OperationalError as err:
+                self._warn("producer_unavailable", err)
+        return self._producer
+
+    def _in_flight(self) -> int:
+        assert self._producer is not None
+        return sum(c.pending for c in self._producer.counts().values())
+
+    def _account(self) -> None:
+        """Move the producer's delivery counts into the metrics."""
+        if self._producer is None:
+            return
+        counts = self._producer.counts().values()
+        totals = {"acked": sum(c.acked for c in counts), "failed": sum(c.failed for c in counts)}
+        for outcome, total in totals.items():
+            self._metrics.log_records.labels(outcome).inc(total - self._reported[outcome])
+        self._reported = totals
+        self._metrics.log_in_flight.set(sum(c.pending for c in counts))
+
+    def _drop_rest(self) -> None:
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+            self._metrics.log_records.labels("dropped_shutdown").inc()
+        self._metrics.log_queue_depth.set(0)
+
+    def _finish(self) -> None:
+        if self._producer is None:
+            return
+        remaining = max(0.0, self._deadline - time.monotonic())
+        try:
+            # close() flushes and then closes, each with this timeout: half the time left for each
+            self._producer.close(timeout_s=max(remaining / 2, 0.1))
+        except DeliveryError as err:
+            self._warn("unflushed_at_shutdown", err)
+        self._account()
+        unacked = sum(c.pending for c in self._producer.counts().values())
+        if unacked:
+            self._metrics.log_records.labels("dropped_shutdown").inc(unacked)
+
+    def _warn(self, event: str, err: Exception) -> None:
+        # Once a second at most: a broker that is down would otherwise log on every retry.
+        now = time.monotonic()
+        if now - self._last_warning >= 1.0:
+            self._last_warning = now
+            self._logger.warning(event, extra={"kv": {"error": str(err)}})
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop accepting records and send what is queued within ``flush_timeout_s`` (module docstring)."""
+        if self._closing.is_set():
+            return
+        self._deadline = time.monotonic() + self._flush_timeout_s
+        self._closing.set()
+        if self._thread.is_alive():
+            self._thread.join(self._flush_timeout_s + _CONNECT_TIMEOUT_S + 1.0)

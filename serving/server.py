@@ -1,0 +1,224 @@
+"""Assembly: the gRPC server with its services, health, reflection, TLS, auth and metrics.
+
+``start_server(config)`` returns a ``RunningServer`` (``.port``, ``.stop(grace)``) for in-process use;
+``recsys-rl serve`` runs the same in its own process. Health starts NOT_SERVING for every service and
+turns SERVING once the first load of the registry's routing has been tried (a policy loaded, or the
+deterministic fallback in its place); ``stop`` turns it NOT_SERVING first, so load balancers stop
+sending before the in-flight requests drain.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+
+from recsys_rl.config import ConfigError
+from recsys_rl.contracts import serving_pb2, serving_pb2_grpc
+from recsys_rl.errors import OperationalError
+from recsys_rl.logs import get_logger, log_event
+from serving.auth import AdminTokenInterceptor, read_token
+from serving.config import ServeConfig
+from serving.decision_log import DecisionLog
+from serving.features import UserFeatureReader
+from serving.metrics import ServingMetrics
+from serving.policies import Decider, SavedModelFeedDecider, allocation_fallback, feed_fallback
+from serving.reflection import enable_reflection
+from serving.routing import PolicyHolder, RoutingWatcher
+from serving.service import Handlers
+
+_SERVICES = serving_pb2.DESCRIPTOR.services_by_name
+RANKING = _SERVICES["RankingService"].full_name
+ALLOCATION = _SERVICES["AllocationService"].full_name
+ADMIN = _SERVICES["AdminService"].full_name
+
+
+class ServeError(OperationalError):
+    """The server cannot start: a port taken, a certificate unreadable."""
+
+
+def _no_allocation_format(policy_dir: Path, version: str) -> Decider:
+    raise OperationalError(
+        f"live_allocation version {version} cannot be served: there is no exported allocation policy format "
+        "yet, so the heuristic fallback keeps answering"
+    )
+
+
+@dataclass
+class RunningServer:
+    port: int
+    metrics: ServingMetrics
+    metrics_port: int | None
+    holders: dict[str, PolicyHolder]
+    _server: grpc.Server
+    _health: health.HealthServicer
+    _watcher: RoutingWatcher
+    _log: DecisionLog
+    _features: UserFeatureReader
+    _metrics_http: object | None
+    _ready: threading.Event
+
+    def wait_ready(self, timeout_s: float | None = None) -> bool:
+        return self._ready.wait(timeout_s)
+
+    def wait(self) -> None:
+        self._server.wait_for_termination()
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """NOT_SERVING, drain in-flight RPCs for ``grace_s``, then flush the decision log (its own bound)."""
+        self._health.enter_graceful_shutdown()
+        self._server.stop(grace_s).wait()
+        self._watcher.stop()
+        self._log.close()
+        self._features.close()
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+
+
+def _read_pem(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read {what} {path!r}: {err.strerror}") from None
+
+
+def _open_features(config: ServeConfig) -> UserFeatureReader:
+    store = None
+    if config.feature_repo is not None:
+        from recsys_rl.features import open_store  # Feast is heavy: import it only when configured
+
+        store = open_store(
+            config.feature_repo,
+            config.feature_profile,
+            state_dir=config.feature_state_dir,
+            redis=config.redis,
+        )
+    return UserFeatureReader(store, config.feature_lookups_in_flight)
+
+
+def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServer:
+    """Start serving ``config``; with ``wait_ready``, return once health says SERVING."""
+    log = get_logger("serve")
+    token = read_token(config.auth_token_file) if config.auth_token_file else None
+    credentials = None
+    if config.tls_cert is not None and config.tls_key is not None:
+        credentials = grpc.ssl_server_credentials(
+            [(_read_pem(config.tls_key, "tls_key"), _read_pem(config.tls_cert, "tls_cert"))]
+        )
+    metrics = ServingMetrics()
+    features = _open_features(config)
+    decision_log = DecisionLog(
+        config.bootstrap_servers,
+        metrics,
+        capacity=config.log_queue_size,
+        in_flight=config.log_in_flight,
+        flush_timeout_s=config.log_flush_timeout_s,
+    )
+
+    def on_reload(surface: str, outcome: str, error: str | None) -> None:
+        metrics.reloads.labels(surface, outcome).inc()
+        metrics.routing_revision.labels(surface).set(holders[surface].current.revision)
+        fields = {"surface": surface, "outcome": outcome, "revision": holders[surface].current.revision}
+        log_event(log, "routing_reload", **fields, **({"error": error} if error else {}))
+
+    registry = Path(config.registry) if config.registry else None
+    holders = {
+        "feed": PolicyHolder(registry, "feed", SavedModelFeedDecider.load, feed_fallback(), on_reload),
+        "live_allocation": PolicyHolder(
+            registry, "live_allocation", _no_allocation_format, allocation_fallback(), on_reload
+        ),
+    }
+    ready = threading.Event()
+    handlers = Handlers(config, holders, features, decision_log, metrics, ready.is_set)
+
+    server = grpc.server(
+        ThreadPoolExecutor(config.workers, thread_name_prefix="rpc"),
+        interceptors=[AdminTokenInterceptor(token)] if token else [],
+        options=[
+            ("grpc.max_receive_message_length", config.max_message_bytes),
+            ("grpc.max_send_message_length", config.max_message_bytes),
+        ],
+        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+    )
+    _add_services(server, handlers, with_admin=token is not None)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    offered = [RANKING, ALLOCATION, *([ADMIN] if token else [])]
+    for name in ("", *offered):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    enable_reflection([*offered, health.SERVICE_NAME], server)
+    address = f"{config.host}:{config.port}"
+    try:
+        port = (
+            server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+        )
+    except RuntimeError as err:
+        port, reason = 0, str(err)
+    else:
+        reason = "the port is taken or the host is not local"
+    if port == 0:
+        decision_log.close()
+        features.close()
+        raise ServeError(f"cannot listen on {address}: {reason}")
+    server.start()
+
+    watcher = RoutingWatcher(list(holders.values()), config.reload_interval_s)
+
+    def first_load() -> None:
+        features.warm_up()
+        for holder in holders.values():
+            holder.refresh()
+        ready.set()
+        for name in ("", *offered):
+            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log_event(
+            log,
+            "ready",
+            port=port,
+            **{s: (h.current.stable or h.current.fallback).version for s, h in holders.items()},
+        )
+        watcher.start()
+
+    threading.Thread(target=first_load, name="first-load", daemon=True).start()
+    metrics_http, metrics_port = None, None
+    if config.metrics_port is not None:
+        metrics_http, _ = start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
+        metrics_port = metrics_http.server_port
+    running = RunningServer(
+        port,
+        metrics,
+        metrics_port,
+        holders,
+        server,
+        health_servicer,
+        watcher,
+        decision_log,
+        features,
+        metrics_http,
+        ready,
+    )
+    if wait_ready:
+        ready.wait()
+    return running
+
+
+def _add_services(server: grpc.Server, handlers: Handlers, *, with_admin: bool) -> None:
+    class Ranking(serving_pb2_grpc.RankingServiceServicer):
+        Rank = staticmethod(handlers.instrumented("Rank", handlers.rank))
+
+    class Allocation(serving_pb2_grpc.AllocationServiceServicer):
+        Allocate = staticmethod(handlers.instrumented("Allocate", handlers.allocate))
+
+    serving_pb2_grpc.add_RankingServiceServicer_to_server(Ranking(), server)
+    serving_pb2_grpc.add_AllocationServiceServicer_to_server(Allocation(), server)
+    if with_admin:
+
+        class Admin(serving_pb2_grpc.AdminServiceServicer):
+            Reload = staticmethod(handlers.instrumented("Reload", handlers.reload))
+
+        serving_pb2_grpc.add_AdminServiceServicer_to_server(Admin(), server)

@@ -1,0 +1,248 @@
+"""The RPC handlers: validate, read features, decide, answer, log. No blocking I/O on this path.
+
+Each handler reads its surface's current ``ServingSet`` once, so a reload mid-request changes nothing
+for that request. The served decision is logged to the decisions topic; a shadow policy's decision on
+the same state is logged to the shadow topic (kept apart because it was never shown: the transition
+pipeline joins feedback to decisions by request id and must see the served one only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from recsys_rl import contracts
+from recsys_rl.fusion import fusion_scores, top_k
+from recsys_rl.logs import get_logger
+from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from serving.config import ServeConfig
+from serving.decision_log import DecisionLog
+from serving.features import UserFeatureReader
+from serving.metrics import ServingMetrics
+from serving.policies import Decider, request_seed
+from serving.routing import PolicyHolder
+from serving.state import event_time_ms, feed_state, live_state, user_group
+from serving.validation import InvalidRequest, validate_allocate, validate_rank
+
+#: Time kept back from the client's deadline for inference and the answer, when budgeting the lookup.
+_DEADLINE_RESERVE_S = 0.002
+
+_logger = get_logger("serve")
+
+
+class Abort(Exception):
+    """Ends an RPC with ``code``; raised by handlers, turned into the gRPC status by ``instrumented``."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Decision:
+    arm: str
+    decider: Decider
+    action: np.ndarray
+    log_propensity: float
+
+
+class Handlers:
+    def __init__(
+        self,
+        config: ServeConfig,
+        holders: dict[str, PolicyHolder],
+        features: UserFeatureReader,
+        log: DecisionLog,
+        metrics: ServingMetrics,
+        is_ready: Callable[[], bool],
+    ) -> None:
+        self._config = config
+        self._holders = holders
+        self._features = features
+        self._log = log
+        self._metrics = metrics
+        self._is_ready = is_ready
+
+    def instrumented(self, method: str, handle: Callable) -> Callable:
+        """``handle`` with latency and status metrics, and errors mapped to gRPC status codes."""
+
+        def rpc(request, context: grpc.ServicerContext):
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                return handle(request, context)
+            except InvalidRequest as err:
+                code = grpc.StatusCode.INVALID_ARGUMENT
+                context.abort(code, str(err))
+            except Abort as err:
+                code = err.code
+                context.abort(code, str(err))
+            except Exception:
+                code = grpc.StatusCode.INTERNAL
+                _logger.exception("rpc_failed", extra={"kv": {"method": method}})
+                context.abort(code, "internal error; the server log has the details")
+            finally:
+                self._metrics.requests.labels(method, code.name).inc()
+                self._metrics.latency.labels(method).observe(time.perf_counter() - started)
+
+        return rpc
+
+    # --- shared steps ----------------------------------------------------------------------------------
+
+    def _budget_s(self, context: grpc.ServicerContext) -> float:
+        """The feature lookup's budget: the configured one, cut short by the client's deadline."""
+        if not self._is_ready():
+            raise Abort(grpc.StatusCode.UNAVAILABLE, "the server is still loading its policies")
+        budget = self._config.feature_budget_ms / 1000.0
+        remaining = context.time_remaining()
+        if remaining is not None:
+            if remaining <= 0:
+                raise Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the request ran")
+            budget = min(budget, remaining - _DEADLINE_RESERVE_S)
+        return budget
+
+    def _state(self, request, context: grpc.ServicerContext) -> tuple[np.ndarray, bool, int]:
+        """(feed state, features_missing, event time ms) of a Rank or Allocate request."""
+        lookup = self._features.lookup(request.user_id, self._budget_s(context))
+        if lookup.missing is not None:
+            self._metrics.features_missing.labels(lookup.missing).inc()
+        time_ms = event_time_ms(request.context, time.time_ns() // 1_000_000)
+        return feed_state(lookup.user, request.context, time_ms), lookup.missing is not None, time_ms
+
+    @staticmethod
+    def _still_wanted(context: grpc.ServicerContext) -> None:
+        """A client that gave up gets no answer, and its decision is not logged as served."""
+        if not context.is_active():
+            raise Abort(grpc.StatusCode.CANCELLED, "the client went away before the answer")
+
+    def _record(
+        self, request, surface: str, state: np.ndarray, missing: bool, time_ms: int, decision: Decision
+    ) -> contracts.DecisionRecord:
+        return contracts.DecisionRecord(
+            schema_version=contracts.EVENTS_SCHEMA_VERSION,
+            request_id=request.request_id,
+            user_id=request.user_id,
+            surface=contracts.SURFACES[surface],
+            event_time_ms=time_ms,
+            state=state.tolist(),
+            feature_names=FEED_STATE_FEATURES if surface == "feed" else LIVE_STATE_FEATURES,
+            feature_version=FEATURE_VERSION,
+            user_group=user_group(state),
+            prediction_names=request.prediction_names,
+            action=decision.action.tolist(),
+            log_propensity=decision.log_propensity,
+            policy_version=decision.decider.version,
+            routing_arm=contracts.ROUTING_ARMS[decision.arm],
+            features_missing=missing,
+            session_id=request.context.session_id,
+        )
+
+    def _emit(self, surface: str, record: contracts.DecisionRecord, arm: str) -> None:
+        topic = self._config.shadow_topic if arm == "shadow" else self._config.decisions_topic
+        self._log.submit(topic, record)
+        self._metrics.decisions.labels(surface, arm).inc()
+
+    def _decide(self, surface: str, user_id: str, state: np.ndarray, seed: tuple[int, int]):
+        """The served decision and, when a shadow is routed, the shadow's decision on the same state."""
+        snapshot = self._holders[surface].current
+        arm, decider = snapshot.route(user_id)
+        served = Decision(arm, decider, *decider.decide(state, seed, self._config.explore))
+        shadow = None
+        if snapshot.shadow is not None:
+            shadow = Decision(
+                "shadow", snapshot.shadow, *snapshot.shadow.decide(state, seed, self._config.explore)
+            )
+        return served, shadow
+
+    # --- RankingService --------------------------------------------------------------------------------
+
+    def rank(self, request: contracts.RankRequest, context: grpc.ServicerContext) -> contracts.RankResponse:
+        validate_rank(
+            request, max_candidates=self._config.max_candidates, max_page_size=self._config.max_page_size
+        )
+        state, missing, time_ms = self._state(request, context)
+        predictions = np.array([c.predictions for c in request.candidates], np.float64)
+        served, shadow = self._decide("feed", request.user_id, state, request_seed(request.request_id))
+        scores, order = _ranking(predictions, served.action, request.page_size)
+        self._still_wanted(context)
+        record = self._record(request, "feed", state, missing, time_ms, served)
+        record.candidates.extend(request.candidates)
+        record.served_item_ids.extend(request.candidates[j].item_id for j in order)
+        self._emit("feed", record, served.arm)
+        if shadow is not None:
+            shadow_record = self._record(request, "feed", state, missing, time_ms, shadow)
+            shadow_record.candidates.extend(request.candidates)
+            _, shadow_order = _ranking(predictions, shadow.action, request.page_size)
+            shadow_record.served_item_ids.extend(request.candidates[j].item_id for j in shadow_order)
+            self._emit("feed", shadow_record, "shadow")
+        return contracts.RankResponse(
+            schema_version=contracts.SERVING_SCHEMA_VERSION,
+            request_id=request.request_id,
+            item_ids=[request.candidates[j].item_id for j in order],
+            scores=scores[order].tolist(),
+            action=served.action.tolist(),
+            log_propensity=served.log_propensity,
+            policy_version=served.decider.version,
+            routing_arm=contracts.ROUTING_ARMS[served.arm],
+        )
+
+    # --- AllocationService -----------------------------------------------------------------------------
+
+    def allocate(
+        self, request: contracts.AllocateRequest, context: grpc.ServicerContext
+    ) -> contracts.AllocateResponse:
+        validate_allocate(request)
+        feed, missing, time_ms = self._state(request, context)
+        state = live_state(feed, np.array(request.live_candidate.predictions))
+        served, shadow = self._decide(
+            "live_allocation", request.user_id, state, request_seed(request.request_id)
+        )
+        self._still_wanted(context)
+        for decision in (served, shadow):
+            if decision is None:
+                continue
+            record = self._record(request, "live_allocation", state, missing, time_ms, decision)
+            record.candidates.append(request.live_candidate)
+            if decision.action[0] == 1:
+                record.served_item_ids.append(request.live_candidate.item_id)
+            self._emit("live_allocation", record, decision.arm)
+        insert = bool(served.action[0] == 1)
+        return contracts.AllocateResponse(
+            schema_version=contracts.SERVING_SCHEMA_VERSION,
+            request_id=request.request_id,
+            insert=insert,
+            position=self._config.live_position if insert else 0,
+            log_propensity=served.log_propensity,
+            policy_version=served.decider.version,
+            routing_arm=contracts.ROUTING_ARMS[served.arm],
+        )
+
+    # --- AdminService ----------------------------------------------------------------------------------
+
+    def reload(self, request, context: grpc.ServicerContext):
+        statuses = []
+        for surface, holder in self._holders.items():
+            holder.refresh(force=True)
+            current = holder.current
+            statuses.append(
+                contracts.serving_pb2.SurfaceStatus(
+                    surface=surface,
+                    routing_revision=current.revision,
+                    stable_version=current.stable.version if current.stable else "",
+                    canary_version=current.canary.version if current.canary else "",
+                    canary_fraction=current.canary_fraction,
+                    shadow_version=current.shadow.version if current.shadow else "",
+                    last_error=holder.status.last_error or "",
+                )
+            )
+        return contracts.serving_pb2.ReloadResponse(surfaces=statuses)
+
+
+def _ranking(predictions: np.ndarray, action: np.ndarray, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of all candidates and the indices of the best ``page_size``, exactly as the simulator ranks."""
+    scores = fusion_scores(predictions[None], action[None])[0]
+    return scores, top_k(scores[None], page_size)[0]

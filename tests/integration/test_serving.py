@@ -1,0 +1,598 @@
+"""The gRPC server over real sockets: generated stubs, real policies, real Kafka, reloads under load.
+
+Two behaviour-cloning policies trained on the pipeline-built dataset are registered with passing
+blessings (``recsys_rl.blessing.write_blessing``); each test gets its own registry copy and server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from registry_fakes import make_report
+
+from recsys_rl import contracts, registry
+from recsys_rl.cli.main import main
+from recsys_rl.fusion import FEED_ACTION_NAMES, fusion_scores, top_k
+from recsys_rl.kafka import EmbeddedBroker
+from recsys_rl.kafka.reader import read_range
+from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.state import FEED_STATE_FEATURES
+from serving.config import ServeConfig
+from serving.server import RunningServer, start_server
+from serving.validation import LIVE_PREDICTION_NAMES
+
+pytestmark = pytest.mark.integration
+
+RANK = contracts.ROUTING_ARMS
+
+
+@pytest.fixture(scope="module")
+def runs(feed_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    out = tmp_path_factory.mktemp("serve-runs")
+    made = []
+    for seed in (0, 1):
+        run = out / f"bc-{seed}"
+        args = ["train", "--algo", "bc", "--data", str(feed_dataset), "--out", str(run), "--steps", "40"]
+        assert main([*args, "--seed", str(seed)]) == 0
+        made.append(run)
+    return made
+
+
+@pytest.fixture
+def registry_dir(runs: list[Path], tmp_path: Path) -> Path:
+    """A registry with the two policies as v1 (stable) and v2, both blessed."""
+    root = tmp_path / "registry"
+    for name, run in zip(("v1", "v2"), runs, strict=True):
+        report = make_report(tmp_path / f"report-{name}", run / "policy")
+        registry.register(root, "feed", run=run, report=report, version=name)
+    registry.promote(root, "feed", "v1", "stable")
+    return root
+
+
+@pytest.fixture
+def topics(embedded_kafka) -> tuple[str, str]:
+    names = (f"dec-{uuid.uuid4().hex[:8]}", f"shadow-{uuid.uuid4().hex[:8]}")
+    ensure_topics(embedded_kafka.bootstrap_servers, [TopicSpec(n, 1) for n in names])
+    return names
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator:
+    started: list[RunningServer] = []
+
+    def start(**settings) -> RunningServer:
+        server = start_server(ServeConfig(**{"port": 0, "reload_interval_s": 0.05, **settings}))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop(1.0)
+
+
+def rank_request(request_id: str = "req-1", user_id: str = "user-1", n: int = 20) -> contracts.RankRequest:
+    rng = np.random.default_rng(3)  # the same candidates for every request
+    base = np.array([13.0, 0.45, 0.014, 0.0005, 0.0028, 0.0011, 0.00035])
+    predictions = base * rng.lognormal(0.0, 0.5, (n, len(base)))
+    return contracts.RankRequest(
+        schema_version=1,
+        request_id=request_id,
+        user_id=user_id,
+        page_size=6,
+        prediction_names=FEED_ACTION_NAMES,
+        context=contracts.serving_pb2.RequestContext(
+            event_time_ms=1_700_000_000_000, page_index=1, session_watch_s=40.0, session_id="s1"
+        ),
+        candidates=[
+            contracts.Candidate(item_id=f"v{j}", author_id=f"a{j}", item_type=1, predictions=row)
+            for j, row in enumerate(predictions.tolist())
+        ],
+    )
+
+
+def allocate_request(request_id: str = "live-1") -> contracts.AllocateRequest:
+    return contracts.AllocateRequest(
+        schema_version=1,
+        request_id=request_id,
+        user_id="user-1",
+        prediction_names=LIVE_PREDICTION_NAMES,
+        live_candidate=contracts.Candidate(item_id="l1", item_type=2, predictions=[90.0, 0.3, 5.0]),
+    )
+
+
+def channel(server: RunningServer) -> grpc.Channel:
+    return grpc.insecure_channel(f"127.0.0.1:{server.port}")
+
+
+def ranking(ch: grpc.Channel):
+    return contracts.serving_pb2_grpc.RankingServiceStub(ch)
+
+
+def decisions(bootstrap: str, topic: str) -> list[contracts.DecisionRecord]:
+    return [contracts.decode_decision(r.value) for r in read_range(bootstrap, topic, idle_timeout_s=10.0)]
+
+
+def wait_for(condition, what: str, attempts: int = 400) -> None:
+    """Poll ``condition`` every 50 ms; fail after ``attempts`` tries (20 s by default)."""
+    pause = threading.Event()
+    for _ in range(attempts):
+        if condition():
+            return
+        pause.wait(0.05)
+    pytest.fail(f"gave up waiting for {what}")
+
+
+# --- Rank end to end ---------------------------------------------------------------------------------
+
+
+def test_rank_serves_the_stable_policy_and_logs_exactly_what_it_served(
+    registry_dir, topics, embedded_kafka, serve
+):
+    from recsys_rl.agents.policy_io import load_feed_policy
+
+    server = serve(
+        registry=str(registry_dir),
+        bootstrap_servers=embedded_kafka.bootstrap_servers,
+        decisions_topic=topics[0],
+        shadow_topic=topics[1],
+    )
+    request = rank_request()
+    with channel(server) as ch:
+        first = ranking(ch).Rank(request)
+        again = ranking(ch).Rank(request)  # a retry: same seed, same decision
+    assert first == again
+    assert first.routing_arm == RANK["stable"] and first.policy_version == "v1"
+    predictions = np.array([c.predictions for c in request.candidates])
+    action = np.array(first.action)
+    expected = top_k(fusion_scores(predictions[None], action[None]), 6)[0]
+    assert list(first.item_ids) == [request.candidates[j].item_id for j in expected]
+    np.testing.assert_allclose(
+        first.scores, fusion_scores(predictions[None], action[None])[0][expected], rtol=1e-5
+    )
+
+    server.stop(1.0)  # flushes the decision log
+    logged = decisions(embedded_kafka.bootstrap_servers, topics[0])
+    assert len(logged) == 2 and logged[0] == logged[1]
+    record = logged[0]
+    assert record.request_id == "req-1" and record.user_id == "user-1" and record.session_id == "s1"
+    assert record.surface == contracts.SURFACES["feed"] and record.routing_arm == RANK["stable"]
+    assert tuple(record.feature_names) == FEED_STATE_FEATURES and len(record.state) == len(
+        FEED_STATE_FEATURES
+    )
+    assert record.features_missing  # no feature store configured: defaults, flagged
+    assert list(record.served_item_ids) == list(first.item_ids)
+    assert list(record.candidates) == list(request.candidates)
+    assert record.log_propensity == first.log_propensity
+    # the logged propensity is the serving policy's log-density of the served action at the logged state
+    policy = load_feed_policy(registry_dir / "feed" / "versions" / "v1" / "policy")
+    density = policy.log_prob(np.array([record.state]), np.array([record.action]))[0]
+    assert density == pytest.approx(record.log_propensity, abs=1e-4)
+    assert server.metrics.value("recsys_serving_decisions_total", surface="feed", arm="stable") == 2
+
+
+def test_without_any_loadable_policy_a_deterministic_fallback_answers(tmp_path, serve):
+    server = serve(registry=str(tmp_path / "no-registry"))
+    with channel(server) as ch:
+        stub = ranking(ch)
+        first, second = stub.Rank(rank_request()), stub.Rank(rank_request())
+        other = stub.Rank(rank_request("req-2"))
+        live = contracts.serving_pb2_grpc.AllocationServiceStub(ch).Allocate(allocate_request())
+    assert first == second and first.routing_arm == RANK["fallback"]
+    assert first.policy_version == "fallback-behaviour-feed-v1"
+    assert other.action != first.action  # exploration: a different request draws different noise
+    assert live.routing_arm == RANK["fallback"] and live.policy_version == "fallback-behaviour-live-v1"
+    assert live.log_propensity < 0 and live.position == (2 if live.insert else 0)
+
+
+# --- health, reflection, validation, limits ----------------------------------------------------------
+
+
+def test_health_and_reflection_under_v1_and_v1alpha(registry_dir, serve):
+    server = serve(registry=str(registry_dir))
+    with channel(server) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        for service in ("", "recsys.v1.RankingService", "recsys.v1.AllocationService"):
+            status = health.Check(health_pb2.HealthCheckRequest(service=service)).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
+        listing = reflection_pb2.ServerReflectionRequest(list_services="")
+        lookup = reflection_pb2.ServerReflectionRequest(file_containing_symbol="recsys.v1.RankingService")
+        v1 = ch.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        for call in (reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo, v1):
+            services_answer, file_answer = list(call(iter([listing, lookup])))
+            names = {s.name for s in services_answer.list_services_response.service}
+            assert {
+                "recsys.v1.RankingService",
+                "recsys.v1.AllocationService",
+                "grpc.health.v1.Health",
+            } <= names
+            assert {
+                "grpc.reflection.v1.ServerReflection",
+                "grpc.reflection.v1alpha.ServerReflection",
+            } <= names
+            assert "recsys.v1.AdminService" not in names  # no token: no admin service at all
+            assert file_answer.file_descriptor_response.file_descriptor_proto
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda r: setattr(r, "schema_version", 7), "schema_version"),
+        (lambda r: setattr(r, "request_id", ""), "request_id"),
+        (lambda r: setattr(r, "user_id", ""), "user_id"),
+        (lambda r: setattr(r, "page_size", 0), "page_size"),
+        (lambda r: r.prediction_names.pop(), "prediction_names"),
+        (lambda r: r.ClearField("candidates"), "candidates"),
+        (lambda r: r.candidates.extend(r.candidates[:1] * 31), "candidates"),  # over max_candidates=50
+        (lambda r: setattr(r.candidates[4], "item_id", "v3"), "candidates[4].item_id"),
+        (lambda r: r.candidates[2].predictions.pop(), "candidates[2].predictions"),
+        (lambda r: r.candidates[1].predictions.__setitem__(0, float("nan")), "candidates[1].predictions[0]"),
+        (lambda r: setattr(r.context, "last_page_click_rate", 2.0), "context.last_page_click_rate"),
+        (lambda r: setattr(r.context, "session_watch_s", -3.0), "context.session_watch_s"),
+        (lambda r: setattr(r.context, "utc_offset_minutes", -2000), "context.utc_offset_minutes"),
+    ],
+)
+def test_invalid_fields_are_invalid_argument_naming_the_field(mutate, field, tmp_path, serve):
+    server = serve(registry=str(tmp_path / "none"), max_candidates=50)
+    request = rank_request()
+    mutate(request)
+    with channel(server) as ch, pytest.raises(grpc.RpcError) as err:
+        ranking(ch).Rank(request)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith(field + " ")
+    assert server.metrics.value("recsys_serving_requests_total", method="Rank", code="INVALID_ARGUMENT") == 1
+
+
+def test_oversized_messages_are_refused_and_the_server_carries_on(tmp_path, serve):
+    server = serve(registry=str(tmp_path / "none"), max_message_bytes=16 * 1024)
+    with channel(server) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            ranking(ch).Rank(rank_request(n=500))  # ~40 KB
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert ranking(ch).Rank(rank_request()).item_ids
+
+
+# --- routing and reload ------------------------------------------------------------------------------
+
+
+def test_hot_reload_under_concurrent_load_fails_no_request(registry_dir, serve):
+    server = serve(registry=str(registry_dir))
+    failures: list[Exception] = []
+    versions: set[tuple[int, str]] = set()
+    stop = threading.Event()
+
+    def client(worker: int) -> None:
+        with channel(server) as ch:
+            stub = ranking(ch)
+            i = 0
+            while not stop.is_set():
+                try:
+                    answer = stub.Rank(rank_request(f"w{worker}-{i}", user_id=f"user-{i % 50}"), timeout=30)
+                    versions.add((answer.routing_arm, answer.policy_version))
+                except grpc.RpcError as err:
+                    failures.append(err)
+                i += 1
+
+    threads = [threading.Thread(target=client, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        v1 = server.holders["feed"].current.stable.version
+        registry.promote(registry_dir, "feed", "v2", "stable")
+        wait_for(lambda: server.holders["feed"].current.stable.version == "v2", "v2 to become stable")
+        wait_for(lambda: any(v == "v2" for _, v in versions) or not versions, "a v2 answer")
+        registry.promote(registry_dir, "feed", "v1", "canary", canary_fraction=0.5)
+        wait_for(lambda: (RANK["canary"], v1) in versions, "a canary answer")
+        registry.rollback(registry_dir, "feed")
+        wait_for(lambda: server.holders["feed"].current.revision == 4, "the rollback")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert {(RANK["stable"], v1), (RANK["stable"], "v2"), (RANK["canary"], v1)} <= versions
+    assert server.metrics.value("recsys_serving_reloads_total", surface="feed", outcome="applied") >= 4
+
+
+def test_a_corrupt_artifact_is_refused_and_the_previous_policy_keeps_serving(registry_dir, serve):
+    server = serve(registry=str(registry_dir))
+    variables = registry_dir / "feed" / "versions" / "v2" / "policy" / "variables"
+    data = next(variables.glob("variables.data-*"))
+    data.write_bytes(data.read_bytes()[:-8] + b"corrupt!")
+    registry.promote(registry_dir, "feed", "v2", "stable")  # the registry checks policy.json, not weights
+    wait_for(
+        lambda: server.metrics.value("recsys_serving_reloads_total", surface="feed", outcome="refused") == 1,
+        "the refusal",
+    )
+    with channel(server) as ch:
+        answer = ranking(ch).Rank(rank_request())
+    assert answer.routing_arm == RANK["stable"] and answer.policy_version == "v1"
+    assert server.holders["feed"].current.stable.version == "v1"
+    assert "does not match its manifest" in server.holders["feed"].status.last_error
+
+
+def test_a_shadow_is_computed_and_logged_apart_but_never_served(registry_dir, topics, embedded_kafka, serve):
+    registry.promote(registry_dir, "feed", "v2", "shadow")
+    server = serve(
+        registry=str(registry_dir),
+        bootstrap_servers=embedded_kafka.bootstrap_servers,
+        decisions_topic=topics[0],
+        shadow_topic=topics[1],
+    )
+    with channel(server) as ch:
+        served = ranking(ch).Rank(rank_request())
+    server.stop(1.0)
+    (decision,) = decisions(embedded_kafka.bootstrap_servers, topics[0])
+    (shadow,) = decisions(embedded_kafka.bootstrap_servers, topics[1])
+    assert served.routing_arm == RANK["stable"] and decision.routing_arm == RANK["stable"]
+    assert shadow.routing_arm == RANK["shadow"] and shadow.policy_version != served.policy_version
+    assert shadow.request_id == decision.request_id and shadow.state == decision.state
+    assert list(shadow.action) != list(served.action)
+
+
+# --- decision logging when Kafka is down --------------------------------------------------------------
+
+
+def test_kafka_down_and_back_answers_every_request_and_counts_what_it_deferred_and_dropped(tmp_path, serve):
+    with EmbeddedBroker() as broker:
+        topic = f"dec-{uuid.uuid4().hex[:8]}"
+        ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, 1)])
+        server = serve(
+            registry=str(tmp_path / "none"),
+            bootstrap_servers=broker.bootstrap_servers,
+            decisions_topic=topic,
+            log_queue_size=5,
+            log_in_flight=3,
+        )
+        value = server.metrics.value
+        outcome = "recsys_decision_log_records_total"
+        with channel(server) as ch:
+            stub = ranking(ch)
+            stub.Rank(rank_request("before"))
+            wait_for(lambda: value(outcome, outcome="acked") == 1, "the first record's ack")
+            group = broker._process.pid  # the broker runs in its own process group
+            os.killpg(group, signal.SIGSTOP)  # Kafka stops answering: connections hang
+            try:
+                answers = [stub.Rank(rank_request(f"down-{i}")) for i in range(30)]
+                wait_for(lambda: value(outcome, outcome="deferred") >= 1, "a deferred record")
+                assert value(outcome, outcome="dropped_queue_full") >= 30 - 3 - 5 - 1
+            finally:
+                os.killpg(group, signal.SIGCONT)
+            assert len(answers) == 30 and all(a.item_ids for a in answers)
+            kept = value(outcome, outcome="enqueued")
+            wait_for(lambda: value(outcome, outcome="acked") == kept, "the kept records' acks")
+            stub.Rank(rank_request("after"))
+            wait_for(lambda: value(outcome, outcome="acked") == kept + 1, "the record after the outage")
+        logged = [r.request_id for r in decisions(broker.bootstrap_servers, topic)]
+        assert logged[0] == "before" and logged[-1] == "after" and len(logged) == kept + 1
+        down = [int(r.removeprefix("down-")) for r in logged[1:-1]]
+        assert down == sorted(down)  # what was kept went out in order
+        assert value(outcome, outcome="failed") == 0
+
+
+# --- TLS and admin auth -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_tls_serves_verified_clients_and_refuses_plaintext(certificate, tmp_path, serve):
+    cert, key = certificate
+    server = serve(registry=str(tmp_path / "none"), tls_cert=str(cert), tls_key=str(key))
+    credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    with grpc.secure_channel(f"localhost:{server.port}", credentials) as ch:
+        assert ranking(ch).Rank(rank_request()).item_ids
+    with channel(server) as ch, pytest.raises(grpc.RpcError) as err:
+        ranking(ch).Rank(rank_request(), timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_admin_reload_needs_the_token(registry_dir, tmp_path, serve):
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-0123456789\n")
+    server = serve(registry=str(registry_dir), auth_token_file=str(token_file), reload_interval_s=3600.0)
+    with channel(server) as ch:
+        admin = contracts.serving_pb2_grpc.AdminServiceStub(ch)
+        for metadata in ((), (("authorization", "Bearer wrong-token-0123456789"),)):
+            with pytest.raises(grpc.RpcError) as err:
+                admin.Reload(contracts.serving_pb2.ReloadRequest(), metadata=metadata)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        registry.promote(registry_dir, "feed", "v2", "stable")  # the hourly poll would not see it yet
+        answer = admin.Reload(
+            contracts.serving_pb2.ReloadRequest(),
+            metadata=(("authorization", "Bearer s3cret-token-0123456789"),),
+        )
+        feed = next(s for s in answer.surfaces if s.surface == "feed")
+        assert feed.stable_version == server.holders["feed"].current.stable.version
+        assert feed.routing_revision == 2 and not feed.last_error
+        assert ranking(ch).Rank(rank_request()).policy_version == feed.stable_version
+
+
+def test_the_cli_serves_in_a_subprocess_and_stops_cleanly_on_sigterm(registry_dir, tmp_path):
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "recsys-rl"),
+            "serve",
+            "--registry",
+            str(registry_dir),
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("serving on grpc://127.0.0.1:"), line + process.stderr.read()
+        port = int(line.rsplit(":", 1)[1])
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert ranking(ch).Rank(rank_request()).routing_arm == RANK["stable"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert process.stdout.read().strip() == "stopped"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+# --- online features and a Redis outage ---------------------------------------------------------------
+
+FEATURE_REPO = Path(__file__).resolve().parents[2] / "features"
+DAY_MS = 86_400_000
+FEATURE_DAY = 19_800  # the UTC day (days since 1970) the user was last active
+REQUEST_TIME_MS = (FEATURE_DAY + 1) * DAY_MS + 9 * 3_600_000  # 09:00 the next day
+
+
+def _view(item: str, minute: int, watch: float, click: int) -> dict:
+    return {
+        "user_id": "user-1",
+        "user_group": 0,
+        "item_id": item,
+        "author_id": "author-1",
+        "item_type": "video",
+        "event_time_ms": FEATURE_DAY * DAY_MS + minute * 60_000,
+        "watch_time_s": watch,
+        "click": click,
+        "like": 0,
+        "follow": 0,
+        "comment": 0,
+        "share": 0,
+        "hate": 0,
+        "live_watch_s": 0.0,
+        "gift": 0.0,
+    }
+
+
+@pytest.fixture(scope="module")
+def redis_features(redis_server, tmp_path_factory) -> Path:
+    """user-1's day of views, aggregated by the feature pipeline and materialised into Redis."""
+    import apache_beam as beam
+
+    from pipelines.feature_aggregates import WriteFeatureAggregates
+    from recsys_rl.features import MaterializeConfig, materialize_repo
+
+    root = tmp_path_factory.mktemp("serve-features")
+    facts = [_view(f"v{i}", 60 + i, watch=20.0, click=i % 2) for i in range(10)]
+    with beam.Pipeline() as p:
+        p | beam.Create(facts) | WriteFeatureAggregates(str(root / "offline"))
+    end = dt.datetime.fromtimestamp((FEATURE_DAY + 1) * 86_400 + 3_600, dt.UTC).isoformat()
+    config = MaterializeConfig(
+        repo=str(FEATURE_REPO),
+        profile="redis",
+        offline=str(root / "offline"),
+        state_dir=str(root / "state"),
+        redis=redis_server.url,
+        end_date=end,
+    )
+    materialize_repo(config)
+    return root / "state"
+
+
+def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_defaults(
+    redis_features, redis_server, topics, embedded_kafka, tmp_path, serve
+):
+    server = serve(
+        registry=str(tmp_path / "none"),
+        feature_repo=str(FEATURE_REPO),
+        feature_profile="redis",
+        feature_state_dir=str(redis_features),
+        redis=redis_server.url,
+        feature_budget_ms=1_000.0,  # generous: the test is about the fallback, not about speed
+        feature_lookups_in_flight=1,
+        bootstrap_servers=embedded_kafka.bootstrap_servers,
+        decisions_topic=topics[0],
+        shadow_topic=topics[1],
+    )
+    missing = "recsys_serving_features_missing_total"
+
+    def request(request_id: str) -> contracts.RankRequest:
+        r = rank_request(request_id)
+        r.context.event_time_ms = REQUEST_TIME_MS
+        return r
+
+    client = redis.Redis(host=redis_server.host, port=redis_server.port)
+
+    def total_missing() -> float:
+        return sum(
+            server.metrics.value(missing, reason=r) for r in ("timeout", "busy", "error", "unknown_user")
+        )
+
+    recovered: list[str] = []
+
+    def served_with_features(stub) -> bool:
+        before = total_missing()
+        recovered.append(f"recovered-{len(recovered)}")
+        stub.Rank(request(recovered[-1]))
+        return total_missing() == before
+
+    with channel(server) as ch:
+        stub = ranking(ch)
+        stub.Rank(request("known"))
+        assert total_missing() == 0
+        client.execute_command("CLIENT", "PAUSE", "5000", "ALL")  # Redis stops answering for 5 s
+        answers = [stub.Rank(request(f"paused-{i}")) for i in range(3)]
+        assert all(a.item_ids for a in answers)  # answered anyway, with default features
+        # the first lookup waited out its budget and still holds the only lookup slot; the others skip
+        assert server.metrics.value(missing, reason="timeout") == 1
+        assert server.metrics.value(missing, reason="busy") == 2
+        wait_for(lambda: served_with_features(stub), "a lookup after the pause", attempts=200)
+    client.close()
+    server.stop(1.0)
+    logged = {r.request_id: r for r in decisions(embedded_kafka.bootstrap_servers, topics[0])}
+    index = {name: i for i, name in enumerate(FEED_STATE_FEATURES)}
+    for request_id in ("known", recovered[-1]):
+        record = logged[request_id]
+        assert not record.features_missing and record.user_group == 0  # high_active, from the store
+        assert record.state[index["returned_yesterday"]] == 1.0
+        # 10 views, 5 clicks, 200 s on top of the priors (recsys_rl.state.history_features)
+        assert record.state[index["hist_click_rate"]] == pytest.approx((5 + 9) / 30, rel=1e-5)
+        assert record.state[index["hist_watch_per_view"]] == pytest.approx((200 + 260) / 30 / 10, rel=1e-5)
+    for i in range(3):
+        record = logged[f"paused-{i}"]
+        assert record.features_missing and record.user_group == 3  # defaults: low_active_or_unknown
+        assert record.state[index["returned_yesterday"]] == 0.0

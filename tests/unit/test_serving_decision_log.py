@@ -1,0 +1,38 @@
+"""The decision log never blocks its caller: with Kafka unreachable it defers, drops and counts."""
+
+from __future__ import annotations
+
+from recsys_rl import contracts
+from recsys_rl.kafka.broker import free_port
+from serving.decision_log import DecisionLog
+from serving.metrics import ServingMetrics
+
+OUTCOMES = "recsys_decision_log_records_total"
+
+
+def record(i: int) -> contracts.DecisionRecord:
+    return contracts.DecisionRecord(
+        schema_version=1, request_id=f"r{i}", user_id=f"u{i % 3}", event_time_ms=i
+    )
+
+
+def test_an_unreachable_kafka_fills_the_queue_then_drops_and_counts():
+    metrics = ServingMetrics()
+    log = DecisionLog(f"127.0.0.1:{free_port()}", metrics, capacity=5, in_flight=100, flush_timeout_s=0.5)
+    accepted = [log.submit("decisions", record(i)) for i in range(20)]
+    # the sender holds one record while it waits for Kafka; the queue holds 5 more at most
+    assert 5 <= sum(accepted) <= 6 and accepted[:5] == [True] * 5
+    assert metrics.value(OUTCOMES, outcome="dropped_queue_full") == 20 - sum(accepted)
+    log.close()
+    assert metrics.value(OUTCOMES, outcome="deferred") >= 1
+    assert metrics.value(OUTCOMES, outcome="dropped_shutdown") == sum(accepted)
+    assert metrics.value(OUTCOMES, outcome="enqueued") == sum(accepted)
+    assert log.submit("decisions", record(99)) is False  # closed: nothing more is taken
+
+
+def test_without_kafka_nothing_is_queued():
+    metrics = ServingMetrics()
+    log = DecisionLog(None, metrics, capacity=5, in_flight=5, flush_timeout_s=0.1)
+    assert log.submit("decisions", record(0)) is False
+    log.close()
+    assert metrics.value(OUTCOMES, outcome="enqueued") == 0

@@ -1,0 +1,119 @@
+"""Every invalid Rank/Allocate field is refused with a message that names it."""
+
+from __future__ import annotations
+
+import pytest
+
+from recsys_rl import contracts
+from recsys_rl.fusion import FEED_ACTION_NAMES
+from serving.validation import LIVE_PREDICTION_NAMES, InvalidRequest, validate_allocate, validate_rank
+
+LIMITS = {"max_candidates": 5, "max_page_size": 3}
+
+
+def rank_request(**changes) -> contracts.RankRequest:
+    request = contracts.RankRequest(
+        schema_version=1,
+        request_id="req-1",
+        user_id="u1",
+        page_size=2,
+        prediction_names=FEED_ACTION_NAMES,
+        candidates=[
+            contracts.Candidate(item_id=f"v{i}", predictions=[10.0, 0.4, 0.01, 0.0, 0.0, 0.0, 0.0])
+            for i in range(3)
+        ],
+    )
+    for path, value in changes.items():
+        target, name = request, path
+        if "." in path:
+            head, name = path.split(".")
+            target = getattr(request, head)
+        setattr(target, name, value)
+    return request
+
+
+def allocate_request() -> contracts.AllocateRequest:
+    return contracts.AllocateRequest(
+        schema_version=1,
+        request_id="req-1",
+        user_id="u1",
+        prediction_names=LIVE_PREDICTION_NAMES,
+        live_candidate=contracts.Candidate(item_id="l1", predictions=[30.0, 0.1, 13.0]),
+    )
+
+
+def test_a_well_formed_request_passes():
+    validate_rank(rank_request(), **LIMITS)
+    validate_allocate(allocate_request())
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"schema_version": 2}, "schema_version"),
+        ({"request_id": ""}, "request_id"),
+        ({"request_id": "r" * 129}, "request_id"),
+        ({"user_id": ""}, "user_id"),
+        ({"page_size": 0}, "page_size"),
+        ({"page_size": 4}, "page_size"),
+        ({"context.event_time_ms": -1}, "context.event_time_ms"),
+        ({"context.page_index": 10_001}, "context.page_index"),
+        ({"context.session_watch_s": float("inf")}, "context.session_watch_s"),
+        ({"context.session_watch_s": -1.0}, "context.session_watch_s"),
+        ({"context.last_page_click_rate": 1.5}, "context.last_page_click_rate"),
+        ({"context.last_page_click_rate": float("nan")}, "context.last_page_click_rate"),
+        ({"context.utc_offset_minutes": 900}, "context.utc_offset_minutes"),
+    ],
+)
+def test_each_bad_scalar_field_is_named(changes, field):
+    with pytest.raises(InvalidRequest) as err:
+        validate_rank(rank_request(**changes), **LIMITS)
+    assert err.value.field == field and str(err.value).startswith(field + " ")
+
+
+def test_prediction_names_must_be_the_policys_in_order():
+    request = rank_request()
+    request.prediction_names[0], request.prediction_names[1] = FEED_ACTION_NAMES[1], FEED_ACTION_NAMES[0]
+    with pytest.raises(InvalidRequest, match=r"^prediction_names should be \['watch_time', 'click'"):
+        validate_rank(request, **LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda r: r.ClearField("candidates"), "candidates"),
+        (lambda r: r.candidates.extend(r.candidates[:3]), "candidates"),  # 6 > max 5
+        (lambda r: setattr(r.candidates[1], "item_id", ""), "candidates[1].item_id"),
+        (lambda r: setattr(r.candidates[2], "item_id", "v0"), "candidates[2].item_id"),
+        (lambda r: r.candidates[1].predictions.pop(), "candidates[1].predictions"),
+        (lambda r: r.candidates[2].predictions.__setitem__(3, float("nan")), "candidates[2].predictions[3]"),
+        (lambda r: r.candidates[0].predictions.__setitem__(6, -0.5), "candidates[0].predictions[6]"),
+    ],
+)
+def test_each_bad_candidate_field_is_named(mutate, field):
+    request = rank_request()
+    mutate(request)
+    with pytest.raises(InvalidRequest) as err:
+        validate_rank(request, **LIMITS)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda r: r.ClearField("live_candidate"), "live_candidate"),
+        (lambda r: r.live_candidate.predictions.append(1.0), "live_candidate.predictions"),
+        (
+            lambda r: r.live_candidate.predictions.__setitem__(0, float("inf")),
+            "live_candidate.predictions[0]",
+        ),
+        (lambda r: r.prediction_names.reverse(), "prediction_names"),
+        (lambda r: setattr(r, "user_id", ""), "user_id"),
+    ],
+)
+def test_each_bad_allocate_field_is_named(mutate, field):
+    request = allocate_request()
+    mutate(request)
+    with pytest.raises(InvalidRequest) as err:
+        validate_allocate(request)
+    assert err.value.field == field
