@@ -45,6 +45,7 @@ bench: install
 	$(BIN)/python bench/policy_quality.py --full --out bench/results/policy_quality.json --docs docs/policy_quality.md
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
 	$(BIN)/python bench/feed_headroom.py --full --out bench/results/feed_headroom.json
+	$(BIN)/python bench/serving.py --full --out bench/results/serving.json
 
 bench-quick: install
 	$(BIN)/python bench/simulator.py --quick --out bench/results/simulator.json
@@ -53,6 +54,7 @@ bench-quick: install
 	$(BIN)/python bench/policy_quality.py --quick --out bench/results/policy_quality.quick.json
 	$(BIN)/python bench/ope.py --quick --out bench/results/ope.json
 	$(BIN)/python bench/feed_headroom.py --quick --out bench/results/feed_headroom.json
+	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json
 
 # Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
 kafka-jars: $(KAFKA_LIBS)/.complete

@@ -30,7 +30,9 @@ from serving.metrics import ServingMetrics
 _CONNECT_TIMEOUT_S = 2.0
 _RETRY_PAUSE_S = 0.05
 _PRODUCER_TUNING = {
-    "linger_ms": 5,  # small batches: records should reach the log soon, not in bulk
+    # batches of ~10 records at 500 requests/s: fewer produce requests, less CPU taken from the RPCs;
+    # a decision reaches the log within tens of milliseconds, soon enough for the pipeline
+    "linger_ms": 20,
     "max_block_ms": 1_000,  # metadata for a missing topic: the sender notices within a second
     "request_timeout_ms": 5_000,
     "reconnect_backoff_max_ms": 1_000,

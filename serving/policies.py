@@ -48,19 +48,30 @@ class SavedModelFeedDecider:
 
     policy: Any  # recsys_rl.agents.policy_io.SavedFeedPolicy (typed loosely: TensorFlow loads lazily)
     version: str
+    # The one traced signature of ``sample_action``, called directly: the restored function's dispatch
+    # (matching the inputs to a signature on every call) cost as much as the model itself.
+    sample_action: Any
+    to_tensor: Any  # tf.constant
 
     @classmethod
     def load(cls, policy_dir: Path, version: str) -> SavedModelFeedDecider:
         # TensorFlow is imported only by a server that loads a model.
+        import tensorflow as tf
+
         from recsys_rl.agents.policy_io import load_feed_policy
 
-        return cls(load_feed_policy(policy_dir, verify=True), version)
+        policy = load_feed_policy(policy_dir, verify=True)
+        (sample_action,) = policy.model.sample_action.concrete_functions
+        return cls(policy, version, sample_action, tf.constant)
 
     def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
         states = state[None, :]
         if explore:
-            out = self.policy.model.sample_action(
-                {"observation": states.astype(np.float32), "seed": np.array([seed], np.int32)}
+            out = self.sample_action(
+                {
+                    "observation": self.to_tensor(states.astype(np.float32)),
+                    "seed": self.to_tensor(np.array([seed], np.int32)),
+                }
             )
             return out["action"].numpy()[0].astype(np.float64), float(out["log_probability"].numpy()[0])
         action = self.policy.mean(states)

@@ -161,11 +161,10 @@ class Handlers:
     # --- RankingService --------------------------------------------------------------------------------
 
     def rank(self, request: contracts.RankRequest, context: grpc.ServicerContext) -> contracts.RankResponse:
-        validate_rank(
+        predictions = validate_rank(
             request, max_candidates=self._config.max_candidates, max_page_size=self._config.max_page_size
         )
         state, missing, time_ms = self._state(request, context)
-        predictions = np.array([c.predictions for c in request.candidates], np.float64)
         served, shadow = self._decide("feed", request.user_id, state, request_seed(request.request_id))
         scores, order = _ranking(predictions, served.action, request.page_size)
         self._still_wanted(context)
