@@ -74,6 +74,7 @@ class Handlers:
             started = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
+                _still_in_time(context)
                 return handle(request, context)
             except InvalidRequest as err:
                 code = grpc.StatusCode.INVALID_ARGUMENT
@@ -239,6 +240,19 @@ class Handlers:
                 )
             )
         return contracts.serving_pb2.ReloadResponse(surfaces=statuses)
+
+
+def _still_in_time(context: grpc.ServicerContext) -> None:
+    """Refuse, before any work, a request whose client has already given up or whose deadline passed.
+
+    Under overload requests wait in the handler pool; doing the full work for ones nobody is waiting
+    for any more would spend the capacity the fresh ones need, and throughput would collapse.
+    """
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        raise Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed while the request waited")
+    if not context.is_active():
+        raise Abort(grpc.StatusCode.CANCELLED, "the client went away while the request waited")
 
 
 def _ranking(predictions: np.ndarray, action: np.ndarray, page_size: int) -> tuple[np.ndarray, np.ndarray]:
