@@ -56,6 +56,25 @@ def _evaluate(capsys, dataset: Path, run: Path, out: Path, config: Path) -> tupl
     return code, captured.out, captured.err
 
 
+def _register_and_promote(capsys, registry: Path, run: Path, evaluation: Path) -> int:
+    """Register the run with its evaluation attached; the exit code of promoting it to stable."""
+    register = [
+        "registry",
+        "register",
+        "--registry",
+        str(registry),
+        "--run",
+        str(run),
+        "--report",
+        str(evaluation),
+    ]
+    assert main(register) == 0
+    capsys.readouterr()
+    assert main(["registry", "list", "--registry", str(registry)]) == 0
+    version = next(line.split()[0] for line in capsys.readouterr().out.splitlines() if "bc-" in line)
+    return main(["registry", "promote", version, "--to", "stable", "--registry", str(registry)])
+
+
 def test_evaluate_writes_a_report_and_a_blessing_the_registry_accepts(
     feed_dataset: Path, bc_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
@@ -77,17 +96,7 @@ def test_evaluate_writes_a_report_and_a_blessing_the_registry_accepts(
     assert page.count("data:image/png;base64,") == 3
     assert not re.search(r'(src|href)="(http|//)', page), "the report must not fetch anything"
 
-    registry = tmp_path / "registry"
-    assert (
-        main(
-            ["registry", "register", "--registry", str(registry), "--run", str(bc_run), "--report", str(out)]
-        )
-        == 0
-    )
-    capsys.readouterr()
-    assert main(["registry", "list", "--registry", str(registry)]) == 0
-    version = next(line.split()[0] for line in capsys.readouterr().out.splitlines() if "bc-" in line)
-    assert main(["registry", "promote", version, "--to", "stable", "--registry", str(registry)]) == 0
+    assert _register_and_promote(capsys, tmp_path / "registry", bc_run, out) == 0
 
 
 def test_a_failed_gate_lists_its_reasons_and_the_registry_refuses_promotion(
@@ -100,17 +109,7 @@ def test_a_failed_gate_lists_its_reasons_and_the_registry_refuses_promotion(
     assert not blessing.passed
     assert any(reason.startswith("watch_time: 95% lower bound") for reason in blessing.reasons)
 
-    registry = tmp_path / "registry"
-    assert (
-        main(
-            ["registry", "register", "--registry", str(registry), "--run", str(bc_run), "--report", str(out)]
-        )
-        == 0
-    )
-    capsys.readouterr()
-    assert main(["registry", "list", "--registry", str(registry)]) == 0
-    version = next(line.split()[0] for line in capsys.readouterr().out.splitlines() if "bc-" in line)
-    assert main(["registry", "promote", version, "--to", "stable", "--registry", str(registry)]) == 1
+    assert _register_and_promote(capsys, tmp_path / "registry", bc_run, out) == 1
     assert "watch_time" in capsys.readouterr().err
 
 
