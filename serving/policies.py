@@ -16,13 +16,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from recsys_rl.sim.policies import (
     BernoulliAllocationPolicy,
-    GaussianFeedPolicy,
     behaviour_allocation_policy,
     behaviour_feed_policy,
 )
@@ -42,47 +41,32 @@ class Decider(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class SavedModelFeedDecider:
-    """A registry feed policy: the SavedModel's stateless-seeded ``sample_action``, or its mean."""
+def load_feed_decider(policy_dir: Path, version: str) -> GaussianDecider:
+    """A registry feed policy, verified against its manifest, decided by its numpy twin.
 
-    policy: Any  # recsys_rl.agents.policy_io.SavedFeedPolicy (typed loosely: TensorFlow loads lazily)
-    version: str
-    # The one traced signature of ``sample_action``, called directly: the restored function's dispatch
-    # (matching the inputs to a signature on every call) cost as much as the model itself.
-    sample_action: Any
-    to_tensor: Any  # tf.constant
+    ``numpy_actor`` checks that twin against the SavedModel at load time; per request it saves the
+    TensorFlow call, which was a quarter of a Rank's CPU.
+    """
+    # TensorFlow is imported only by a server that loads a model.
+    from recsys_rl.agents.policy_io import load_feed_policy, numpy_actor
 
-    @classmethod
-    def load(cls, policy_dir: Path, version: str) -> SavedModelFeedDecider:
-        # TensorFlow is imported only by a server that loads a model.
-        import tensorflow as tf
+    return GaussianDecider(numpy_actor(load_feed_policy(policy_dir, verify=True)), version)
 
-        from recsys_rl.agents.policy_io import load_feed_policy
 
-        policy = load_feed_policy(policy_dir, verify=True)
-        (sample_action,) = policy.model.sample_action.concrete_functions
-        return cls(policy, version, sample_action, tf.constant)
+class GaussianPolicy(Protocol):
+    sigma: np.ndarray
 
-    def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
-        states = state[None, :]
-        if explore:
-            out = self.sample_action(
-                {
-                    "observation": self.to_tensor(states.astype(np.float32)),
-                    "seed": self.to_tensor(np.array([seed], np.int32)),
-                }
-            )
-            return out["action"].numpy()[0].astype(np.float64), float(out["log_probability"].numpy()[0])
-        action = self.policy.mean(states)
-        return action[0], float(self.policy.log_prob(states, action)[0])
+    def mean(self, states: np.ndarray) -> np.ndarray: ...
+
+    def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
-class GaussianFallbackDecider:
-    """The hand-tuned behaviour ranking the simulator logs with: no model files, always available."""
+class GaussianDecider:
+    """A Gaussian feed policy with a state-independent std: a registry policy's numpy twin, or the
+    hand-tuned behaviour ranking the simulator logs with (the fallback: no files, always available)."""
 
-    policy: GaussianFeedPolicy
+    policy: GaussianPolicy
     version: str
 
     def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
@@ -108,7 +92,7 @@ class BernoulliAllocationDecider:
 
 
 def feed_fallback() -> Decider:
-    return GaussianFallbackDecider(behaviour_feed_policy(), "fallback-behaviour-feed-v1")
+    return GaussianDecider(behaviour_feed_policy(), "fallback-behaviour-feed-v1")
 
 
 def allocation_fallback() -> Decider:

@@ -27,7 +27,7 @@ from serving.config import ServeConfig
 from serving.decision_log import DecisionLog
 from serving.features import UserFeatureReader
 from serving.metrics import ServingMetrics
-from serving.policies import Decider, SavedModelFeedDecider, allocation_fallback, feed_fallback
+from serving.policies import Decider, allocation_fallback, feed_fallback, load_feed_decider
 from serving.reflection import enable_reflection
 from serving.routing import PolicyHolder, RoutingWatcher
 from serving.service import Handlers
@@ -128,7 +128,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
 
     registry = Path(config.registry) if config.registry else None
     holders = {
-        "feed": PolicyHolder(registry, "feed", SavedModelFeedDecider.load, feed_fallback(), on_reload),
+        "feed": PolicyHolder(registry, "feed", load_feed_decider, feed_fallback(), on_reload),
         "live_allocation": PolicyHolder(
             registry, "live_allocation", _no_allocation_format, allocation_fallback(), on_reload
         ),

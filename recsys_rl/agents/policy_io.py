@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -150,6 +151,62 @@ class SavedFeedPolicy:
         if self.sample:
             actions = actions + self.std(states) * noise
         return actions, self.log_prob(states, actions)
+
+
+@dataclass(frozen=True)
+class NumpyGaussianActor:
+    """The exported actor as numpy arrays: the same function as the SavedModel, without TensorFlow's
+    per-call dispatch, which costs more than the network itself for one state on a request path.
+
+    Built only by ``numpy_actor``, which checks it against the SavedModel before anyone uses it.
+    """
+
+    state_mean: np.ndarray  # (D,)
+    state_std: np.ndarray  # (D,)
+    hidden: tuple[tuple[np.ndarray, np.ndarray], ...]  # (kernel, bias) of each ReLU layer
+    output: tuple[np.ndarray, np.ndarray]  # (kernel, bias) of the mean layer
+    sigma: np.ndarray  # (K,) the state-independent std
+
+    def mean(self, states: np.ndarray) -> np.ndarray:
+        x = (np.asarray(states, np.float64) - self.state_mean) / self.state_std
+        for kernel, bias in self.hidden:
+            x = np.maximum(x @ kernel + bias, 0.0)
+        return x @ self.output[0] + self.output[1]
+
+    def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        z = (np.asarray(actions, np.float64) - self.mean(states)) / self.sigma
+        return -0.5 * np.sum(z * z + np.log(2.0 * np.pi), axis=1) - np.sum(np.log(self.sigma))
+
+
+def numpy_actor(policy: SavedFeedPolicy, *, probes: int = 64, tolerance: float = 1e-4) -> NumpyGaussianActor:
+    """The policy's actor as numpy, refused (PolicyLoadError) unless it reproduces the SavedModel's mean
+    and log-densities on random states and actions: a serving shortcut must never become a skew."""
+    from recsys_rl.agents.networks import LOG_STD_RANGE  # the clip the network applies to log_std
+
+    # "main_actor/actor_0/kernel:0" -> "actor_0/kernel"; the normaliser's "mean", "std" and "log_std" are bare
+    named = {v.name.removesuffix(":0"): v.numpy().astype(np.float64) for v in policy.model.model_variables}
+    layers = {"/".join(name.split("/")[-2:]): value for name, value in named.items() if "/" in name}
+    depth = sum(1 for name in layers if re.fullmatch(r"actor_\d+/kernel", name))
+    actor = NumpyGaussianActor(
+        state_mean=named["mean"],
+        state_std=named["std"],
+        hidden=tuple((layers[f"actor_{i}/kernel"], layers[f"actor_{i}/bias"]) for i in range(depth)),
+        output=(layers["actor_mean/kernel"], layers["actor_mean/bias"]),
+        sigma=np.exp(np.clip(named["log_std"], *LOG_STD_RANGE)),
+    )
+    rng = np.random.default_rng(0)
+    states = actor.state_mean + actor.state_std * rng.standard_normal((probes, actor.state_mean.size))
+    actions = policy.mean(states) + actor.sigma * rng.standard_normal((probes, actor.sigma.size))
+    gaps = (
+        np.max(np.abs(actor.mean(states) - policy.mean(states))),
+        np.max(np.abs(actor.log_prob(states, actions) - policy.log_prob(states, actions))),
+    )
+    if not max(gaps) <= tolerance:
+        raise PolicyLoadError(
+            f"{policy.directory}: the numpy actor differs from the SavedModel by {max(gaps):.2e} "
+            f"(mean {gaps[0]:.2e}, log-density {gaps[1]:.2e}); the export's layout is not the one expected"
+        )
+    return actor
 
 
 def _f32(values: np.ndarray) -> tf.Tensor:

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from recsys_rl.agents.base import AgentConfig
 from recsys_rl.agents.data import open_dataset, read_transitions, transition_statistics
-from recsys_rl.agents.policy_io import PolicyLoadError, export_policy, load_feed_policy
+from recsys_rl.agents.policy_io import PolicyLoadError, export_policy, load_feed_policy, numpy_actor
 from recsys_rl.agents.registry import build_agent
 from recsys_rl.training import TrainConfig, TrainingDivergedError, train
 
@@ -78,6 +78,32 @@ def test_exported_policy_reloads_with_identical_actions_and_densities(feed_datas
     np.testing.assert_allclose(
         drawn["log_probability"].numpy(), policy.log_prob(states, drawn["action"].numpy()), atol=1e-4
     )
+
+
+def test_the_numpy_twin_of_an_exported_actor_matches_it_and_a_mismatch_is_refused(
+    feed_dataset: Path, tmp_path: Path
+):
+    dataset = open_dataset(feed_dataset)
+    agent = build_agent("tscac", transition_statistics(dataset), SMALL, stage_one_steps=0)
+    step = tf.function(agent.train, autograph=False)
+    batches = iter(read_transitions(dataset, 128, seed=0))
+    for _ in range(5):
+        step(next(batches))
+    export_policy(agent, tmp_path / "policy", {"version": "test-v1"})
+    policy = load_feed_policy(tmp_path / "policy")
+    twin = numpy_actor(policy)
+    states = _states(feed_dataset)
+    np.testing.assert_allclose(twin.mean(states), policy.mean(states), atol=1e-5)
+    actions = twin.mean(states) + 0.3
+    np.testing.assert_allclose(twin.log_prob(states, actions), policy.log_prob(states, actions), atol=1e-4)
+
+    class Drifted(type(policy)):
+        def mean(self, states):  # a SavedModel whose function is not the layout numpy_actor reads
+            return super().mean(states) + 0.01
+
+    drifted = Drifted(policy.directory, policy.manifest, policy.model)
+    with pytest.raises(PolicyLoadError, match="numpy actor differs from the SavedModel"):
+        numpy_actor(drifted)
 
 
 def test_a_tampered_export_is_refused(feed_dataset: Path, tmp_path: Path):
