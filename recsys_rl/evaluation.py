@@ -1,5 +1,8 @@
 """``recsys-rl evaluate``: the OPE gate on one candidate policy, written as a report and a blessing record.
 
+The gate's ``surface`` picks the decisions: ``feed`` (rankings, Gaussian fusion-weight densities) or
+``live_allocation`` (insert decisions, Bernoulli probabilities); the estimators and the gate are the same.
+
 The output directory holds
 
     OUT/report.json    inputs (policies with sha256, dataset), the gate's config and verdict, and the full
@@ -27,7 +30,7 @@ import numpy as np
 
 from recsys_rl import ope_report
 from recsys_rl.agents.data import open_dataset
-from recsys_rl.agents.policy_io import load_feed_policy
+from recsys_rl.agents.policy_io import load_allocation_policy, load_feed_policy
 from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.blessing import Blessing, PolicyRef, utc_now, write_blessing
 from recsys_rl.dataset_contract import MANIFEST
@@ -60,8 +63,6 @@ class EvaluateConfig:
         for name in ("candidate", "incumbent", "data", "out"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is required")
-        if self.gate.surface != "feed":
-            raise ValueError("evaluate gates feed policies; the allocation agent comes with its own issue")
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,14 @@ def run_evaluation(
     out = Path(config.out)
     if out.exists():
         raise EvaluationExistsError(f"{out} already exists; evaluations are records: choose a new --out")
-    dataset = open_dataset(config.data)
+    surface = config.gate.surface
+    dataset = open_dataset(config.data, surface)
     logged = LoggedSteps.from_dataset(dataset)
-    progress("loaded", {"decisions": logged.rows, "dataset": dataset.manifest["version"]})
+    progress("loaded", {"decisions": logged.rows, "dataset": dataset.manifest["version"], "surface": surface})
     candidate_dir = policy_directory(config.candidate)
-    candidate = load_feed_policy(candidate_dir, sample=True)  # OPE samples the density it weighs by
+    candidate = scored_policy(candidate_dir, surface)
     incumbent_dir = None if config.incumbent in BEHAVIOUR else policy_directory(config.incumbent)
-    incumbent = None if incumbent_dir is None else load_feed_policy(incumbent_dir, sample=True)
+    incumbent = None if incumbent_dir is None else scored_policy(incumbent_dir, surface)
 
     gate = config.gate
     lift = evaluate_lift(
@@ -136,6 +138,13 @@ def run_evaluation(
     _publish(out, report, ope_report.render(report, log_ratio), blessing)
     progress("written", {"out": str(out), "passed": verdict.passed})
     return EvaluationResult(out, verdict, report)
+
+
+def scored_policy(directory: Path, surface: str):
+    """An exported policy of ``surface`` as OPE scores it: sampling the distribution it weighs by."""
+    if surface == "feed":
+        return load_feed_policy(directory, sample=True)
+    return load_allocation_policy(directory, sample=True).for_ope()
 
 
 def gate_verdict(gate: GateConfig, lift: dict[str, Any]) -> Verdict:

@@ -20,11 +20,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recsys_rl import signals
 from recsys_rl.agents.policy_io import POLICY_MANIFEST, PolicyLoadError, load_feed_policy
 from recsys_rl.sim.config import SimConfig
 from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values
-from recsys_rl.sim.policies import FeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.policies import (
+    AllocationPolicy,
+    FeedPolicy,
+    behaviour_allocation_policy,
+    behaviour_feed_policy,
+)
+from recsys_rl.sim.simulator import Simulator
 from recsys_rl.training import RUN_MANIFEST
 
 AUXILIARY_SIGNALS = tuple(s for s in signals.FEED_SIGNALS if s != signals.FEED_MAIN_SIGNAL)
@@ -158,3 +166,76 @@ def _relative(value: float, reference: float) -> float | None:
 def _finite(value: float) -> float | None:
     """JSON has no NaN or infinity: a figure that does not exist (one day has no return rate) is null."""
     return float(value) if math.isfinite(value) else None
+
+
+# -- live allocation --------------------------------------------------------------------------------------
+
+#: Per-user figures of an allocation run, summed over its days (seconds).
+ALLOCATION_USER_METRICS = ("live_watch_s", "video_watch_s", "total_usage_s")
+
+
+@dataclass(frozen=True)
+class AllocationOutcome:
+    """What an allocation policy did in the simulator: per-user totals and the run's rates."""
+
+    per_user: dict[str, np.ndarray]  # ALLOCATION_USER_METRICS, (users,) each, over all days
+    return_rate: float  # share of users active on the days after the first (nan for one day)
+    allocation_rate: float  # share of live candidates inserted
+    decisions: int  # allocation decisions taken
+
+    def summary(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {name: float(v.mean()) for name, v in self.per_user.items()}
+        out.update(
+            return_rate=_finite(self.return_rate),
+            allocation_rate=_finite(self.allocation_rate),
+            decisions=self.decisions,
+        )
+        return out
+
+
+def allocation_outcome(
+    config: SimConfig,
+    allocation_policy: AllocationPolicy,
+    *,
+    seed: int,
+    episode_seed: int = 1,
+    days: int = 2,
+    feed_policy: FeedPolicy | None = None,
+) -> AllocationOutcome:
+    """Run ``allocation_policy`` (with the behaviour ranking unless ``feed_policy``) for ``days`` days.
+
+    Live watch, short-video watch and their sum, the total usage the platform constraint protects, are
+    per user over all days, so an allocation that shortens sessions or keeps users away the next day
+    shows in them. Runs of different policies on the same (config, seed, episode_seed) are paired.
+    """
+    if days < 1:
+        raise ValueError(f"days should be at least 1, but is {days}")
+    sim = Simulator(config, seed, episode_seed=episode_seed)
+    feed = feed_policy or behaviour_feed_policy()
+    logs = [sim.run_day(feed, allocation_policy) for _ in range(days)]
+    users = config.n_users
+    live = sum(np.bincount(d.live.user, weights=d.live.reward[:, 0], minlength=users) for d in logs)
+    video = sum(np.bincount(d.feed.user, weights=d.feed.reward[:, 0], minlength=users) for d in logs)
+    actions = np.concatenate([d.live.action for d in logs])
+    later = logs[1:]
+    return AllocationOutcome(
+        per_user={"live_watch_s": live, "video_watch_s": video, "total_usage_s": live + video},
+        return_rate=float(np.mean([d.returning_users for d in later]) / users) if later else float("nan"),
+        allocation_rate=float(actions.mean()) if actions.size else float("nan"),
+        decisions=int(actions.size),
+    )
+
+
+def compare_allocation(reference: AllocationOutcome, outcome: AllocationOutcome) -> dict[str, Any]:
+    """Per-user metric: both means and the paired difference (outcome - reference) with its stderr."""
+    out: dict[str, Any] = {}
+    for name in ALLOCATION_USER_METRICS:
+        diff = outcome.per_user[name] - reference.per_user[name]
+        out[name] = {
+            "reference": float(reference.per_user[name].mean()),
+            "policy": float(outcome.per_user[name].mean()),
+            "difference": float(diff.mean()),
+            "difference_stderr": float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None,
+            "lift": _relative(float(outcome.per_user[name].mean()), float(reference.per_user[name].mean())),
+        }
+    return out

@@ -1,4 +1,8 @@
-"""``recsys-rl train``: one training run of a feed agent on a transition dataset, into a run directory.
+"""``recsys-rl train``: one training run of an agent on a transition dataset, into a run directory.
+
+The algorithm decides the surface (``recsys_rl.agents.algorithms.surface_of``): feed agents read the
+dataset's ``feed`` transitions and export a feed policy, allocation agents (SL-MGAC and its variants)
+read its ``live_allocation`` transitions and export an allocation policy; the rest is the same.
 
 A run directory holds everything needed to trust, resume and ship the run:
 
@@ -32,11 +36,12 @@ import tensorflow as tf
 import yaml
 from tf_agents.utils import common
 
-from recsys_rl.agents.algorithms import ALGORITHMS
+from recsys_rl.agents.algorithms import ALGORITHMS, FEED, surface_of
+from recsys_rl.agents.allocation import AllocationConfig
 from recsys_rl.agents.base import AgentConfig
-from recsys_rl.agents.data import open_dataset, read_transitions, transition_statistics
-from recsys_rl.agents.policy_io import export_policy
-from recsys_rl.agents.registry import build_agent
+from recsys_rl.agents.data import TransitionStatistics, open_dataset, read_transitions, transition_statistics
+from recsys_rl.agents.policy_io import export_allocation_policy, export_policy
+from recsys_rl.agents.registry import build_agent, build_allocation_agent
 from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
@@ -68,7 +73,8 @@ class TrainConfig:
     # Devices to mirror the model over (e.g. ["/gpu:0", "/gpu:1"]); empty: every GPU when there are
     # several, else the one device TensorFlow picks (a GPU if present, the CPU otherwise).
     devices: tuple[str, ...] = ()
-    agent: AgentConfig = field(default_factory=AgentConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)  # feed agents
+    allocation: AllocationConfig = field(default_factory=AllocationConfig)  # live-allocation agents
 
     def __post_init__(self) -> None:
         if self.algo not in ALGORITHMS:
@@ -83,11 +89,19 @@ class TrainConfig:
             raise ValueError(f"stage_one_fraction should be in [0, 1), but is {self.stage_one_fraction}")
 
     @property
+    def surface(self) -> str:
+        return surface_of(self.algo)
+
+    @property
     def stage_one_steps(self) -> int:
         return round(self.steps * self.stage_one_fraction)
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples as lists, like the YAML
+        """The config as the run directory records it: only the agent section of the algorithm's surface
+        (so a feed run's record is what it was before allocation agents existed)."""
+        data = json.loads(json.dumps(dataclasses.asdict(self)))  # tuples as lists, like the YAML
+        del data["allocation" if self.surface == FEED else "agent"]
+        return data
 
 
 @dataclass
@@ -104,7 +118,8 @@ def train(
 ) -> TrainResult:
     run_dir = Path(config.out)
     manifest_path = run_dir / RUN_MANIFEST
-    dataset = open_dataset(config.data)  # before claiming the directory: a bad --data must not lock it
+    # before claiming the directory: a bad --data must not lock it
+    dataset = open_dataset(config.data, config.surface)
     _claim_run_dir(run_dir, config)
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
@@ -121,7 +136,7 @@ def train(
     if config.batch_size % replicas:
         raise ConfigError(f"batch_size {config.batch_size} does not split evenly over {replicas} replicas")
     with strategy.scope():
-        agent = build_agent(config.algo, stats, config.agent, stage_one_steps=config.stage_one_steps)
+        agent = _new_agent(config, stats)
     batches = read_transitions(
         dataset, config.batch_size, seed=config.seed, shuffle_buffer=config.shuffle_buffer
     )
@@ -172,11 +187,13 @@ def train(
         "algo": config.algo,
         "version": f"{config.algo}-{dataset.manifest['version']}-s{config.seed}",
     }
-    policy_manifest = export_policy(agent, run_dir / "policy", policy_meta)
+    exporter = export_policy if config.surface == FEED else export_allocation_policy
+    policy_manifest = exporter(agent, run_dir / "policy", policy_meta)
     manifest = {
         "schema_version": RUN_SCHEMA_VERSION,
         "kind": "training_run",
         "algo": config.algo,
+        "surface": config.surface,
         "steps": config.steps,
         "seed": config.seed,
         "replicas": replicas,
@@ -188,6 +205,12 @@ def train(
     write_json_atomic(manifest_path, manifest)
     progress("exported", {"policy": str(run_dir / "policy")})
     return TrainResult(run_dir, manifest, start, already_complete=False)
+
+
+def _new_agent(config: TrainConfig, stats: TransitionStatistics):
+    if config.surface == FEED:
+        return build_agent(config.algo, stats, config.agent, stage_one_steps=config.stage_one_steps)
+    return build_allocation_agent(config.algo, stats, config.allocation)
 
 
 def training_strategy(devices: tuple[str, ...] = ()) -> tf.distribute.Strategy:

@@ -20,11 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from recsys_rl.sim.policies import (
-    BernoulliAllocationPolicy,
-    behaviour_allocation_policy,
-    behaviour_feed_policy,
-)
+from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
 
 
 def request_seed(request_id: str) -> tuple[int, int]:
@@ -78,11 +74,28 @@ class GaussianDecider:
         return action[0], float(self.policy.log_prob(states, action)[0])
 
 
+def load_allocation_decider(policy_dir: Path, version: str) -> BernoulliAllocationDecider:
+    """A registry allocation policy (SL-MGAC's exported actor), verified against its manifest.
+
+    The SavedModel answers directly: one Allocate is one small network call, well inside the budget,
+    so no numpy twin is kept for it.
+    """
+    from recsys_rl.agents.policy_io import load_allocation_policy
+
+    return BernoulliAllocationDecider(load_allocation_policy(policy_dir, verify=True), version)
+
+
+class InsertProbability(Protocol):
+    def insert_probability(self, states: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class BernoulliAllocationDecider:
-    """The heuristic allocation rule (insert when predicted live watch beats the displaced video time)."""
+    """Insert with the policy's probability (explore) or when it is at least one half: a registry
+    allocation policy, or the heuristic rule the simulator logs with (insert when predicted live watch
+    beats the displaced video time; the fallback)."""
 
-    policy: BernoulliAllocationPolicy
+    policy: InsertProbability
     version: str
 
     def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:

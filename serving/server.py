@@ -27,7 +27,12 @@ from serving.config import ServeConfig
 from serving.decision_log import DecisionLog
 from serving.features import UserFeatureReader
 from serving.metrics import ServingMetrics
-from serving.policies import Decider, allocation_fallback, feed_fallback, load_feed_decider
+from serving.policies import (
+    allocation_fallback,
+    feed_fallback,
+    load_allocation_decider,
+    load_feed_decider,
+)
 from serving.reflection import enable_reflection
 from serving.routing import PolicyHolder, RoutingWatcher
 from serving.service import Handlers
@@ -40,13 +45,6 @@ ADMIN = _SERVICES["AdminService"].full_name
 
 class ServeError(OperationalError):
     """The server cannot start: a port taken, a certificate unreadable."""
-
-
-def _no_allocation_format(policy_dir: Path, version: str) -> Decider:
-    raise OperationalError(
-        f"live_allocation version {version} cannot be served: there is no exported allocation policy format "
-        "yet, so the heuristic fallback keeps answering"
-    )
 
 
 @dataclass
@@ -130,7 +128,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     holders = {
         "feed": PolicyHolder(registry, "feed", load_feed_decider, feed_fallback(), on_reload),
         "live_allocation": PolicyHolder(
-            registry, "live_allocation", _no_allocation_format, allocation_fallback(), on_reload
+            registry, "live_allocation", load_allocation_decider, allocation_fallback(), on_reload
         ),
     }
     ready = threading.Event()

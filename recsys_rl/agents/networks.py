@@ -145,3 +145,171 @@ class MultiTaskCriticNetwork(network.Network):
     def _head(self, index: int, features: tf.Tensor) -> tf.Tensor:
         hidden, out = self._heads[index]
         return out(hidden(features))
+
+
+# -- live allocation (DESIGN 3.2): group-routed towers, a Bernoulli actor, a supervised distributional critic
+
+
+def group_onehot(observations: tf.Tensor, groups: int) -> tf.Tensor:
+    """(B, groups) routing weights from the raw state: its leading ``group_*`` one-hot columns, or a
+    column of ones when ``groups`` is 1 (no routing: every user goes through the one tower)."""
+    if groups == 1:
+        return tf.ones_like(observations[:, :1], dtype=tf.float32)
+    return tf.cast(observations[:, :groups], tf.float32)
+
+
+class _NormedMLP(tf.Module):
+    """Dense -> LayerNorm -> ReLU per layer: layer normalisation throughout keeps the critic's targets and
+    the towers' activations on one scale whatever the group's reward level (SL-MGAC's stabiliser)."""
+
+    def __init__(self, sizes: Sequence[int], name: str) -> None:
+        super().__init__(name=name)
+        self.layers = [
+            (
+                tf.keras.layers.Dense(n, name=f"{name}_{i}"),
+                tf.keras.layers.LayerNormalization(name=f"{name}_{i}_norm"),
+            )
+            for i, n in enumerate(sizes)
+        ]
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        for dense, norm in self.layers:
+            x = tf.nn.relu(norm(dense(x)))
+        return x
+
+
+class GroupRoutedEncoder(tf.Module):
+    """Multi-group state decomposition: a shared encoder, then one tower per user group, routed by group id.
+
+    Every tower runs on the whole batch and each row keeps its own group's output (a one-hot mix), so a
+    row's loss reaches only its group's tower and the shared encoder: the other towers' outputs are
+    multiplied by zero for it. With ``groups=1`` it is the same network without routing.
+    """
+
+    def __init__(self, shared: Sequence[int], tower: Sequence[int], groups: int, name: str) -> None:
+        super().__init__(name=name)
+        if groups < 1:
+            raise ValueError(f"groups should be at least 1, but is {groups}")
+        self.groups = groups
+        self.shared = _NormedMLP(shared, f"{name}_shared")
+        self.towers = [_NormedMLP(tower, f"{name}_tower{g}") for g in range(groups)]
+
+    def __call__(self, normalised: tf.Tensor, routing: tf.Tensor) -> tf.Tensor:
+        x = self.shared(normalised)
+        outputs = tf.stack([tower(x) for tower in self.towers], axis=1)  # (B, G, H)
+        return tf.einsum("bgh,bg->bh", outputs, routing)
+
+
+class BernoulliActorNetwork(network.Network):
+    """s -> Bernoulli(p(s)) over the insert flag, p = eps + (1 - 2 eps) sigmoid(logit(s)).
+
+    The floor ``epsilon`` keeps every decision's propensity away from 0 and 1 (as the behaviour policy's
+    does), so served decisions stay usable for importance-weighted OPE. The logit's bias starts at the
+    logged insert rate, so an untrained actor allocates as often as the data did.
+    """
+
+    def __init__(
+        self,
+        observation_spec: tf.TensorSpec,
+        *,
+        state_mean: np.ndarray,
+        state_std: np.ndarray,
+        initial_rate: float,
+        epsilon: float,
+        shared: Sequence[int],
+        tower: Sequence[int],
+        groups: int,
+        name: str = "BernoulliActorNetwork",
+    ) -> None:
+        super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
+        if not 0.0 < epsilon < 0.5:
+            raise ValueError(f"epsilon should be in (0, 0.5), but is {epsilon}")
+        self._epsilon = epsilon
+        self._groups = groups
+        self._normalizer = _StateNormalizer(state_mean, state_std)
+        self._encoder = GroupRoutedEncoder(shared, tower, groups, "actor")
+        rate = float(np.clip((initial_rate - epsilon) / (1.0 - 2.0 * epsilon), 0.02, 0.98))
+        self._logit = tf.keras.layers.Dense(
+            1,
+            kernel_initializer=tf.keras.initializers.RandomUniform(-1e-3, 1e-3),
+            bias_initializer=tf.keras.initializers.Constant(np.log(rate / (1.0 - rate))),
+            name="actor_logit",
+        )
+
+    @property
+    def encoder(self) -> GroupRoutedEncoder:
+        return self._encoder
+
+    def insert_probability(self, observations: tf.Tensor) -> tf.Tensor:
+        """(B,) probability of inserting the live stream."""
+        x = self._encoder(self._normalizer(observations), group_onehot(observations, self._groups))
+        p = tf.sigmoid(self._logit(x)[:, 0])
+        return self._epsilon + (1.0 - 2.0 * self._epsilon) * p
+
+    def call(self, observations, step_type=None, network_state=(), training=False):
+        p = self.insert_probability(observations)
+        bernoulli = tfd.Bernoulli(probs=p[:, None], dtype=tf.float32)
+        return tfd.Independent(bernoulli, reinterpreted_batch_ndims=1), network_state
+
+
+#: Columns of the allocation critic's supervised heads, per action (DESIGN 3.2): immediate live watch,
+#: displaced video watch and gift in reward-scale units, and the logit of the session ending.
+SUPERVISED_TARGETS: tuple[str, ...] = ("live_watch_time", "video_watch_displaced", "gift", "exit")
+
+
+class AllocationCriticNetwork(network.Network):
+    """s -> per action (don't insert, insert): supervised predictions and a return distribution per value.
+
+    Outputs ``(logits, supervised)``: ``logits`` (B, 2, V, atoms) are the categorical return distributions
+    of the V values (the main, penalised live-watch return and the usage return) for each action;
+    ``supervised`` (B, 2, 4) predicts the immediate ``SUPERVISED_TARGETS`` for each action; without
+    supervised heads it is empty, (B, 2, 0). The value head reads the tower's features together with the
+    supervised predictions, detached so that bootstrapped TD errors cannot bend the supervised fits (the
+    progressive multi-task idea of DESIGN 3.3: the dense, directly observed signals inform the value).
+    """
+
+    def __init__(
+        self,
+        observation_spec: tf.TensorSpec,
+        *,
+        state_mean: np.ndarray,
+        state_std: np.ndarray,
+        values: int,
+        atoms: int,
+        shared: Sequence[int],
+        tower: Sequence[int],
+        head_hidden: int,
+        groups: int,
+        supervised: bool,
+        name: str = "AllocationCriticNetwork",
+    ) -> None:
+        super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
+        self._groups, self._values, self._atoms, self._supervised = groups, values, atoms, supervised
+        self._normalizer = _StateNormalizer(state_mean, state_std)
+        self._encoder = GroupRoutedEncoder(shared, tower, groups, "critic")
+        self._supervised_head = (
+            tf.keras.layers.Dense(2 * len(SUPERVISED_TARGETS), name="supervised_heads")
+            if supervised
+            else None
+        )
+        self._value_hidden = _NormedMLP((head_hidden,), "value_hidden")
+        self._value_out = tf.keras.layers.Dense(2 * values * atoms, name="value_logits")
+
+    @property
+    def encoder(self) -> GroupRoutedEncoder:
+        return self._encoder
+
+    @property
+    def supervised(self) -> bool:
+        return self._supervised
+
+    def call(self, observations, step_type=None, network_state=(), training=False):
+        x = self._encoder(self._normalizer(observations), group_onehot(observations, self._groups))
+        supervised = tf.zeros_like(x[:, :2])[:, :, None][:, :, :0]  # (B, 2, 0)
+        features = x
+        if self._supervised_head is not None:
+            flat = self._supervised_head(x)
+            supervised = tf.reshape(flat, [-1, 2, len(SUPERVISED_TARGETS)])
+            features = tf.concat([x, tf.stop_gradient(flat)], axis=-1)
+        logits = self._value_out(self._value_hidden(features))
+        return (tf.reshape(logits, [-1, 2, self._values, self._atoms]), supervised), network_state

@@ -1,4 +1,8 @@
-"""Exported feed policies: a TF-Agents ``PolicySaver`` SavedModel plus the functions OPE and serving call.
+"""Exported policies: a TF-Agents ``PolicySaver`` SavedModel plus the functions OPE and serving call.
+
+Feed policies (``export_policy``, ``load_feed_policy``) and live-allocation policies
+(``export_allocation_policy``, ``load_allocation_policy``) share the format: the SavedModel, the
+``policy.json`` manifest with every file's sha256, and the atomic rename. For a feed policy:
 
 Besides PolicySaver's standard signatures (``action`` samples an action from a ``TimeStep``), the
 SavedModel carries three functions on raw state batches:
@@ -8,6 +12,13 @@ SavedModel carries three functions on raw state batches:
 * ``sample_action({"observation", "seed"})``: mean + std * noise from a stateless seed, with the
   log-density of the drawn action, so a served decision is reproducible and its propensity exact;
 * ``log_probability({"observation", "action"})``: log-density of given actions, for OPE.
+
+An allocation policy (a Bernoulli insert flag, ``recsys_rl.agents.allocation``) carries instead:
+
+* ``insert_probability({"observation"})``: the probability of inserting the live candidate;
+* ``sample_action({"observation", "seed"})``: insert iff a stateless uniform draw falls below it, with the
+  log-probability of the drawn decision;
+* ``log_probability({"observation", "action"})``: log-probability of given decisions, (n, 1) flags.
 
 The directory also holds ``policy.json`` (what the policy expects and the sha256 of every file). It is
 written to a temporary name and renamed, so a reader never sees a half-exported policy.
@@ -22,7 +33,7 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -35,7 +46,10 @@ from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.policy_files import POLICY_MANIFEST, file_digests, mismatched_policy_files
-from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES
+from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+
+if TYPE_CHECKING:
+    from recsys_rl.agents.allocation import SLMGACAgent
 
 POLICY_SCHEMA_VERSION = 1
 
@@ -47,8 +61,6 @@ class PolicyLoadError(OperationalError):
 def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, Any]) -> dict[str, Any]:
     """Save the agent's main policy into ``directory`` (replacing an older export atomically)."""
     directory = Path(directory)
-    staging = directory.with_name(f".{directory.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
     actor = agent.actor
     observation_spec = tf.TensorSpec([len(FEED_STATE_FEATURES)], tf.float32, name="observation")
     action_spec = tf.TensorSpec([len(FEED_ACTION_NAMES)], tf.float32, name="action")
@@ -80,6 +92,24 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
     saver.register_function(
         "log_probability", log_probability, {"observation": observation_spec, "action": action_spec}
     )
+    manifest = {
+        "schema_version": POLICY_SCHEMA_VERSION,
+        "kind": "feed_policy",
+        "surface": "feed",
+        "feature_names": list(FEED_STATE_FEATURES),
+        "feature_version": FEATURE_VERSION,
+        "action_names": list(FEED_ACTION_NAMES),
+        "signals": list(signals.FEED_SIGNALS),
+        "train_step": int(agent.train_step_counter.numpy()),
+        **metadata,
+    }
+    return _save(saver, directory, manifest)
+
+
+def _save(saver: policy_saver.PolicySaver, directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Save into a staging directory, add ``policy.json`` with every file's sha256, rename into place."""
+    staging = directory.with_name(f".{directory.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
     verbosity = absl_logging.get_verbosity()
     with warnings.catch_warnings():
         # PolicySaver records the actor's distribution type in the SavedModel and warns that reading that
@@ -91,18 +121,7 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
             saver.save(str(staging))
         finally:
             absl_logging.set_verbosity(verbosity)
-    manifest = {
-        "schema_version": POLICY_SCHEMA_VERSION,
-        "kind": "feed_policy",
-        "surface": "feed",
-        "feature_names": list(FEED_STATE_FEATURES),
-        "feature_version": FEATURE_VERSION,
-        "action_names": list(FEED_ACTION_NAMES),
-        "signals": list(signals.FEED_SIGNALS),
-        "train_step": int(agent.train_step_counter.numpy()),
-        **metadata,
-        "sha256": file_digests(staging),
-    }
+    manifest = {**manifest, "sha256": file_digests(staging)}
     (staging / POLICY_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     if directory.exists():
         old = directory.with_name(f".{directory.name}.old")
@@ -213,13 +232,16 @@ def _f32(values: np.ndarray) -> tf.Tensor:
     return tf.constant(np.asarray(values, np.float32))
 
 
-def load_feed_policy(directory: str | Path, *, sample: bool = False, verify: bool = True) -> SavedFeedPolicy:
-    directory = Path(directory)
+def _open_policy(directory: Path, kind: str, features: tuple[str, ...], verify: bool) -> tuple[dict, Any]:
+    """The manifest and the loaded SavedModel of an exported policy of ``kind``, checked first."""
     manifest_path = directory / POLICY_MANIFEST
     manifest = read_json_file(manifest_path, PolicyLoadError, "not an exported policy")
-    if manifest.get("schema_version") != POLICY_SCHEMA_VERSION or manifest.get("kind") != "feed_policy":
-        raise PolicyLoadError(f"{manifest_path} is not a feed policy of schema {POLICY_SCHEMA_VERSION}")
-    if tuple(manifest.get("feature_names", ())) != FEED_STATE_FEATURES:
+    if manifest.get("schema_version") != POLICY_SCHEMA_VERSION or manifest.get("kind") != kind:
+        raise PolicyLoadError(
+            f"{manifest_path} is not a {kind} of schema {POLICY_SCHEMA_VERSION} "
+            f"(kind {manifest.get('kind')!r}, schema {manifest.get('schema_version')!r})"
+        )
+    if tuple(manifest.get("feature_names", ())) != features:
         raise PolicyLoadError(f"{directory} expects state features {manifest.get('feature_names')}")
     if verify and (changed := mismatched_policy_files(directory, manifest)):
         raise PolicyLoadError(f"{directory} does not match its manifest: {changed[:5]}")
@@ -227,4 +249,128 @@ def load_feed_policy(directory: str | Path, *, sample: bool = False, verify: boo
         model = tf.saved_model.load(str(directory))
     except (OSError, ValueError, tf.errors.OpError) as err:
         raise PolicyLoadError(f"cannot load the SavedModel in {directory}: {err}") from None
+    return manifest, model
+
+
+def load_feed_policy(directory: str | Path, *, sample: bool = False, verify: bool = True) -> SavedFeedPolicy:
+    directory = Path(directory)
+    manifest, model = _open_policy(directory, "feed_policy", FEED_STATE_FEATURES, verify)
     return SavedFeedPolicy(directory, manifest, model, sample)
+
+
+# -- live allocation ----------------------------------------------------------------------------------------
+
+
+def export_allocation_policy(
+    agent: SLMGACAgent, directory: str | Path, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """Save an allocation agent's actor into ``directory`` (replacing an older export atomically)."""
+    directory = Path(directory)
+    actor = agent.actor
+    observation_spec = tf.TensorSpec([len(LIVE_STATE_FEATURES)], tf.float32, name="observation")
+
+    def log_prob(observations, inserts):
+        p = actor.insert_probability(observations)
+        return tf.where(inserts > 0.5, tf.math.log(p), tf.math.log1p(-p))
+
+    def insert_probability(inputs):
+        return actor.insert_probability(inputs["observation"])
+
+    def sample_action(inputs):
+        p = actor.insert_probability(inputs["observation"])
+        uniform = tf.random.stateless_uniform(tf.shape(p), seed=inputs["seed"][0])
+        action = tf.cast(uniform < p, tf.float32)
+        return {"action": action, "log_probability": log_prob(inputs["observation"], action)}
+
+    def log_probability(inputs):
+        return log_prob(inputs["observation"], tf.reshape(inputs["action"], [-1]))
+
+    saver = policy_saver.PolicySaver(agent.policy, batch_size=None, train_step=agent.train_step_counter)
+    saver.register_function("insert_probability", insert_probability, {"observation": observation_spec})
+    seed_spec = tf.TensorSpec([2], tf.int32, name="seed")
+    saver.register_function(
+        "sample_action", sample_action, {"observation": observation_spec, "seed": seed_spec}
+    )
+    action_spec = tf.TensorSpec([1], tf.float32, name="action")
+    saver.register_function(
+        "log_probability", log_probability, {"observation": observation_spec, "action": action_spec}
+    )
+    manifest = {
+        "schema_version": POLICY_SCHEMA_VERSION,
+        "kind": "allocation_policy",
+        "surface": "live_allocation",
+        "feature_names": list(LIVE_STATE_FEATURES),
+        "feature_version": FEATURE_VERSION,
+        "action_names": ["insert"],
+        "signals": list(signals.LIVE_SIGNALS),
+        "epsilon": agent.config.epsilon,
+        "train_step": int(agent.train_step_counter.numpy()),
+        **metadata,
+    }
+    return _save(saver, directory, manifest)
+
+
+@dataclass
+class SavedAllocationPolicy:
+    """A loaded allocation policy with numpy in and out; meets the simulator's ``AllocationPolicy``.
+
+    ``act`` inserts with the policy's probability (``sample=True``) or serves its mode (insert iff the
+    probability is at least one half) and returns the log-probability of the decision it returns. It
+    draws one uniform per state from the caller's generator in both modes, as the behaviour allocation
+    policy does, so simulator runs of two policies see the same users (common random numbers).
+    """
+
+    directory: Path
+    manifest: dict[str, Any]
+    model: Any
+    sample: bool = False
+
+    @property
+    def version(self) -> str:
+        return str(self.manifest.get("version", self.directory.name))
+
+    def insert_probability(self, states: np.ndarray) -> np.ndarray:
+        return self.model.insert_probability({"observation": _f32(states)}).numpy().astype(np.float64)
+
+    def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """Log-probability of decisions given as (n,) or (n, 1) insert flags."""
+        flags = np.asarray(actions, np.float32).reshape(-1, 1)
+        out = self.model.log_probability({"observation": _f32(states), "action": tf.constant(flags)})
+        return out.numpy().astype(np.float64)
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        p = self.insert_probability(states)
+        uniform = rng.random(p.shape)
+        inserts = (uniform < p) if self.sample else (p >= 0.5)
+        actions = inserts.astype(np.int64)
+        return actions, np.where(inserts, np.log(p), np.log1p(-p))
+
+    def for_ope(self) -> ColumnActions:
+        """This policy with (n, 1) actions, the layout of the logged allocation steps OPE reads."""
+        return ColumnActions(self)
+
+
+@dataclass(frozen=True)
+class ColumnActions:
+    """An allocation policy whose ``act`` returns its (n,) decisions as an (n, 1) float column."""
+
+    policy: Any
+
+    @property
+    def version(self) -> str:
+        return self.policy.version
+
+    def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        return self.policy.log_prob(states, np.asarray(actions).reshape(-1))
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        actions, log_prob = self.policy.act(states, rng)
+        return np.asarray(actions, np.float32)[:, None], log_prob
+
+
+def load_allocation_policy(
+    directory: str | Path, *, sample: bool = False, verify: bool = True
+) -> SavedAllocationPolicy:
+    directory = Path(directory)
+    manifest, model = _open_policy(directory, "allocation_policy", LIVE_STATE_FEATURES, verify)
+    return SavedAllocationPolicy(directory, manifest, model, sample)

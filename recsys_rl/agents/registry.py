@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from recsys_rl.agents.algorithms import ALGORITHMS
+from recsys_rl.agents.allocation import VARIANTS, AllocationConfig, SLMGACAgent
 from recsys_rl.agents.base import AgentConfig, FeedAgent
 from recsys_rl.agents.baselines import BehaviourCloningAgent, RCPOAgent
 from recsys_rl.agents.data import TransitionStatistics
@@ -29,4 +30,30 @@ def build_agent(
     critics = {"rcpo": "single", "rcpo-mc": "multi", "ac-main": "main"}
     if algorithm in critics:
         return RCPOAgent(stats, config, critic=critics[algorithm], **common)
+    if algorithm in VARIANTS:
+        raise ValueError(
+            f"{algorithm!r} is a live-allocation algorithm: build it with build_allocation_agent"
+        )
     raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
+
+
+def build_allocation_agent(
+    algorithm: str,
+    stats: TransitionStatistics,
+    config: AllocationConfig,
+    *,
+    train_step_counter: tf.Variable | None = None,
+) -> SLMGACAgent:
+    """SL-MGAC or one of its comparison variants (``recsys_rl.agents.allocation.VARIANTS``)."""
+    if algorithm not in VARIANTS:
+        raise ValueError(f"{algorithm!r} is not a live-allocation algorithm; those are {sorted(VARIANTS)}")
+    group_routing, supervised = VARIANTS[algorithm]
+    names = {"sl-mgac": "SLMGAC", "sl-mgac-nosl": "SLMGACNoSupervised", "ac-single-group": "SingleGroupAC"}
+    return SLMGACAgent(
+        stats,
+        config,
+        group_routing=group_routing,
+        supervised=supervised,
+        train_step_counter=train_step_counter,
+        name=names[algorithm],
+    )

@@ -1,4 +1,4 @@
-"""TF-Agents specs of the feed surface: what a policy observes, what it emits and what training reads.
+"""TF-Agents specs of both surfaces: what a policy observes, what it emits and what training reads.
 
 Training reads logged transitions, not environment trajectories, so the agents' ``training_data_spec``
 is TF-Agents' own ``Transition`` (time step, action step, next time step) with the reward vector and the
@@ -15,7 +15,7 @@ from tf_agents.trajectories import policy_step, time_step, trajectory
 
 from recsys_rl import signals
 from recsys_rl.fusion import FEED_ACTION_NAMES
-from recsys_rl.state import FEED_STATE_FEATURES
+from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 #: Fusion-weight logits beyond this magnitude mean a weight below e^-8 or above e^8 "typical units":
 #: further out the ranking no longer changes, so the bound only keeps a sampled action finite and sane.
@@ -44,4 +44,31 @@ def feed_transition_spec() -> trajectory.Transition:
         time_step=feed_time_step_spec(),
         action_step=policy_step.PolicyStep(action=feed_action_spec(), state=(), info=info),
         next_time_step=feed_time_step_spec(),
+    )
+
+
+# -- live allocation (DESIGN 3.2) ------------------------------------------------------------------------
+# The insert flag is kept as one float in [0, 1], the layout of the dataset's ``action`` column, so the
+# logged transitions feed the agent without a cast and serving logs the same vector.
+
+
+def live_observation_spec() -> tf.TensorSpec:
+    return tf.TensorSpec((len(LIVE_STATE_FEATURES),), tf.float32, name="state")
+
+
+def allocation_action_spec() -> tensor_spec.BoundedTensorSpec:
+    return tensor_spec.BoundedTensorSpec((1,), tf.float32, 0.0, 1.0, name="insert")
+
+
+def live_time_step_spec() -> time_step.TimeStep:
+    reward = tf.TensorSpec((len(signals.LIVE_SIGNALS),), tf.float32, name="reward")
+    return time_step.time_step_spec(live_observation_spec(), reward_spec=reward)
+
+
+def allocation_transition_spec() -> trajectory.Transition:
+    info = {LOG_PROPENSITY_KEY: tf.TensorSpec((), tf.float32, name=LOG_PROPENSITY_KEY)}
+    return trajectory.Transition(
+        time_step=live_time_step_spec(),
+        action_step=policy_step.PolicyStep(action=allocation_action_spec(), state=(), info=info),
+        next_time_step=live_time_step_spec(),
     )

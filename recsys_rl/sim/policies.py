@@ -124,3 +124,46 @@ def behaviour_allocation_policy(epsilon: float = 0.05) -> BernoulliAllocationPol
     coef[LIVE_STATE_FEATURES.index("pred_video_watch_displaced")] = -1.0
     coef[LIVE_STATE_FEATURES.index("hist_live_watch")] = 1.0
     return BernoulliAllocationPolicy(bias=-1.0, coef=coef, epsilon=epsilon)
+
+
+@dataclass(frozen=True)
+class ThresholdAllocationPolicy:
+    """Greedy allocation: insert whenever the predicted live watch time exceeds ``threshold_s`` seconds.
+
+    Deterministic, so its log-probability is 0 for the decision it takes; it draws one uniform per state
+    anyway, as every allocation policy here does, so that simulator runs stay in step (common random
+    numbers).
+    """
+
+    threshold_s: float
+    version: str = "greedy-live-v1"
+
+    def insert_probability(self, states: np.ndarray) -> np.ndarray:
+        from recsys_rl.sim.simulator import LIVE_PREDICTION_SCALE  # the simulator imports this module
+
+        column = LIVE_STATE_FEATURES.index("pred_live_watch_time")
+        # the state holds the prediction divided by its typical value
+        return (states[:, column] * LIVE_PREDICTION_SCALE[0] > self.threshold_s).astype(np.float64)
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        rng.random(states.shape[0])
+        return self.insert_probability(states).astype(np.int64), np.zeros(states.shape[0])
+
+
+@dataclass(frozen=True)
+class FixedRateAllocationPolicy:
+    """The fixed-rate heuristic: insert with probability ``rate`` whatever the state."""
+
+    rate: float
+    version: str = "fixed-rate-live-v1"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.rate < 1.0:
+            raise ValueError(f"FixedRateAllocationPolicy.rate should be in (0, 1), but is {self.rate}")
+
+    def insert_probability(self, states: np.ndarray) -> np.ndarray:
+        return np.full(states.shape[0], self.rate)
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        actions = (rng.random(states.shape[0]) < self.rate).astype(np.int64)
+        return actions, np.where(actions == 1, math.log(self.rate), math.log1p(-self.rate))

@@ -1,0 +1,292 @@
+"""Benchmark: live-stream allocation policies trained on the same simulated logs, judged by the simulator.
+
+Logs of the behaviour policies go the production way (simulator -> embedded Kafka -> the Beam pipeline)
+into one dataset; SL-MGAC and its learned comparisons (SL-MGAC without the supervised heads, the
+single-group actor-critic) train on its ``live_allocation`` transitions once per seed. Every policy then
+runs in one larger world of the same simulator with the same episode draws (common random numbers) for
+two days, beside the heuristics measured in the same run: the behaviour (logging) allocation, greedy
+allocation (insert whenever the predicted live watch time exceeds a threshold) and a fixed-rate heuristic
+(insert with the logged insert rate, whatever the state). Learned policies serve their mode.
+
+Figures, per user over the two days: live watch time, total usage time (short video + live), the
+next-day return rate, the allocation rate, and constraint satisfaction (total usage not significantly
+below the behaviour policy's: paired difference + 2 standard errors >= 0). Spread across seeds is the
+standard deviation over training seeds on one fixed evaluation world, so it measures how much the
+training seed moves the policy; the heuristics do not train and have none.
+
+Targets (issue 8): more live watch time than the fixed-rate heuristic with no loss of total usage time,
+no loss to greedy allocation on total usage time, and a smaller spread across seeds than the
+single-group actor-critic.
+
+    python bench/allocation_quality.py --full --docs docs/allocation_quality.md
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
+
+# isort: split
+from common import bench_parser, git_commit, write_result
+
+from pipelines.simulated import simulated_dataset
+from recsys_rl.agents.allocation import VARIANTS
+from recsys_rl.agents.policy_io import load_allocation_policy
+from recsys_rl.kafka import open_broker
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.policies import (
+    FixedRateAllocationPolicy,
+    ThresholdAllocationPolicy,
+    behaviour_allocation_policy,
+)
+from recsys_rl.sim_eval import AllocationOutcome, allocation_outcome, compare_allocation
+from recsys_rl.training import TrainConfig, train
+
+LEARNED = tuple(VARIANTS)  # sl-mgac, sl-mgac-nosl, ac-single-group
+#: Greedy allocation inserts a live stream predicted to hold the user longer than this: about one short
+#: video's watch (13 s per view, DESIGN 11), i.e. "it beats the video it displaces", judged greedily.
+GREEDY_THRESHOLD_S = 13.0
+MODES = {
+    "quick": {
+        "users": 400,
+        "days": 1,
+        "steps": 120,
+        "batch_size": 256,
+        "seeds": (0, 1),
+        "algorithms": ("sl-mgac", "ac-single-group"),
+        "eval_users": 1_500,
+        "eval_days": 2,
+    },
+    "full": {
+        "users": 3_000,
+        "days": 2,
+        "steps": 1_500,
+        "batch_size": 256,
+        "seeds": (0, 1, 2, 3, 4),
+        "algorithms": LEARNED,
+        "eval_users": 10_000,
+        "eval_days": 2,
+    },
+}
+METRICS = ("live_watch_s", "total_usage_s", "video_watch_s", "return_rate", "allocation_rate")
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def satisfied(comparison: dict[str, Any]) -> bool:
+    """Total usage not significantly below the reference's: paired difference + 2 stderr >= 0."""
+    usage = comparison["total_usage_s"]
+    return usage["difference"] + 2.0 * (usage["difference_stderr"] or 0.0) >= 0.0
+
+
+def row(outcomes: list[AllocationOutcome], behaviour: AllocationOutcome) -> dict[str, Any]:
+    """One table row: each metric's mean and spread over seeds, and the constraint against behaviour."""
+    summaries = [o.summary() for o in outcomes]
+    versus = [compare_allocation(behaviour, o) for o in outcomes]
+    return {
+        **{m: spread([float(s[m]) for s in summaries if s[m] is not None]) for m in METRICS},
+        "constraint_met_share": sum(satisfied(v) for v in versus) / len(versus),
+        "usage_vs_behaviour": spread([v["total_usage_s"]["difference"] for v in versus]),
+        "seeds": len(outcomes),
+    }
+
+
+def verdicts(table: dict[str, dict[str, Any]], paired: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    main = table["sl-mgac"]
+    out: dict[str, Any] = {
+        "live_vs_fixed_rate_s": main["live_watch_s"]["mean"] - table["fixed-rate"]["live_watch_s"]["mean"],
+        "usage_vs_fixed_rate_s": main["total_usage_s"]["mean"] - table["fixed-rate"]["total_usage_s"]["mean"],
+        "usage_vs_greedy_s": main["total_usage_s"]["mean"] - table["greedy"]["total_usage_s"]["mean"],
+    }
+    out["more_live_than_fixed_rate"] = out["live_vs_fixed_rate_s"] > 0
+    # "no loss": on every seed, not significantly below (paired difference + 2 stderr >= 0)
+    out["no_usage_loss_vs_fixed_rate"] = all(satisfied(c) for c in paired["fixed-rate"])
+    out["no_usage_loss_vs_greedy"] = all(satisfied(c) for c in paired["greedy"])
+    if "ac-single-group" in table:
+        single = table["ac-single-group"]
+        out["live_std_vs_single_group"] = [main["live_watch_s"]["std"], single["live_watch_s"]["std"]]
+        out["usage_std_vs_single_group"] = [main["total_usage_s"]["std"], single["total_usage_s"]["std"]]
+        out["smaller_spread_than_single_group"] = (
+            main["live_watch_s"]["std"] < single["live_watch_s"]["std"]
+            and main["total_usage_s"]["std"] < single["total_usage_s"]["std"]
+        )
+    return out
+
+
+def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
+    config = result["config"]
+    lines = [
+        "# Live-stream allocation quality in the simulator",
+        "",
+        f"Written by `python bench/allocation_quality.py --{result['mode']} --docs "
+        f"docs/allocation_quality.md` at commit `{result['commit']}` in {result['wall_s'] / 60:.1f} min.",
+        f"Logs: {config['users']} users x {config['days']} day(s) of the behaviour policies "
+        f"({config['transitions']} allocation transitions); {config['steps']} training steps of batch "
+        f"{config['batch_size']} per run; training seeds {list(config['seeds'])}. Every policy ran on one "
+        f"{config['eval_users']}-user world of the same simulator for {config['eval_days']} days with the "
+        "same episode draws; learned policies serve their mode (insert iff p >= 0.5).",
+        "",
+        "Per user over the evaluation days, mean ± std over training seeds (heuristics do not train: one "
+        "run). 'constraint met' is the share of seeds whose total usage is not significantly below the "
+        "behaviour policy's (paired difference + 2 standard errors >= 0).",
+        "",
+        "| policy | live watch s | total usage s | video watch s | next-day return | allocation rate "
+        "| constraint met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in table.items():
+
+        def cell(metric: str, digits: int = 1, percent: bool = False, r: dict[str, Any] = r) -> str:
+            scale = 100.0 if percent else 1.0
+            mean, std = scale * r[metric]["mean"], scale * r[metric]["std"]
+            text = f"{mean:.{digits}f}" + ("%" if percent else "")
+            return text + (f" ± {std:.{digits}f}" if r["seeds"] > 1 else "")
+
+        lines.append(
+            f"| {name} | {cell('live_watch_s')} | {cell('total_usage_s')} | {cell('video_watch_s')} | "
+            f"{cell('return_rate', 2, True)} | {cell('allocation_rate', 1, True)} | "
+            f"{100 * r['constraint_met_share']:.0f}% |"
+        )
+    lines += ["", "Verdicts (SL-MGAC against the targets of issue 8):", ""]
+    lines += [f"- `{k}`: {v}" for k, v in result["verdicts"].items()]
+    lines += ["", result.get("notes", ""), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, "allocation_quality")
+    parser.add_argument("--docs", help="also write the table as Markdown to this file")
+    args = parser.parse_args(argv)
+    settings = MODES[args.mode]
+    started = time.perf_counter()
+    commit = git_commit()
+    algorithms = settings["algorithms"]
+    with tempfile.TemporaryDirectory() as work, open_broker(None, "embedded") as broker:
+        built = simulated_dataset(
+            broker.bootstrap_servers,
+            f"{work}/data",
+            users=settings["users"],
+            days=settings["days"],
+            seed=args.seed,
+        )
+        print(f"dataset built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        policy_dirs: dict[str, list[Path]] = {algo: [] for algo in algorithms}
+        train_seconds: dict[str, list[float]] = {algo: [] for algo in algorithms}
+        final_metrics: dict[str, list[dict[str, float]]] = {algo: [] for algo in algorithms}
+        for seed in settings["seeds"]:
+            for algo in algorithms:
+                run = Path(work) / f"{algo}-s{seed}"
+                t0 = time.perf_counter()
+                result = train(
+                    TrainConfig(
+                        algo=algo,
+                        data=str(built.dataset_dir),
+                        out=str(run),
+                        steps=settings["steps"],
+                        batch_size=settings["batch_size"],
+                        seed=seed,
+                        log_every=max(settings["steps"] // 10, 1),
+                    )
+                )
+                train_seconds[algo].append(time.perf_counter() - t0)
+                final_metrics[algo].append(result.manifest["final_metrics"])
+                policy_dirs[algo].append(run / "policy")
+                print(f"trained {algo} seed {seed} in {train_seconds[algo][-1]:.0f} s", file=sys.stderr)
+        logged_rate = logged_insert_rate(built.dataset_dir)
+
+        def run_policy(policy) -> AllocationOutcome:
+            t0 = time.perf_counter()
+            outcome = allocation_outcome(
+                SimConfig(n_users=settings["eval_users"]), policy, seed=args.seed, days=settings["eval_days"]
+            )
+            print(f"evaluated {policy.version} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            return outcome
+
+        heuristics = {
+            "behaviour": behaviour_allocation_policy(),
+            "greedy": ThresholdAllocationPolicy(GREEDY_THRESHOLD_S),
+            "fixed-rate": FixedRateAllocationPolicy(logged_rate),
+        }
+        outcomes = {name: [run_policy(p)] for name, p in heuristics.items()}
+        for algo, dirs in policy_dirs.items():
+            outcomes[algo] = [run_policy(load_allocation_policy(d)) for d in dirs]
+    behaviour = outcomes["behaviour"][0]
+    table = {name: row(runs, behaviour) for name, runs in outcomes.items()}
+    paired = {
+        ref: [compare_allocation(outcomes[ref][0], o) for o in outcomes["sl-mgac"]]
+        for ref in ("fixed-rate", "greedy")
+    }
+    result: dict[str, Any] = {
+        "benchmark": "allocation_quality",
+        "commit": commit,
+        "mode": args.mode,
+        "seed": args.seed,
+        "config": {
+            **{k: v for k, v in settings.items() if k not in ("seeds", "algorithms")},
+            "seeds": list(settings["seeds"]),
+            "algorithms": list(algorithms),
+            "greedy_threshold_s": GREEDY_THRESHOLD_S,
+            "fixed_rate": logged_rate,
+            "transitions": built.manifest["surfaces"]["live_allocation"]["rows"],
+            "dataset_version": built.manifest["version"],
+        },
+        "table": table,
+        "runs": {name: [o.summary() for o in runs] for name, runs in outcomes.items()},
+        "sl_mgac_paired": paired,
+        "final_metrics": final_metrics,
+        "train_seconds": train_seconds,
+    }
+    result["verdicts"] = verdicts(table, paired)
+    result["meets_targets"] = all(
+        result["verdicts"].get(k, False)
+        for k in (
+            "more_live_than_fixed_rate",
+            "no_usage_loss_vs_fixed_rate",
+            "no_usage_loss_vs_greedy",
+            "smaller_spread_than_single_group",
+        )
+    )
+    result["wall_s"] = time.perf_counter() - started
+    write_result(args.out, result)
+    if args.docs:
+        Path(args.docs).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.docs).write_text(markdown(table, result))
+    main_row = table["sl-mgac"]
+    fixed, usage = table["fixed-rate"]["live_watch_s"]["mean"], main_row["total_usage_s"]["mean"]
+    print(
+        f"allocation quality: sl-mgac live {main_row['live_watch_s']['mean']:.1f} s (fixed-rate "
+        f"{fixed:.1f}), usage {usage:.0f} s "
+        f"(greedy {table['greedy']['total_usage_s']['mean']:.0f}); targets "
+        f"{'met' if result['meets_targets'] else 'NOT met'}; {result['wall_s']:.0f} s; wrote {args.out}"
+    )
+    return 0
+
+
+def logged_insert_rate(dataset_dir: Path) -> float:
+    """The share of logged allocation decisions that inserted (the fixed-rate heuristic's rate)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from recsys_rl.agents.data import open_dataset
+
+    dataset = open_dataset(dataset_dir, "live_allocation", check_sha256=False)
+    tables = [pq.read_table(p, columns=["action"]) for p in dataset.shard_paths("parquet")]
+    inserted = sum(pc.sum(pc.list_flatten(t.column("action"))).as_py() for t in tables)
+    return float(inserted) / sum(t.num_rows for t in tables)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""SL-MGAC (recsys_rl.agents.allocation): group routing, the C51 projection, the anti-greedy term, the
+rewards, config checks, a few training steps, and the exported policy against the actor it came from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.trajectories import policy_step, time_step, trajectory
+
+from recsys_rl import signals
+from recsys_rl.agents.allocation import (
+    AllocationConfig,
+    SLMGACAgent,
+    anti_greedy_penalty,
+    categorical_projection,
+    usage_rewards,
+)
+from recsys_rl.agents.data import TransitionStatistics
+from recsys_rl.agents.networks import AllocationCriticNetwork, BernoulliActorNetwork
+from recsys_rl.agents.policy_io import export_allocation_policy, load_allocation_policy
+from recsys_rl.agents.registry import build_agent, build_allocation_agent
+from recsys_rl.agents.specs import LOG_PROPENSITY_KEY, live_observation_spec
+from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
+
+D = len(LIVE_STATE_FEATURES)
+SMALL = AllocationConfig(shared_hidden=(8,), tower_hidden=(8,), head_hidden=8, atoms=11)
+
+
+def states(n: int, group: int | None = None, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = rng.random((n, D)).astype(np.float32)
+    groups = rng.integers(0, len(ACTIVITY_GROUPS), n) if group is None else np.full(n, group)
+    out[:, : len(ACTIVITY_GROUPS)] = np.eye(len(ACTIVITY_GROUPS))[groups]
+    return out
+
+
+def stats() -> TransitionStatistics:
+    return TransitionStatistics(
+        state_mean=np.full(D, 0.5),
+        state_std=np.full(D, 0.3),
+        reward_std=np.array([30.0, 0.5, 5.0]),
+        reward_mean=np.array([7.0, 0.03, 3.0]),
+        action_mean=np.array([0.3]),
+        rows=100,
+    )
+
+
+def batch(n: int = 32, seed: int = 0) -> trajectory.Transition:
+    rng = np.random.default_rng(seed)
+    obs, nxt = states(n, seed=seed), states(n, seed=seed + 1)
+    done = rng.random(n) < 0.3
+    action = (rng.random(n) < 0.4).astype(np.float32)
+    reward = np.column_stack(
+        [action * rng.exponential(30.0, n), action * (rng.random(n) < 0.1), action * 13.0 * rng.random(n)]
+    ).astype(np.float32)
+
+    def step(observation, reward_, discount, kind):
+        return time_step.TimeStep(
+            step_type=tf.fill([n], kind),
+            reward=tf.constant(reward_),
+            discount=tf.constant(discount, tf.float32),
+            observation=tf.constant(observation),
+        )
+
+    return trajectory.Transition(
+        step(obs, np.zeros_like(reward), np.ones(n), time_step.StepType.MID),
+        policy_step.PolicyStep(
+            action=tf.constant(action[:, None]),
+            state=(),
+            info={LOG_PROPENSITY_KEY: tf.constant(np.log(np.where(action == 1, 0.3, 0.7)), tf.float32)},
+        ),
+        step(nxt, reward, 1.0 - done, time_step.StepType.MID),
+    )
+
+
+# -- group routing ---------------------------------------------------------------------------------------
+
+
+def _gradients(network, observations, output) -> dict[str, float]:
+    with tf.GradientTape() as tape:
+        loss = output(network, observations)
+    grads = tape.gradient(loss, network.trainable_variables)
+    return {
+        v.name: 0.0 if g is None else float(tf.reduce_sum(tf.abs(g)))
+        for v, g in zip(network.trainable_variables, grads, strict=True)
+    }
+
+
+def _actor() -> BernoulliActorNetwork:
+    net = BernoulliActorNetwork(
+        live_observation_spec(),
+        state_mean=np.full(D, 0.5),
+        state_std=np.full(D, 0.3),
+        initial_rate=0.3,
+        epsilon=0.05,
+        shared=(8,),
+        tower=(8,),
+        groups=len(ACTIVITY_GROUPS),
+    )
+    net.create_variables()
+    return net
+
+
+def _critic(groups: int = len(ACTIVITY_GROUPS)) -> AllocationCriticNetwork:
+    net = AllocationCriticNetwork(
+        live_observation_spec(),
+        state_mean=np.full(D, 0.5),
+        state_std=np.full(D, 0.3),
+        values=2,
+        atoms=5,
+        shared=(8,),
+        tower=(8,),
+        head_hidden=8,
+        groups=groups,
+        supervised=True,
+    )
+    net.create_variables()
+    return net
+
+
+def _critic_output(net, obs):
+    (logits, supervised), _ = net(obs)
+    return tf.reduce_sum(tf.square(logits)) + tf.reduce_sum(tf.square(supervised))
+
+
+@pytest.mark.parametrize(
+    ("make", "output"),
+    [
+        pytest.param(_actor, lambda net, obs: tf.reduce_sum(net.insert_probability(obs)), id="actor"),
+        pytest.param(_critic, _critic_output, id="critic"),
+    ],
+)
+@pytest.mark.parametrize("group", range(len(ACTIVITY_GROUPS)))
+def test_one_groups_gradient_touches_only_its_tower_and_the_shared_parts(make, output, group):
+    tf.keras.utils.set_random_seed(0)
+    net = make()
+    grads = _gradients(net, tf.constant(states(16, group=group)), output)
+    for name, size in grads.items():
+        tower = next((g for g in range(len(ACTIVITY_GROUPS)) if f"_tower{g}_" in name), None)
+        if tower is None or tower == group:  # shared encoder, heads
+            assert size > 0, name
+        else:
+            assert size == 0.0, name
+
+
+def test_without_routing_there_is_one_tower_for_every_group():
+    tf.keras.utils.set_random_seed(0)
+    net = _critic(groups=1)
+    names = {v.name for v in net.trainable_variables}
+    assert any("_tower0_" in n for n in names) and not any("_tower1_" in n for n in names)
+    grads = _gradients(net, tf.constant(states(16, group=2)), _critic_output)
+    assert all(size > 0 for size in grads.values())
+
+
+# -- the distributional target ---------------------------------------------------------------------------
+
+ATOMS = tf.constant([0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    ("next_probs", "reward", "discount", "expected"),
+    [
+        # all mass on z=1: 0.5 + 1 = 1.5 splits evenly between atoms 1 and 2
+        pytest.param([0.0, 1.0, 0.0], 0.5, 1.0, [0.0, 0.5, 0.5], id="shift-between-atoms"),
+        # terminal: every atom maps to the reward 1.25 -> 3/4 on atom 1, 1/4 on atom 2
+        pytest.param([0.2, 0.3, 0.5], 1.25, 0.0, [0.0, 0.75, 0.25], id="terminal"),
+        # gamma 0.5 shrinks the support to (0, 0.5, 1): 0.2 + 0.3/2 on 0, 0.3/2 + 0.5 on 1
+        pytest.param([0.2, 0.3, 0.5], 0.0, 0.5, [0.35, 0.65, 0.0], id="discount"),
+        pytest.param([0.2, 0.3, 0.5], 5.0, 1.0, [0.0, 0.0, 1.0], id="clipped-above"),
+        pytest.param([0.2, 0.3, 0.5], -5.0, 1.0, [1.0, 0.0, 0.0], id="clipped-below"),
+        # 1 + 0.9 z = (1, 1.9, 2.8->2): 0.2 on 1; 0.3 split 0.1/0.9 between 1 and 2; 0.5 on 2
+        pytest.param([0.2, 0.3, 0.5], 1.0, 0.9, [0.0, 0.23, 0.77], id="shift-and-discount"),
+    ],
+)
+def test_the_categorical_projection_on_hand_computed_cases(next_probs, reward, discount, expected):
+    projected = categorical_projection(
+        tf.constant([next_probs]), ATOMS, tf.constant([reward]), tf.constant([discount])
+    )
+    np.testing.assert_allclose(projected.numpy()[0], expected, atol=1e-6)
+
+
+def test_the_projection_keeps_probability_mass():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(11), 64).astype(np.float32)
+    atoms = tf.constant(np.linspace(-2.0, 8.0, 11), tf.float32)
+    projected = categorical_projection(
+        tf.constant(probs), atoms, tf.constant(rng.normal(0, 3, 64), tf.float32), tf.fill([64], 0.95)
+    )
+    np.testing.assert_allclose(tf.reduce_sum(projected, axis=1).numpy(), np.ones(64), atol=1e-5)
+    assert float(tf.reduce_min(projected)) >= 0.0
+
+
+# -- rewards -------------------------------------------------------------------------------------------------
+
+
+def test_the_anti_greedy_term_charges_only_insertions_that_displace_more_than_they_earn():
+    penalty = anti_greedy_penalty(
+        inserted=tf.constant([1.0, 1.0, 0.0, 1.0]),
+        displaced=tf.constant([20.0, 5.0, 20.0, 10.0]),
+        live=tf.constant([5.0, 20.0, 5.0, 10.0]),
+    )
+    np.testing.assert_allclose(penalty.numpy(), [15.0, 0.0, 0.0, 0.0])
+
+
+def test_usage_is_live_watch_plus_the_video_watched_until_the_next_decision():
+    column = LIVE_STATE_FEATURES.index("session_watch")
+    obs, nxt = np.zeros((3, D), np.float32), np.zeros((3, D), np.float32)
+    obs[:, column], nxt[:, column] = 0.5, [1.7, 0.9, 3.0]  # 120 s, 40 s, and a terminal step
+    usage = usage_rewards(
+        tf.constant([10.0, 0.0, 30.0]), tf.constant(obs), tf.constant(nxt), tf.constant([1.0, 1.0, 0.0])
+    )
+    np.testing.assert_allclose(usage.numpy(), [130.0, 40.0, 30.0], rtol=1e-5)
+
+
+def test_the_main_reward_subtracts_the_weighted_anti_greedy_term_from_live_watch():
+    agent = build_allocation_agent("sl-mgac-nosl", stats(), AllocationConfig(anti_greedy_weight=2.0))
+    experience = batch(8)
+    obs = experience.time_step.observation.numpy()
+    reward = experience.next_time_step.reward.numpy()
+    inserted = experience.action_step.action.numpy()[:, 0]
+    # without supervised heads, the upstream predictions in the state stand in (scales 30 s and 13 s)
+    live_hat = obs[:, LIVE_STATE_FEATURES.index("pred_live_watch_time")] * 30.0
+    displaced_hat = obs[:, LIVE_STATE_FEATURES.index("pred_video_watch_displaced")] * 13.0
+    expected = (reward[:, 0] - 2.0 * inserted * np.maximum(displaced_hat - live_hat, 0.0)) / 30.0
+    np.testing.assert_allclose(agent.rewards(experience, None).numpy()[:, 0], expected, rtol=1e-5, atol=1e-6)
+
+
+# -- config, registry ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"atoms": 1}, "atoms should be at least 2", id="atoms"),
+        pytest.param({"main_support": (3.0, 1.0)}, "main_support should be", id="support"),
+        pytest.param({"epsilon": 0.5}, "epsilon should be in", id="epsilon"),
+        pytest.param({"usage_discount": 1.0}, "usage_discount should be in", id="discount"),
+        pytest.param({"tower_hidden": ()}, "tower_hidden should list", id="tower"),
+        pytest.param({"anti_greedy_weight": -1.0}, "anti_greedy_weight should be >= 0", id="beta"),
+    ],
+)
+def test_bad_allocation_configs_are_refused_with_the_field_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AllocationConfig(**kwargs)
+
+
+def test_the_registry_keeps_surfaces_apart():
+    from recsys_rl.agents.base import AgentConfig
+
+    with pytest.raises(ValueError, match="live-allocation algorithm"):
+        build_agent("sl-mgac", stats(), AgentConfig(), stage_one_steps=0)
+    with pytest.raises(ValueError, match="not a live-allocation algorithm"):
+        build_allocation_agent("tscac", stats(), SMALL)
+
+
+# -- training and export ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["sl-mgac", "sl-mgac-nosl", "ac-single-group"])
+def test_a_few_steps_train_every_variant_with_finite_named_losses(algorithm):
+    tf.keras.utils.set_random_seed(0)
+    agent = build_allocation_agent(algorithm, stats(), SMALL)
+    assert isinstance(agent, SLMGACAgent)
+    before = [v.numpy().copy() for v in agent.actor.trainable_variables]
+    for seed in range(3):
+        info = agent.train(batch(32, seed))
+    assert np.isfinite(float(info.loss))
+    assert {"critic/main", "critic/usage", "actor/advantage", "multiplier/usage"} <= set(info.extra)
+    assert ("supervised/exit" in info.extra) == (algorithm != "sl-mgac-nosl")
+    assert int(agent.train_step_counter.numpy()) == 3
+    assert any(
+        not np.allclose(b, v.numpy()) for b, v in zip(before, agent.actor.trainable_variables, strict=True)
+    )
+
+
+def test_a_non_finite_loss_is_named():
+    agent = build_allocation_agent("sl-mgac", stats(), SMALL)
+    experience = batch(8)
+    broken = experience._replace(
+        next_time_step=experience.next_time_step._replace(
+            reward=tf.fill(experience.next_time_step.reward.shape, np.float32(np.nan))
+        )
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="critic/"):
+        agent.critic_losses(broken)
+
+
+def test_the_exported_policy_matches_the_actor_in_probability_decision_and_log_probability(tmp_path):
+    tf.keras.utils.set_random_seed(0)
+    agent = build_allocation_agent("sl-mgac", stats(), SMALL)
+    agent.train(batch(32))
+    manifest = export_allocation_policy(agent, tmp_path / "policy", {"algo": "sl-mgac", "version": "v-test"})
+    assert manifest["kind"] == "allocation_policy" and manifest["surface"] == "live_allocation"
+    assert manifest["signals"] == list(signals.LIVE_SIGNALS)
+    policy = load_allocation_policy(tmp_path / "policy")
+    obs = states(64, seed=5)
+    p = agent.actor.insert_probability(tf.constant(obs)).numpy()
+    np.testing.assert_allclose(policy.insert_probability(obs), p, rtol=1e-5)
+    flags = (np.arange(64) % 2).astype(np.float32)
+    np.testing.assert_allclose(
+        policy.log_prob(obs, flags), np.where(flags == 1, np.log(p), np.log1p(-p)), rtol=1e-5
+    )
+    actions, log_prob = policy.act(obs, np.random.default_rng(0))  # the mode: insert iff p >= 1/2
+    np.testing.assert_array_equal(actions, (p >= 0.5).astype(np.int64))
+    np.testing.assert_allclose(log_prob, policy.log_prob(obs, actions), rtol=1e-5)
+    sampled = policy.model.sample_action({"observation": tf.constant(obs), "seed": tf.constant([[3, 4]])})
+    again = policy.model.sample_action({"observation": tf.constant(obs), "seed": tf.constant([[3, 4]])})
+    np.testing.assert_array_equal(sampled["action"].numpy(), again["action"].numpy())
+    np.testing.assert_allclose(
+        sampled["log_probability"].numpy(), policy.log_prob(obs, sampled["action"].numpy()), rtol=1e-5
+    )
+    column, log_prob_ope = policy.for_ope().act(obs, np.random.default_rng(0))
+    assert column.shape == (64, 1) and log_prob_ope.shape == (64,)
