@@ -13,13 +13,15 @@ from recsys_rl.logs import progress_logger, quiet_native_imports
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser(
         "train",
-        help="train a feed agent on a transition dataset into a run directory",
-        description="Train a feed-ranking agent offline on one transition dataset (a version directory "
+        help="train a feed or live-allocation agent on a transition dataset into a run directory",
+        description="Train a feed-ranking agent or a live-allocation agent (sl-mgac and its variants; the "
+        "algorithm picks the dataset's surface) offline on one transition dataset (a version directory "
         "with manifest.json) and export its policy. The run directory holds the resolved config, the "
         "input manifest, metrics (JSON lines and TensorBoard), checkpoints, the exported policy and, "
         "last, manifest.json. Started again with the same config, a run resumes from its last checkpoint; "
         "a finished run is left as it is; a different config for the same directory is refused. Any "
-        "TrainConfig key, including the nested 'agent' settings, can come from --config.",
+        "TrainConfig key, including the nested 'agent' (feed) and 'allocation' (live) settings, can come "
+        "from --config.",
     )
     add_config_option(p)
     p.add_argument("--algo", choices=list(ALGORITHMS), help="algorithm (default tscac)")
