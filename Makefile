@@ -43,6 +43,7 @@ bench: install
 	$(BIN)/python bench/pipeline.py --full --out bench/results/pipeline.json
 	$(BIN)/python bench/training.py --full --out bench/results/training.json
 	$(BIN)/python bench/policy_quality.py --full --out bench/results/policy_quality.json --docs docs/policy_quality.md
+	$(BIN)/python bench/allocation_quality.py --full --out bench/results/allocation_quality.json --docs docs/allocation_quality.md
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
 	$(BIN)/python bench/feed_headroom.py --full --out bench/results/feed_headroom.json
 	$(BIN)/python bench/serving.py --full --out bench/results/serving.json
@@ -52,6 +53,7 @@ bench-quick: install
 	$(BIN)/python bench/pipeline.py --quick --out bench/results/pipeline.json
 	$(BIN)/python bench/training.py --quick --out bench/results/training.json
 	$(BIN)/python bench/policy_quality.py --quick --out bench/results/policy_quality.quick.json
+	$(BIN)/python bench/allocation_quality.py --quick --out bench/results/allocation_quality.quick.json
 	$(BIN)/python bench/ope.py --quick --out bench/results/ope.json
 	$(BIN)/python bench/feed_headroom.py --quick --out bench/results/feed_headroom.json
 	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json

@@ -162,8 +162,38 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         )
     lines += ["", "Verdicts (SL-MGAC against the targets of issue 8):", ""]
     lines += [f"- `{k}`: {v}" for k, v in result["verdicts"].items()]
-    lines += ["", result.get("notes", ""), ""]
+    lines += ["", METHOD]
     return "\n".join(lines)
+
+
+METHOD = """## What the policies are
+
+- **behaviour**: the logging policy (``behaviour_allocation_policy``): Bernoulli, insert with probability
+  0.05 + 0.9 sigmoid(2 pred_live/30 - pred_displaced/13 + hist_live_watch - 1).
+- **greedy**: insert whenever the predicted live watch time exceeds 13 s (about one short video's watch).
+- **fixed-rate**: insert with the logged insert rate, whatever the state.
+- **sl-mgac**: ``recsys_rl.agents.allocation`` (DESIGN 3.2): shared encoder and one tower per activity
+  group in actor and critic; a critic whose supervised heads (live watch, displaced video watch, gift,
+  exit) feed a categorical (C51, 51 atoms) value head for two returns, with layer normalisation; an actor
+  trained on the critic's advantage plus a cross-entropy with the logged allocation.
+- **sl-mgac-nosl**: the same without the supervised heads. **ac-single-group**: the same without group
+  routing (one tower for every user).
+
+## The anti-greedy term (our design)
+
+Only the purpose of the paper's term is public (stop over-greedy allocation), so ours is our own. An
+insertion is charged the short-video time it is expected to displace beyond the live time it is
+expected to earn:
+
+    r_main = live_watch_time - beta * insert * max(0, D_hat(s) - L_hat(s))
+
+D_hat and L_hat are the critic's supervised predictions for "insert" (displaced video watch and live
+watch), detached; beta = ``anti_greedy_weight`` (default 1). Without supervised heads the upstream
+predictions logged in the state stand in. The platform usage constraint is separate: the usage reward
+of a decision is live watch plus the short-video time watched until the next allocation decision
+(from the states' ``session_watch``), and a Lagrange multiplier grows while the insertions' usage
+advantage, E[pi(insert|s) (Q_usage(s, insert) - Q_usage(s, skip))], is below zero.
+"""
 
 
 def main(argv: list[str] | None = None) -> int:

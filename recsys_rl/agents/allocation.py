@@ -188,6 +188,12 @@ def usage_rewards(
     return live_watch + continues * tf.nn.relu(video)
 
 
+def multiplier_step(multiplier: tf.Tensor, gap: tf.Tensor, learning_rate: float, slack: float) -> tf.Tensor:
+    """lambda <- max(0, lambda - lr * (gap + slack)): up while the insertions cost usage beyond the slack,
+    down (never below zero) while they add usage."""
+    return tf.nn.relu(multiplier - learning_rate * (gap + slack))
+
+
 def expected_values(logits: tf.Tensor, atoms: tf.Tensor) -> tf.Tensor:
     """Means of categorical distributions (..., V, N) over per-value atoms (V, N): (..., V)."""
     return tf.reduce_sum(tf.nn.softmax(logits, axis=-1) * atoms, axis=-1)
@@ -203,6 +209,7 @@ class ActorLosses(NamedTuple):
     advantage: tf.Tensor  # -E[p * (A_main + lambda A_usage)] / its scale
     supervised: tf.Tensor  # cross-entropy with the logged allocation
     total: tf.Tensor
+    insert_probability: tf.Tensor  # (B,) the actor's p(s) the losses were computed with
 
 
 def _checked(record: NamedTuple, name: str) -> NamedTuple:
@@ -416,13 +423,14 @@ class SLMGACAgent(tf_agent.TFAgent):
         logged = experience.action_step.action[:, 0]
         supervised = -tf.reduce_mean(logged * tf.math.log(p) + (1.0 - logged) * tf.math.log1p(-p))
         total = advantage_loss + self._config.actor_supervised_weight * supervised
-        return _checked(ActorLosses(advantage_loss, supervised, total), "actor")
+        return _checked(ActorLosses(advantage_loss, supervised, total, p), "actor")
 
-    def usage_gap(self, experience: trajectory.Transition, q: tf.Tensor) -> tf.Tensor:
-        """Batch mean of p(s) * (Q_usage(s, insert) - Q_usage(s, skip)): the usage the policy's insertions
-        add (above zero) or cost (below zero: the constraint is broken)."""
-        p = tf.stop_gradient(self._actor.insert_probability(experience.time_step.observation))
-        return tf.reduce_mean(p * (q[:, 1, 1] - q[:, 0, 1]))
+    @staticmethod
+    def usage_gap(q: tf.Tensor, insert_probability: tf.Tensor) -> tf.Tensor:
+        """Batch mean of p(s) * (Q_usage(s, insert) - Q_usage(s, skip)) for the critic's values ``q``
+        (B, 2, V): the usage the policy's insertions add (above zero) or cost (below zero: the
+        constraint is broken)."""
+        return tf.reduce_mean(tf.stop_gradient(insert_probability) * (q[:, 1, 1] - q[:, 0, 1]))
 
     # -- one step ---------------------------------------------------------------------------------------
 
@@ -435,9 +443,12 @@ class SLMGACAgent(tf_agent.TFAgent):
         with tf.GradientTape() as tape:
             actor = self.actor_losses(experience, q)
         FeedAgent._apply(actor.total, tape, self._actor.trainable_variables, self._actor_optimizer)
-        gap = self.usage_gap(experience, q)
-        step = self._config.multiplier_learning_rate * (gap + self._config.usage_slack)
-        self._multiplier.assign(tf.nn.relu(self._multiplier - step))
+        p = tf.stop_gradient(actor.insert_probability)
+        gap = self.usage_gap(q, p)
+        config = self._config
+        self._multiplier.assign(
+            multiplier_step(self._multiplier, gap, config.multiplier_learning_rate, config.usage_slack)
+        )
         tau = self._config.target_update_tau
         _in_cross_replica_context(
             lambda: common.soft_variables_update(self._critic.variables, self._target_critic.variables, tau)
@@ -454,9 +465,7 @@ class SLMGACAgent(tf_agent.TFAgent):
                 "actor/supervised": actor.supervised,
                 "multiplier/usage": tf.identity(self._multiplier),
                 "constraint_gap/usage": gap,
-                "insert_rate": tf.reduce_mean(
-                    self._actor.insert_probability(experience.time_step.observation)
-                ),
+                "insert_rate": tf.reduce_mean(p),
             }
         )
         return tf_agent.LossInfo(loss=critic.total + actor.total, extra=extra)

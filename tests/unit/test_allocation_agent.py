@@ -14,6 +14,7 @@ from recsys_rl.agents.allocation import (
     SLMGACAgent,
     anti_greedy_penalty,
     categorical_projection,
+    multiplier_step,
     usage_rewards,
 )
 from recsys_rl.agents.data import TransitionStatistics
@@ -312,3 +313,24 @@ def test_the_exported_policy_matches_the_actor_in_probability_decision_and_log_p
     )
     column, log_prob_ope = policy.for_ope().act(obs, np.random.default_rng(0))
     assert column.shape == (64, 1) and log_prob_ope.shape == (64,)
+
+
+def test_the_usage_gap_is_the_usage_advantage_of_the_insertions_the_policy_makes():
+    # q[b, action, value]: value 1 is usage; insert costs 2 on the first state and earns 1 on the second
+    q = tf.constant([[[0.0, 5.0], [9.0, 3.0]], [[0.0, 1.0], [9.0, 2.0]]])
+    gap = SLMGACAgent.usage_gap(q, tf.constant([0.5, 1.0]))
+    assert float(gap) == pytest.approx((0.5 * -2.0 + 1.0 * 1.0) / 2)
+
+
+@pytest.mark.parametrize(
+    ("multiplier", "gap", "slack", "expected"),
+    [
+        pytest.param(1.0, -2.0, 0.0, 1.2, id="insertions-cost-usage"),
+        pytest.param(1.0, 2.0, 0.0, 0.8, id="insertions-add-usage"),
+        pytest.param(1.0, -2.0, 3.0, 0.9, id="within-the-slack"),
+        pytest.param(0.05, 2.0, 0.0, 0.0, id="never-negative"),
+    ],
+)
+def test_the_lagrange_multiplier_step(multiplier, gap, slack, expected):
+    step = multiplier_step(tf.constant(multiplier), tf.constant(gap), 0.1, slack)
+    assert float(step) == pytest.approx(expected)
