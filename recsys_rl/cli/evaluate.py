@@ -13,13 +13,14 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser(
         "evaluate",
         help="offline-evaluate a candidate policy against the incumbent and bless it or not",
-        description="Estimate, on a logged transition dataset, how a candidate feed policy would do on "
+        description="Estimate, on a logged transition dataset, how a candidate policy would do on "
         "every signal compared with the incumbent policy (or the behaviour policy that logged the data), "
         "with bootstrap intervals per signal and user group and importance-weight diagnostics, and apply "
         "the rollout gate. Writes OUT/report.json, OUT/report.html and OUT/blessing.json (pass or fail "
-        "with every reason). The gate's rules come from --config under 'gate:' (estimator, interval, "
-        "alpha, resamples, min_main_lift, tolerances per signal, default_tolerance, min_ess, "
-        "max_weight_share). Exit code 0 whether or not the candidate passed; read the blessing.",
+        "with every reason). The gate's rules come from --config under 'gate:' (surface: feed or "
+        "live_allocation, estimator, interval, alpha, resamples, min_main_lift, tolerances per signal, "
+        "default_tolerance, min_ess, max_weight_share). Exit code 0 whether or not the candidate passed; "
+        "read the blessing.",
     )
     add_config_option(p)
     p.add_argument("--candidate", metavar="POLICY", help="training run or exported policy directory")
