@@ -16,7 +16,9 @@ import base64
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from pipelines.validation import Rejection, check_decision, check_feedback
 from recsys_rl import contracts, signals
 
 DECISION, FEEDBACK = 0, 1
@@ -25,10 +27,133 @@ SURFACE_SIGNALS: dict[str, tuple[str, ...]] = {
     "live_allocation": signals.LIVE_SIGNALS,
 }
 _ITEM_TYPE_NAMES = {v: k for k, v in contracts.ITEM_TYPES.items()}
+_DISPLACED = "video_watch_displaced"
+_LIVE = contracts.SURFACES["live_allocation"]
 
-# An event reference as it travels between pipeline stages: a plain tuple, so Beam encodes it without
-# pickling. (kind, topic, partition, offset, timestamp_ms, key, value)
-EventRef = tuple[int, str, int, int, int, bytes, bytes]
+# A Kafka record as the builder needs it for a dead letter: (topic, partition, offset, timestamp_ms,
+# key, value); `pipelines.kafka_source.KafkaRecord` is one.
+RecordRef = tuple[str, int, int, int, bytes, bytes]
+
+
+class Decision(NamedTuple):
+    """What the builder uses of a valid decision record; the Kafka coordinates order the events."""
+
+    topic: str
+    partition: int
+    offset: int
+    request_id: str
+    event_time_ms: int
+    surface: str
+    user_group: int
+    state: list[float]
+    action: list[float]
+    log_propensity: float
+    policy_version: str
+    displaced_watch_s: float  # live insertions: the logged prediction of the video watch displaced; else 0
+
+
+class Feedback(NamedTuple):
+    """What the builder uses of a valid feedback event, with its record's bytes for a dead letter."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes
+    value: bytes
+    request_id: str
+    item_id: str
+    position: int
+    event_time_ms: int
+    author_id: str
+    item_type: str
+    watch_time_s: float
+    click: int
+    like: int
+    follow: int
+    comment: int
+    share: int
+    hate: int
+    gift_value: float
+    live_watch_s: float
+
+    @property
+    def ref(self) -> RecordRef:
+        return self[:6]
+
+
+# The signals of a feedback event in registry order (contracts.FEEDBACK_SIGNAL_FIELDS), as fields.
+_SIGNAL_FIELD_INDEX = {
+    name: Feedback._fields.index(field) for name, field in contracts.FEEDBACK_SIGNAL_FIELDS.items()
+}
+_REWARD_FIELDS = {
+    surface: [_SIGNAL_FIELD_INDEX.get(name) for name in names] for surface, names in SURFACE_SIGNALS.items()
+}
+
+
+def decode_event(kind: int, ref: RecordRef) -> tuple[str, Decision | Feedback] | Rejection:
+    """A record's (user id, event), or the reason it cannot be used: parsed once, validated, trimmed.
+
+    Events travel to the per-user builder through a shuffle, so they carry only what it needs; the
+    original bytes ride along only where a dead letter may still need them (feedback).
+    """
+    topic, partition, offset, timestamp_ms, key, value = ref
+    try:
+        if kind == DECISION:
+            record = contracts.decode_decision(value)
+            problem = check_decision(record)
+        else:
+            event = contracts.decode_feedback(value)
+            problem = check_feedback(event)
+    except contracts.ContractError as err:
+        return Rejection(err.reason, err.detail)
+    if problem is not None:
+        return problem
+    if kind == DECISION:
+        action = record.action[:]
+        displaced = 0.0
+        if record.surface == _LIVE and action[0] == 1.0 and record.candidates:
+            names = record.prediction_names[:]
+            if _DISPLACED in names:
+                displaced = float(record.candidates[0].predictions[names.index(_DISPLACED)])
+        return record.user_id, Decision(
+            topic,
+            partition,
+            offset,
+            record.request_id,
+            record.event_time_ms,
+            contracts.SURFACE_NAMES[record.surface],
+            record.user_group,
+            record.state[:],
+            action,
+            record.log_propensity,
+            record.policy_version,
+            displaced,
+        )
+    s = event.signals
+    return event.user_id, Feedback(
+        topic,
+        partition,
+        offset,
+        timestamp_ms,
+        key,
+        value,
+        event.request_id,
+        event.item_id,
+        event.position,
+        event.event_time_ms,
+        event.author_id,
+        _ITEM_TYPE_NAMES.get(event.item_type, "video"),
+        s.watch_time_s,
+        s.click,
+        s.like,
+        s.follow,
+        s.comment,
+        s.share,
+        s.hate,
+        s.gift_value,
+        s.live_watch_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -50,9 +175,9 @@ class UserEpisodes:
     fates: Counter = field(default_factory=Counter)
 
 
-def dead_letter(ref: EventRef, reason: str, detail: str) -> dict:
+def dead_letter(ref: RecordRef, reason: str, detail: str) -> dict:
     """A dead-letter record that keeps the original bytes, so nothing is lost and it can be replayed."""
-    _, topic, partition, offset, timestamp_ms, key, value = ref
+    topic, partition, offset, timestamp_ms, key, value = ref
     return {
         "topic": topic,
         "partition": partition,
@@ -67,33 +192,36 @@ def dead_letter(ref: EventRef, reason: str, detail: str) -> dict:
 
 @dataclass
 class _Request:
-    record: contracts.DecisionRecord
-    feedback: list[contracts.FeedbackEvent] = field(default_factory=list)
-
-    @property
-    def last_activity_ms(self) -> int:
-        return max([self.record.event_time_ms, *(f.event_time_ms for f in self.feedback)])
+    decision: Decision
+    feedback: list[Feedback] = field(default_factory=list)
+    last_activity_ms: int = 0
 
 
-def build_user_episodes(user_id: str, events: Iterable[EventRef], config: EpisodeConfig) -> UserEpisodes:
+def build_user_episodes(
+    user_id: str, events: Iterable[Decision | Feedback], config: EpisodeConfig
+) -> UserEpisodes:
+    """One user's valid events (from `decode_event`, in any order) -> their transitions and fates."""
     out = UserEpisodes()
+    decisions: list[Decision] = []
+    feedback: list[Feedback] = []
+    for event in events:
+        (decisions if type(event) is Decision else feedback).append(event)
     # Kafka coordinates give a total order that does not depend on how the runner grouped the events.
-    refs = sorted(events, key=lambda r: (r[1], r[2], r[3]))
+    decisions.sort(key=_coordinates)
+    feedback.sort(key=_coordinates)
+
     requests: dict[str, _Request] = {}
-    feedback: list[tuple[EventRef, contracts.FeedbackEvent]] = []
-    for ref in refs:
-        if ref[0] == DECISION:
-            record = contracts.decode_decision(ref[6])
-            if record.request_id in requests:
-                out.fates["filtered:duplicate_decision"] += 1
-                continue
-            requests[record.request_id] = _Request(record)
-            out.fates["used"] += 1
-        else:
-            feedback.append((ref, contracts.decode_feedback(ref[6])))
+    for decision in decisions:
+        if decision.request_id in requests:
+            out.fates["filtered:duplicate_decision"] += 1
+            continue
+        requests[decision.request_id] = _Request(decision, last_activity_ms=decision.event_time_ms)
+    if requests:
+        out.fates["used"] += len(requests)
 
     seen_views: set[tuple[str, str, int]] = set()
-    for ref, event in feedback:
+    window = config.join_window_ms
+    for event in feedback:
         view = (event.request_id, event.item_id, event.position)
         if view in seen_views:
             out.fates["filtered:duplicate_feedback"] += 1
@@ -102,86 +230,86 @@ def build_user_episodes(user_id: str, events: Iterable[EventRef], config: Episod
         request = requests.get(event.request_id)
         if request is None:
             detail = f"no decision with request_id {event.request_id!r} for user {user_id!r}"
-            out.dead_letters.append(dead_letter(ref, "orphan_feedback", detail))
+            out.dead_letters.append(dead_letter(event.ref, "orphan_feedback", detail))
             out.fates["dead_letter:orphan_feedback"] += 1
             continue
-        delay = event.event_time_ms - request.record.event_time_ms
-        if not 0 <= delay <= config.join_window_ms:
+        delay = event.event_time_ms - request.decision.event_time_ms
+        if not 0 <= delay <= window:
             detail = (
                 f"feedback for {event.request_id!r} came {delay} ms after its decision; the join window is "
-                f"[0, {config.join_window_ms}] ms"
+                f"[0, {window}] ms"
             )
-            out.dead_letters.append(dead_letter(ref, "late_feedback", detail))
+            out.dead_letters.append(dead_letter(event.ref, "late_feedback", detail))
             out.fates["dead_letter:late_feedback"] += 1
             continue
         request.feedback.append(event)
+        request.last_activity_ms = max(request.last_activity_ms, event.event_time_ms)
         out.fates["used"] += 1
-        out.view_facts.append(_view_fact(request.record, event))
+        out.view_facts.append(_view_fact(user_id, request.decision, event))
 
     for session in _sessions(requests.values(), config.session_gap_ms):
         for surface in SURFACE_SIGNALS:
-            chain = [r for r in session if contracts.SURFACE_NAMES[r.record.surface] == surface]
-            out.transitions.extend(_transitions(chain, surface))
+            chain = [r for r in session if r.decision.surface == surface]
+            out.transitions.extend(_transitions(user_id, chain, surface))
     return out
 
 
+def _coordinates(event: Decision | Feedback) -> tuple[str, int, int]:
+    return event[:3]
+
+
 def _sessions(requests: Iterable[_Request], gap_ms: int) -> list[list[_Request]]:
-    ordered = sorted(requests, key=lambda r: (r.record.event_time_ms, r.record.request_id))
+    ordered = sorted(requests, key=lambda r: (r.decision.event_time_ms, r.decision.request_id))
     sessions: list[list[_Request]] = []
     last_activity = None
     for request in ordered:
-        if last_activity is None or request.record.event_time_ms - last_activity > gap_ms:
+        if last_activity is None or request.decision.event_time_ms - last_activity > gap_ms:
             sessions.append([])
-            last_activity = request.record.event_time_ms
+            last_activity = request.decision.event_time_ms
         sessions[-1].append(request)
         last_activity = max(last_activity, request.last_activity_ms)
     return sessions
 
 
 def _rewards(request: _Request, surface: str) -> list[float]:
-    totals = Counter()
+    """Each signal of the surface summed over the request's feedback, in Kafka order (bit-stable sums)."""
+    totals = [0.0] * len(SURFACE_SIGNALS[surface])
     for event in request.feedback:
-        for name, value in contracts.feedback_signal_values(event).items():
-            totals[name] += value
+        for i, index in enumerate(_REWARD_FIELDS[surface]):
+            if index is not None:
+                totals[i] += event[index]
     if surface == "live_allocation":
         # The short-video time an insertion displaces is counterfactual: no client can report it. The
         # decision logs the upstream prediction of the displaced video's watch time, and that prediction
         # stands in for it (DESIGN 3.2: displaced time predicted by a supervised model).
-        record = request.record
-        if (
-            record.action[0] == 1.0
-            and record.candidates
-            and "video_watch_displaced" in record.prediction_names
-        ):
-            index = list(record.prediction_names).index("video_watch_displaced")
-            totals["video_watch_displaced"] = float(record.candidates[0].predictions[index])
-    return [float(totals[name]) for name in SURFACE_SIGNALS[surface]]
+        totals[SURFACE_SIGNALS[surface].index(_DISPLACED)] = request.decision.displaced_watch_s
+    return totals
 
 
-def _transitions(chain: list[_Request], surface: str) -> list[dict]:
+def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict]:
     if not chain:
         return []
-    session_id = f"{chain[0].record.user_id}/{chain[0].record.event_time_ms}"
+    session_id = f"{user_id}/{chain[0].decision.event_time_ms}"
     rows = []
     for step, request in enumerate(chain):
-        record = request.record
-        following = chain[step + 1] if step + 1 < len(chain) else None
+        decision = request.decision
+        following = chain[step + 1].decision if step + 1 < len(chain) else None
         rows.append(
             {
-                "request_id": record.request_id,
-                "user_id": record.user_id,
+                "request_id": decision.request_id,
+                "user_id": user_id,
                 "session_id": session_id,
                 "surface": surface,
                 "step": step,
-                "event_time_ms": record.event_time_ms,
-                "next_event_time_ms": following.record.event_time_ms if following else -1,
-                "user_group": record.user_group,
-                "state": list(record.state),
+                "event_time_ms": decision.event_time_ms,
+                "next_event_time_ms": following.event_time_ms if following else -1,
+                "user_group": decision.user_group,
+                "state": decision.state,
                 # a terminal step's next state is zeros; `done` tells learners not to bootstrap from it
-                "next_state": list(following.record.state) if following else [0.0] * len(record.state),
-                "action": list(record.action),
-                "log_propensity": record.log_propensity,
-                "policy_version": record.policy_version,
+                "next_state": following.state if following else [0.0] * len(decision.state),
+                "action": decision.action,
+                "log_propensity": decision.log_propensity,
+                "policy_version": decision.policy_version,
                 "done": following is None,
                 "reward": _rewards(request, surface),
                 "feedback_count": len(request.feedback),
@@ -190,22 +318,21 @@ def _transitions(chain: list[_Request], surface: str) -> list[dict]:
     return rows
 
 
-def _view_fact(record: contracts.DecisionRecord, event: contracts.FeedbackEvent) -> dict:
-    s = event.signals
+def _view_fact(user_id: str, decision: Decision, event: Feedback) -> dict:
     return {
-        "user_id": event.user_id,
-        "user_group": record.user_group,
+        "user_id": user_id,
+        "user_group": decision.user_group,
         "item_id": event.item_id,
         "author_id": event.author_id,
-        "item_type": _ITEM_TYPE_NAMES.get(event.item_type, "video"),
+        "item_type": event.item_type,
         "event_time_ms": event.event_time_ms,
-        "watch_time_s": s.watch_time_s,
-        "click": s.click,
-        "like": s.like,
-        "follow": s.follow,
-        "comment": s.comment,
-        "share": s.share,
-        "hate": s.hate,
-        "live_watch_s": s.live_watch_s,
-        "gift": s.gift_value,
+        "watch_time_s": event.watch_time_s,
+        "click": event.click,
+        "like": event.like,
+        "follow": event.follow,
+        "comment": event.comment,
+        "share": event.share,
+        "hate": event.hate,
+        "live_watch_s": event.live_watch_s,
+        "gift": event.gift_value,
     }

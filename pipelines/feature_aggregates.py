@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.whole_files import WriteWholeFiles
 from recsys_rl.state import ACTIVITY_GROUPS
@@ -150,23 +151,25 @@ def _count(exact: int) -> int:
     return exact // _ONE
 
 
-# Per table: the exact increments one fact contributes (all scaled by _ONE), and the feature values of
-# a day's sums. The user view follows the simulator's history (recsys_rl.sim.history): feed engagement
-# is measured on short-video views, live engagement on live views.
-def _user_increments(f: Mapping[str, Any]) -> tuple[int, ...]:
+def _fact_increments(f: Mapping[str, Any]) -> tuple[tuple[int, ...], ...]:
+    """The exact increments (all scaled by _ONE) one view fact adds to its user's, item's and author's day.
+
+    The user view follows the simulator's history (recsys_rl.sim.history): feed engagement is measured
+    on short-video views, live engagement on live views. One function for the three tables, so each
+    signal is scaled once per fact.
+    """
+    click, like, follow, hate = _exact(f["click"]), _exact(f["like"]), _exact(f["follow"]), _exact(f["hate"])
+    watch, live_watch = _exact(f["watch_time_s"]), _exact(f["live_watch_s"])
     if f["item_type"] == "live":
-        return (0, 0, 0, 0, 0, 0, _ONE, _exact(f["live_watch_s"]))
-    interactions = _exact(f["like"]) + _exact(f["follow"]) + _exact(f["comment"]) + _exact(f["share"])
-    return (
-        _ONE,
-        *(_exact(f[k]) for k in ("click", "like", "watch_time_s")),
-        interactions,
-        _exact(f["hate"]),
-        0,
-        0,
-    )
+        user = (0, 0, 0, 0, 0, 0, _ONE, live_watch)
+    else:
+        interactions = like + follow + _exact(f["comment"]) + _exact(f["share"])
+        user = (_ONE, click, like, watch, interactions, hate, 0, 0)
+    item = (_ONE, click, watch + live_watch, like, hate)  # the contract zeroes one of the two watches
+    return user, item, (_ONE, follow)
 
 
+# The feature values of a day's sums, per table (the sums in _fact_increments' order).
 def _user_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
     views, clicks, likes, watch, interactions, hates, live_views, live_watch = s
     return {
@@ -182,11 +185,6 @@ def _user_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
     }
 
 
-def _item_increments(f: Mapping[str, Any]) -> tuple[int, ...]:
-    watch = _exact(f["watch_time_s"]) + _exact(f["live_watch_s"])  # the contract zeroes the other one
-    return (_ONE, _exact(f["click"]), watch, _exact(f["like"]), _exact(f["hate"]))
-
-
 def _item_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
     views, clicks, watch, likes, hates = s
     return {
@@ -198,10 +196,6 @@ def _item_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
     }
 
 
-def _author_increments(f: Mapping[str, Any]) -> tuple[int, ...]:
-    return (_ONE, _exact(f["follow"]))
-
-
 def _author_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
     views, follows = s
     return {"views": _count(views), "follow_rate": _ratio(follows, views)}
@@ -210,54 +204,78 @@ def _author_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
 @dataclass(frozen=True)
 class _Aggregation:
     table: FeatureTable
-    increments: Callable[[Mapping[str, Any]], tuple[int, ...]]
     features: Callable[[tuple[int, ...], int | None], dict[str, Any]]
     tracks_group: bool = False
 
 
+# in the order of _fact_increments' results
 _AGGREGATIONS = (
-    _Aggregation(USER_ENGAGEMENT, _user_increments, _user_features, tracks_group=True),
-    _Aggregation(ITEM_STATS, _item_increments, _item_features),
-    _Aggregation(AUTHOR_STATS, _author_increments, _author_features),
+    _Aggregation(USER_ENGAGEMENT, _user_features, tracks_group=True),
+    _Aggregation(ITEM_STATS, _item_features),
+    _Aggregation(AUTHOR_STATS, _author_features),
 )
 _BY_TABLE = {agg.table.name: agg for agg in _AGGREGATIONS}
 _TABLE_INDEX = {table.name: i for i, table in enumerate(FEATURE_TABLES)}
 
-# (sums, latest (event_time_ms, group) or None)
-_Accumulator = tuple[tuple[int, ...], tuple[int, int] | None]
+
+def _add_into(day_sums: list, sums: Sequence[int], latest: tuple[int, int] | None) -> None:
+    """Add exact sums and a latest view (event_time_ms, group) into ``day_sums`` = [sums, latest].
+
+    Integer sums and a maximum are order-free, so any bundling and merge order agree. Two views in the
+    same millisecond with different groups resolve to the higher id (the less active group), the
+    conservative reading of an ambiguous day.
+    """
+    total = day_sums[0]
+    for i, value in enumerate(sums):
+        total[i] += value
+    if latest is not None and (day_sums[1] is None or latest > day_sums[1]):
+        day_sums[1] = latest
 
 
-class _ExactDaySums(beam.CombineFn):
-    """Element-wise exact sums, plus the group of the latest view; order-free, so any bundling agrees.
+class _SumInBundle(beam.DoFn):
+    """Lists of view facts -> the bundle's exact partial sums, keyed by the file they belong in.
 
-    Two views in the same millisecond with different groups resolve to the higher id (the less active
-    group), the conservative reading of an ambiguous day.
+    Emits ((table, day, shard), (entity id, sums, latest view)) once per entity and day of the bundle,
+    and ((table, day, shard), None) for every shard of every table and day the bundle saw, so that
+    every shard of a day with data gets its file. Summing before the shuffle makes one element per
+    entity and day of the bundle out of three per view, and keying by file lets one shuffle both
+    finish the sums and gather each file's rows.
     """
 
-    # The accumulator is mutated in place: this combine sees every view fact three times (user, item,
-    # author), so allocating new tuples per input was the aggregation's largest cost.
-    def create_accumulator(self) -> list:
-        return [[], None]
+    def __init__(self, num_shards: int) -> None:
+        self._num_shards = num_shards
 
-    def add_input(self, acc: list, value: _Accumulator) -> list:
-        sums, latest = acc
-        part, part_latest = value
-        if len(part) > len(sums):
-            sums.extend([0] * (len(part) - len(sums)))
-        for i, v in enumerate(part):
-            sums[i] += v
-        if part_latest is not None and (latest is None or part_latest > latest):
-            acc[1] = part_latest
-        return acc
+    def setup(self) -> None:
+        self._facts = Metrics.counter("feature_aggregates", "view_facts")
 
-    def merge_accumulators(self, accumulators: Iterable[list]) -> list:
-        merged = self.create_accumulator()
-        for acc in accumulators:
-            self.add_input(merged, (acc[0], acc[1]))
-        return merged
+    def start_bundle(self) -> None:
+        self._partial: dict[tuple, list] = {}
 
-    def extract_output(self, acc: list) -> _Accumulator:
-        return tuple(acc[0]), acc[1]
+    def process(self, facts: list[Mapping[str, Any]], window=beam.DoFn.WindowParam) -> None:
+        partial = self._partial
+        for fact in facts:
+            day = _day_of(fact["event_time_ms"])
+            latest = (fact["event_time_ms"], fact["user_group"])
+            for agg, increments in zip(_AGGREGATIONS, _fact_increments(fact), strict=True):
+                key = (window, agg.table.name, day, fact[agg.table.join_key])
+                day_sums = partial.get(key)
+                if day_sums is None:
+                    partial[key] = [list(increments), latest if agg.tracks_group else None]
+                else:
+                    _add_into(day_sums, increments, latest if agg.tracks_group else None)
+        self._facts.inc(len(facts))
+
+    def finish_bundle(self):
+        n = self._num_shards
+        table_days = set()
+        for (window, table, day, entity_id), (sums, latest) in self._partial.items():
+            table_days.add((window, table, day))
+            file_key = (table, day, shard_of(entity_id, n))
+            yield WindowedValue((file_key, (entity_id, sums, latest)), window.max_timestamp(), [window])
+        for window, table, day in table_days:
+            for shard in range(n):
+                yield WindowedValue(((table, day, shard), None), window.max_timestamp(), [window])
+        self._partial = {}
 
 
 def _day_of(event_time_ms: int) -> int:
@@ -280,48 +298,47 @@ def file_name(day: int, shard: int, num_shards: int) -> str:
     return f"{date}-{shard:05d}-of-{num_shards:05d}{PARQUET_SUFFIX}"
 
 
-def _increments(fact: Mapping[str, Any]):
-    """((table, entity id, day), (exact increments, latest view or None)) for each table."""
-    Metrics.counter("feature_aggregates", "view_facts").inc()
-    day = _day_of(fact["event_time_ms"])
-    for agg in _AGGREGATIONS:
-        latest = (fact["event_time_ms"], fact["user_group"]) if agg.tracks_group else None
-        yield (agg.table.name, fact[agg.table.join_key], day), (agg.increments(fact), latest)
-
-
-def _to_row(element) -> tuple[str, int, dict[str, Any]]:
-    (table, entity_id, day), (sums, latest) = element
-    agg = _BY_TABLE[table]
-    Metrics.counter("feature_aggregates", f"rows_{table}").inc()
-    row = {agg.table.join_key: entity_id, **agg.features(sums, latest[1] if latest else None)}
-    return table, day, row
-
-
-def _table_of(rows: Iterable[dict[str, Any]], table: FeatureTable, day: int) -> pa.Table:
-    ordered = sorted(rows, key=lambda row: row[table.join_key])
-    columns: dict[str, list[Any]] = {table.join_key: [row[table.join_key] for row in ordered]}
-    columns[TIMESTAMP_COLUMN] = [day_end(day)] * len(ordered)
+def _table_of(rows: list[dict[str, Any]], table: FeatureTable, day: int) -> pa.Table:
+    columns: dict[str, list[Any]] = {table.join_key: [row[table.join_key] for row in rows]}
+    columns[TIMESTAMP_COLUMN] = [day_end(day)] * len(rows)
     for name in table.feature_names:
-        columns[name] = [row[name] for row in ordered]
+        columns[name] = [row[name] for row in rows]
     return pa.Table.from_pydict(columns, schema=table.arrow_schema())
 
 
 def _file_of(element, num_shards: int) -> tuple[str, pa.Table]:
-    (table, day, shard), rows = element
-    return file_name(day, shard, num_shards), _table_of(
-        (r for r in rows if r is not None), _BY_TABLE[table].table, day
-    )
+    """One file's partial sums (from any number of bundles) -> its name and its rows, sorted by entity."""
+    (table, day, shard), parts = element
+    by_entity: dict[str, list] = {}
+    for part in parts:
+        if part is None:
+            continue
+        entity_id, sums, latest = part
+        day_sums = by_entity.get(entity_id)
+        if day_sums is None:
+            by_entity[entity_id] = [list(sums), latest]
+        else:
+            _add_into(day_sums, sums, latest)
+    agg = _BY_TABLE[table]
+    rows = [
+        {agg.table.join_key: entity_id, **agg.features(tuple(sums), latest[1] if latest else None)}
+        for entity_id, (sums, latest) in sorted(by_entity.items())
+    ]
+    Metrics.counter("feature_aggregates", f"rows_{table}").inc(len(rows))
+    return file_name(day, shard, num_shards), _table_of(rows, agg.table, day)
 
 
 class WriteFeatureAggregates(beam.PTransform):
     """View facts -> per-day user, item and author aggregates as Parquet under ``offline_root/<table>/``.
+
+    With ``batched``, elements are lists of view facts (a user's, say) rather than single facts.
 
     Returns the paths of the files written. ``num_shards`` files per table and day bound the rows one
     worker sorts; keep it fixed for an offline root, since it is part of the file names. Temporary files
     go under ``offline_root/.beam-temp`` (Parquet readers skip it: it starts with a dot).
     """
 
-    def __init__(self, offline_root: str, *, num_shards: int = 1) -> None:
+    def __init__(self, offline_root: str, *, num_shards: int = 1, batched: bool = False) -> None:
         super().__init__()
         if not offline_root:
             raise ValueError("offline_root should be a directory, but is empty")
@@ -329,29 +346,15 @@ class WriteFeatureAggregates(beam.PTransform):
             raise ValueError(f"num_shards should be a whole number >= 1, but is {num_shards!r}")
         self._root = offline_root.rstrip("/")
         self._num_shards = num_shards
+        self._batched = batched
 
     def expand(self, facts):
         n = self._num_shards
-        rows = (
-            facts
-            | "Increments" >> beam.FlatMap(_increments)
-            | "SumPerEntityDay" >> beam.CombinePerKey(_ExactDaySums())
-            | "ToRow" >> beam.Map(_to_row)
-        )
-        # Every shard of every day with data gets a file, empty or not: the layout of a day depends on
-        # num_shards only, never on which ids happened to hash where.
-        placeholders = (
-            rows
-            | "TableDays" >> beam.Map(lambda row: row[:2])
-            | "DistinctTableDays" >> beam.Distinct()
-            | "EveryShard" >> beam.FlatMap(lambda td: [((*td, shard), None) for shard in range(n)])
-        )
-        keyed = rows | "KeyByFile" >> beam.Map(
-            lambda r: ((r[0], r[1], shard_of(r[2][_BY_TABLE[r[0]].table.join_key], n)), r[2])
-        )
+        if not self._batched:
+            facts = facts | "AsLists" >> beam.Map(lambda fact: [fact])
         by_table = (
-            (keyed, placeholders)
-            | "AllFiles" >> beam.Flatten()
+            facts
+            | "SumInBundle" >> beam.ParDo(_SumInBundle(n))
             | "GroupByFile" >> beam.GroupByKey()
             | "ByTable" >> beam.Partition(lambda element, _: _TABLE_INDEX[element[0][0]], len(FEATURE_TABLES))
         )

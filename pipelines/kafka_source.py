@@ -417,7 +417,7 @@ def _fetch_committed(
 
 
 class KafkaRecord(NamedTuple):
-    """One Kafka record as the source yields it; bytes rather than None keep the coder simple and fast."""
+    """One Kafka record; bytes rather than None keep consumers of it simple."""
 
     topic: str
     partition: int
@@ -427,46 +427,73 @@ class KafkaRecord(NamedTuple):
     value: bytes  # b"" for a null value (tombstone)
 
 
-_RECORD_FIELDS = beam.coders.TupleCoder(
+class KafkaBatch(NamedTuple):
+    """The records of one chunk, column by column: what the source yields.
+
+    One element per chunk instead of one per record: each element costs a runner several
+    microseconds whatever its size, which at ~10 us per record read would be most of the pipeline's
+    work. Columns rather than a list of records, because the consumers walk them once with ``zip``
+    and the records never need to exist as objects.
+    """
+
+    topic: str
+    partition: int
+    offsets: list[int]
+    timestamps_ms: list[int]
+    keys: list[bytes]  # b"" for a null key
+    values: list[bytes]  # b"" for a null value (tombstone)
+
+    @property
+    def size(self) -> int:
+        """Records in the batch (``len`` is the tuple's, six columns)."""
+        return len(self.offsets)
+
+    def records(self) -> list[KafkaRecord]:
+        """The batch as records, in offset order."""
+        return [
+            KafkaRecord(self.topic, self.partition, *fields)
+            for fields in zip(self.offsets, self.timestamps_ms, self.keys, self.values, strict=True)
+        ]
+
+
+_BATCH_FIELDS = beam.coders.TupleCoder(
     [
         beam.coders.StrUtf8Coder(),
         beam.coders.VarIntCoder(),
-        beam.coders.VarIntCoder(),
-        beam.coders.VarIntCoder(),
-        beam.coders.BytesCoder(),
-        beam.coders.BytesCoder(),
+        beam.coders.ListCoder(beam.coders.VarIntCoder()),
+        beam.coders.ListCoder(beam.coders.VarIntCoder()),
+        beam.coders.ListCoder(beam.coders.BytesCoder()),
+        beam.coders.ListCoder(beam.coders.BytesCoder()),
     ]
 ).get_impl()
 
 
-class KafkaRecordCoder(beam.coders.Coder):
-    """Encodes `KafkaRecord` field by field with Beam's compiled coders.
+class KafkaBatchCoder(beam.coders.Coder):
+    """Encodes `KafkaBatch` column by column with Beam's compiled coders.
 
-    Beam's default for a NamedTuple (FastPrimitivesCoder) spends ~5 us encoding and ~3 us decoding a
-    record and writes the class path into every element (155 B for a 63 B value); this takes ~1 us
-    each way and 98 B. A RowCoder is as fast, but on multi-process runners the records come out of a
-    shuffle as a NamedTuple class generated from the schema, not `KafkaRecord`; this coder is pickled
-    into the pipeline and always decodes to `KafkaRecord`.
+    Beam's default for a NamedTuple pickles it; this writes lengths and varints only. It is pickled
+    into the pipeline and always decodes to `KafkaBatch`, where a RowCoder would hand multi-process
+    workers a NamedTuple class generated from the schema instead.
     """
 
-    def encode(self, value: KafkaRecord) -> bytes:
-        return _RECORD_FIELDS.encode(value)
+    def encode(self, value: KafkaBatch) -> bytes:
+        return _BATCH_FIELDS.encode(value)
 
-    def decode(self, encoded: bytes) -> KafkaRecord:
-        return KafkaRecord._make(_RECORD_FIELDS.decode(encoded))
+    def decode(self, encoded: bytes) -> KafkaBatch:
+        return KafkaBatch._make(_BATCH_FIELDS.decode(encoded))
 
     def is_deterministic(self) -> bool:
         return True
 
-    def to_type_hint(self) -> type[KafkaRecord]:
-        return KafkaRecord
+    def to_type_hint(self) -> type[KafkaBatch]:
+        return KafkaBatch
 
 
-beam.coders.registry.register_coder(KafkaRecord, KafkaRecordCoder)
+beam.coders.registry.register_coder(KafkaBatch, KafkaBatchCoder)
 
 
 class ReadKafkaReplay(beam.PTransform):
-    """Read every record of a `ReplayPlan`, exactly once, as `KafkaRecord` elements.
+    """Read every record of a `ReplayPlan`, exactly once, as one `KafkaBatch` element per chunk.
 
     The plan is cut into chunks of at most ``max_records_per_chunk`` offsets, spread over workers by
     a reshuffle, and each chunk is read by manual assignment of its partition. Smaller chunks spread
@@ -497,7 +524,7 @@ class ReadKafkaReplay(beam.PTransform):
         self._idle_timeout_s = idle_timeout_s
         self._consumer_config = {**READ_TUNING, **(consumer_config or {})}
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[KafkaRecord]:
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[KafkaBatch]:
         chunks = self._plan.chunks(self._max_records_per_chunk)
         return (
             pbegin
@@ -506,7 +533,7 @@ class ReadKafkaReplay(beam.PTransform):
             | "Read"
             >> beam.ParDo(
                 _ReadChunkFn(self._plan.bootstrap_servers, self._idle_timeout_s, self._consumer_config)
-            ).with_output_types(KafkaRecord)
+            ).with_output_types(KafkaBatch)
         )
 
 
@@ -538,14 +565,18 @@ class _ReadChunkFn(beam.DoFn):
             **self._consumer_config,
         )
 
-    def process(self, chunk: OffsetRange) -> Iterator[KafkaRecord]:
+    def process(self, chunk: OffsetRange) -> Iterator[KafkaBatch]:
         assert self._consumer is not None, "setup() was not called"
-        read = 0
-        for batch in _read_chunk(self._consumer, chunk, self._idle_timeout_s):
-            read += len(batch)
-            yield from batch
-        self._records.inc(read)
+        batch = KafkaBatch(chunk.topic, chunk.partition, [], [], [], [])
+        for fetched in _read_chunk(self._consumer, chunk, self._idle_timeout_s):
+            batch.offsets.extend([r.offset for r in fetched])
+            batch.timestamps_ms.extend([r.timestamp for r in fetched])
+            batch.keys.extend([r.key or b"" for r in fetched])
+            batch.values.extend([r.value or b"" for r in fetched])
+        self._records.inc(batch.size)
         self._chunks.inc()
+        if batch.offsets:
+            yield batch
 
     def teardown(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -564,10 +595,10 @@ def _warn_if_crc_is_slow() -> None:
         )
 
 
-def _read_chunk(
-    consumer: KafkaConsumer, chunk: OffsetRange, idle_timeout_s: float
-) -> Iterator[list[KafkaRecord]]:
-    """The chunk's records, in offset order, a poll's worth at a time; `ReadError` if it cannot finish.
+def _read_chunk(consumer: KafkaConsumer, chunk: OffsetRange, idle_timeout_s: float) -> Iterator[list[Any]]:
+    """The chunk's records as kafka-python gives them, in offset order, a poll's worth at a time.
+
+    Raises `ReadError` if the chunk cannot be read to its end.
 
     Done means the consumer's position reached the chunk's end, not "saw offset end - 1": compaction
     and transaction markers leave offsets that never come back as records. No progress for
@@ -589,10 +620,7 @@ def _read_chunk(
             if fetched:
                 if fetched[-1].offset >= end:
                     fetched = [r for r in fetched if r.offset < end]
-                yield [
-                    KafkaRecord(topic, partition, r.offset, r.timestamp, r.key or b"", r.value or b"")
-                    for r in fetched
-                ]
+                yield fetched
             moved = consumer.position(tp)
             if moved != position:
                 position, last_progress = moved, time.monotonic()

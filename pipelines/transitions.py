@@ -12,77 +12,90 @@ they are tested with ``beam.Create`` and ``assert_that``.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
 from pipelines.dataset import ACCOUNTING_FILE, DEAD_LETTER_FILE, FEATURES_DIR
-from pipelines.episodes import DECISION, FEEDBACK, EpisodeConfig, build_user_episodes, dead_letter
+from pipelines.episodes import (
+    DECISION,
+    FEEDBACK,
+    Decision,
+    EpisodeConfig,
+    Feedback,
+    build_user_episodes,
+    dead_letter,
+    decode_event,
+)
 from pipelines.feature_aggregates import WriteFeatureAggregates
-from pipelines.kafka_source import KafkaRecord, ReadKafkaReplay, ReplayPlan
+from pipelines.kafka_source import KafkaBatch, ReadKafkaReplay, ReplayPlan
 from pipelines.transition_io import ShardTransitions
-from pipelines.validation import check_decision, check_feedback
+from pipelines.validation import Rejection
 from pipelines.whole_files import WriteWholeFiles
-from recsys_rl import contracts
 
 DEAD_LETTERS = "dead_letters"
 VIEW_FACTS = "view_facts"
 FATES = "fates"
+_EVENT_TYPES = {DECISION: Decision, FEEDBACK: Feedback}
 
 
 class DecodeEvents(beam.DoFn):
-    """Parse and validate each Kafka record; valid ones are keyed by user id, the rest dead-lettered."""
+    """Parse and validate a batch of Kafka records; valid events grouped by user id, the rest dead-lettered.
+
+    Emits one (user id, (kind, events)) element per user of the batch rather than one per event: the
+    shuffle to the per-user builder then costs per user and batch, not per record. Events travel as
+    plain tuples, which Beam's default coder writes field by field (a NamedTuple would be pickled).
+    """
 
     def __init__(self, decisions_topic: str, feedback_topic: str) -> None:
         self._topics = {decisions_topic: DECISION, feedback_topic: FEEDBACK}
 
-    def process(self, record: KafkaRecord):
-        ref = (
-            0,
-            record.topic,
-            record.partition,
-            record.offset,
-            record.timestamp_ms,
-            record.key,
-            record.value,
-        )
-        kind = self._topics.get(record.topic)
-        if kind is None:
-            yield self._reject(ref, "unknown_topic", f"record from topic {record.topic!r}, not an input")
-            return
-        try:
-            if kind == DECISION:
-                message = contracts.decode_decision(record.value)
-                problem = check_decision(message)
+    def process(self, batch: KafkaBatch):
+        yield TaggedOutput(FATES, ("read", batch.size))
+        topic, partition = batch.topic, batch.partition
+        kind = self._topics.get(topic)
+        by_user: dict[str, list[tuple]] = defaultdict(list)
+        rejected: Counter = Counter()
+        for offset, timestamp_ms, key, value in zip(
+            batch.offsets, batch.timestamps_ms, batch.keys, batch.values, strict=True
+        ):
+            ref = (topic, partition, offset, timestamp_ms, key, value)
+            if kind is None:
+                decoded = Rejection("unknown_topic", f"record from topic {topic!r}, not an input")
             else:
-                message = contracts.decode_feedback(record.value)
-                problem = check_feedback(message)
-        except contracts.ContractError as err:
-            yield self._reject(ref, err.reason, err.detail)
-            return
-        if problem is not None:
-            yield self._reject(ref, problem.reason, problem.detail)
-            return
-        yield message.user_id, (kind, *ref[1:])
-
-    @staticmethod
-    def _reject(ref, reason: str, detail: str) -> TaggedOutput:
-        Metrics.counter("decode", f"dead_letter_{reason}").inc()
-        return TaggedOutput(DEAD_LETTERS, dead_letter(ref, reason, detail))
+                decoded = decode_event(kind, ref)
+            if type(decoded) is Rejection:
+                rejected[decoded.reason] += 1
+                yield TaggedOutput(DEAD_LETTERS, dead_letter(ref, decoded.reason, decoded.detail))
+            else:
+                user_id, event = decoded
+                by_user[user_id].append(tuple(event))
+        for user_id, events in by_user.items():
+            yield user_id, (kind, events)
+        for reason, count in rejected.items():
+            Metrics.counter("decode", f"dead_letter_{reason}").inc(count)
+            yield TaggedOutput(FATES, (f"dead_letter:{reason}", count))
 
 
 class BuildEpisodes(beam.DoFn):
-    """One user's events -> transitions, view facts for features, dead letters and fate counts."""
+    """One user's events -> transitions, view facts, dead letters and fate counts.
+
+    Transitions and view facts leave as one list per user, for the same reason events arrive grouped.
+    """
 
     def __init__(self, config: EpisodeConfig) -> None:
         self._config = config
 
     def process(self, element):
-        user_id, refs = element
-        built = build_user_episodes(user_id, refs, self._config)
-        yield from built.transitions
-        for fact in built.view_facts:
-            yield TaggedOutput(VIEW_FACTS, fact)
+        user_id, groups = element
+        events = [_EVENT_TYPES[kind]._make(event) for kind, group in groups for event in group]
+        built = build_user_episodes(user_id, events, self._config)
+        if built.transitions:
+            yield built.transitions
+        if built.view_facts:
+            yield TaggedOutput(VIEW_FACTS, built.view_facts)
         for letter in built.dead_letters:
             yield TaggedOutput(DEAD_LETTERS, letter)
         for fate, count in built.fates.items():
@@ -90,10 +103,11 @@ class BuildEpisodes(beam.DoFn):
 
 
 class KafkaToTransitions(beam.PTransform):
-    """KafkaRecords -> {"transitions", "view_facts", "dead_letters", "fates"} PCollections.
+    """KafkaBatches -> {"transitions", "view_facts", "dead_letters", "fates"} PCollections.
 
-    ``fates`` holds (fate, count) pairs summed over the whole input: ``read``, ``used``, and
-    ``filtered:<reason>`` / ``dead_letter:<reason>``; the accounting equation is checked on them.
+    ``transitions`` and ``view_facts`` hold lists (one user's rows or facts). ``fates`` holds (fate,
+    count) pairs summed over the whole input: ``read``, ``used``, and ``filtered:<reason>`` /
+    ``dead_letter:<reason>``; the accounting equation is checked on them.
     """
 
     def __init__(self, decisions_topic: str, feedback_topic: str, config: EpisodeConfig) -> None:
@@ -102,10 +116,10 @@ class KafkaToTransitions(beam.PTransform):
         self._feedback_topic = feedback_topic
         self._config = config
 
-    def expand(self, records):
-        decoded = records | "Decode" >> beam.ParDo(
+    def expand(self, batches):
+        decoded = batches | "Decode" >> beam.ParDo(
             DecodeEvents(self._decisions_topic, self._feedback_topic)
-        ).with_outputs(DEAD_LETTERS, main="events")
+        ).with_outputs(DEAD_LETTERS, FATES, main="events")
         built = (
             decoded.events
             | "GroupByUser" >> beam.GroupByKey()
@@ -114,16 +128,8 @@ class KafkaToTransitions(beam.PTransform):
                 VIEW_FACTS, DEAD_LETTERS, FATES, main="transitions"
             )
         )
-        read = (
-            records
-            | "CountRead" >> beam.combiners.Count.Globally()
-            | "AsReadFate" >> beam.Map(lambda n: ("read", n))
-        )
-        decode_fates = decoded[DEAD_LETTERS] | "DecodeFates" >> beam.Map(
-            lambda letter: (f"dead_letter:{letter['reason']}", 1)
-        )
         fates = (
-            (read, decode_fates, built[FATES])
+            (decoded[FATES], built[FATES])
             | "AllFates" >> beam.Flatten()
             | "SumFates" >> beam.CombinePerKey(sum)
         )
@@ -169,4 +175,6 @@ def build_pipeline(
         | "AllFiles" >> beam.Flatten()
         | "Write" >> WriteWholeFiles(staging_dir, f"{staging_dir}/.beam-temp")
     )
-    out["view_facts"] | "FeatureAggregates" >> WriteFeatureAggregates(f"{staging_dir}/{FEATURES_DIR}")
+    out["view_facts"] | "FeatureAggregates" >> WriteFeatureAggregates(
+        f"{staging_dir}/{FEATURES_DIR}", batched=True
+    )

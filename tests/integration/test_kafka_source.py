@@ -20,6 +20,7 @@ from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
 
 from pipelines.kafka_source import (
+    KafkaBatch,
     KafkaRecord,
     OffsetRange,
     ReadKafkaReplay,
@@ -85,7 +86,7 @@ def _read_and_check(
     """Run the source alone in a pipeline; assert_that's equal_to is a multiset check (catches duplicates)."""
     pipeline_options = PipelineOptions(["--runner=DirectRunner", *options])
     with beam.Pipeline(options=pipeline_options) as pipeline:
-        records = pipeline | ReadKafkaReplay(plan, chunk)
+        records = pipeline | ReadKafkaReplay(plan, chunk) | beam.FlatMap(KafkaBatch.records)
         assert_that(records, equal_to(list(expected)))
 
 
@@ -201,11 +202,11 @@ def test_multi_process_workers_read_the_same_records(embedded_kafka: Broker) -> 
     multi_process = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
     _read_and_check(plan, topic.records, chunk=40, options=multi_process)
 
-    # Through a shuffle between processes, records must come back as KafkaRecord (see KafkaRecordCoder).
+    # Through a shuffle between processes, batches must come back as KafkaBatch (see KafkaBatchCoder).
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", *multi_process])) as pipeline:
         shuffled = pipeline | ReadKafkaReplay(plan, 40) | beam.Reshuffle()
         assert_that(
-            shuffled | beam.Map(lambda r: type(r).__name__) | beam.Distinct(), equal_to(["KafkaRecord"])
+            shuffled | beam.Map(lambda r: type(r).__name__) | beam.Distinct(), equal_to(["KafkaBatch"])
         )
 
 

@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipelines.kafka_source import (
+    KafkaBatch,
+    KafkaBatchCoder,
     KafkaRecord,
-    KafkaRecordCoder,
     OffsetRange,
     ReadKafkaReplay,
     ReplayPlan,
@@ -177,24 +178,39 @@ def test_transform_and_reader_pickle_without_a_live_client() -> None:
 
 
 @pytest.mark.parametrize(
-    "record",
+    "batch",
     [
         pytest.param(
-            KafkaRecord("recsys.feedback", 3, 12_345, 1_767_225_600_000, b"user-1", b"\x00pay"), id="typical"
+            KafkaBatch(
+                "recsys.feedback",
+                3,
+                [12_345, 12_346],
+                [1_767_225_600_000] * 2,
+                [b"user-1", b""],
+                [b"\x00pay", b"v"],
+            ),
+            id="typical",
         ),
-        pytest.param(KafkaRecord("t", 0, 0, -1, b"", b""), id="no-timestamp-empty-bytes"),
-        pytest.param(KafkaRecord("t\u00e9", 2**31, 2**62, 0, b"k", b"v" * 100_000), id="large-values"),
+        pytest.param(KafkaBatch("t", 0, [0], [-1], [b""], [b""]), id="no-timestamp-empty-bytes"),
+        pytest.param(KafkaBatch("t\u00e9", 2**31, [2**62], [0], [b"k"], [b"v" * 100_000]), id="large-values"),
+        pytest.param(KafkaBatch("t", 0, [], [], [], []), id="empty"),
     ],
 )
-def test_records_get_a_compact_coder_that_keeps_their_type(record: KafkaRecord) -> None:
-    coder = beam.coders.registry.get_coder(KafkaRecord)
-    assert isinstance(coder, KafkaRecordCoder)
+def test_batches_get_a_compact_coder_that_keeps_their_type(batch: KafkaBatch) -> None:
+    coder = beam.coders.registry.get_coder(KafkaBatch)
+    assert isinstance(coder, KafkaBatchCoder)
     assert coder.is_deterministic()
-    encoded = coder.encode(record)
+    encoded = coder.encode(batch)
     decoded = coder.decode(encoded)
-    assert decoded == record
-    assert type(decoded) is KafkaRecord
-    overhead = len(encoded) - len(record.topic.encode()) - len(record.key) - len(record.value)
-    assert overhead <= 30  # lengths and varints only; Beam's default also writes the class path
+    assert decoded == batch
+    assert type(decoded) is KafkaBatch
+    payload = len(batch.topic.encode()) + sum(map(len, batch.keys)) + sum(map(len, batch.values))
+    assert len(encoded) - payload <= 20 + 30 * batch.size  # lengths and varints only; no class path
     copy = pickler.loads(pickler.dumps(coder))  # coders travel pickled to multi-process workers
-    assert copy.decode(encoded) == record
+    assert copy.decode(encoded) == batch
+
+
+def test_a_batch_lists_its_records_in_offset_order() -> None:
+    batch = KafkaBatch("t", 2, [5, 6], [10, 11], [b"k", b""], [b"a", b"b"])
+    assert batch.size == 2
+    assert batch.records() == [KafkaRecord("t", 2, 5, 10, b"k", b"a"), KafkaRecord("t", 2, 6, 11, b"", b"b")]

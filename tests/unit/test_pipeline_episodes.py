@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from pipelines.episodes import DECISION, FEEDBACK, EpisodeConfig, build_user_episodes
+from pipelines.episodes import DECISION, FEEDBACK, EpisodeConfig, build_user_episodes, decode_event
 from pipelines.feature_aggregates import FACT_FIELDS, ITEM_TYPES
 from recsys_rl import contracts, signals
 from recsys_rl.sim.events import EventIds
@@ -30,9 +30,16 @@ def simulated():
     return log, by_user
 
 
+def build(user: str, refs, config: EpisodeConfig):
+    """build_user_episodes on Kafka records given as (kind, topic, partition, offset, ts, key, value)."""
+    decoded = [decode_event(kind, ref) for kind, *ref in refs]
+    assert all(user_id == user for user_id, _ in decoded)
+    return build_user_episodes(user, [event for _, event in decoded], config)
+
+
 def _build(by_user, config: EpisodeConfig | None = None):
     config = config or EpisodeConfig()
-    built = {user: build_user_episodes(user, refs, config) for user, refs in by_user.items()}
+    built = {user: build(user, refs, config) for user, refs in by_user.items()}
     rows = [row for b in built.values() for row in b.transitions]
     return built, rows
 
@@ -88,8 +95,8 @@ def test_duplicates_are_filtered_by_request_id(simulated):
     _, by_user = simulated
     user, refs = next(iter(by_user.items()))
     resent = [(k, t, p, o + 100_000, ts, key, value) for k, t, p, o, ts, key, value in refs[:5]]
-    clean = build_user_episodes(user, refs, EpisodeConfig())
-    doubled = build_user_episodes(user, refs + resent, EpisodeConfig())
+    clean = build(user, refs, EpisodeConfig())
+    doubled = build(user, refs + resent, EpisodeConfig())
     assert doubled.transitions == clean.transitions
     decisions = sum(1 for r in resent if r[0] == DECISION)
     assert doubled.fates["filtered:duplicate_decision"] == decisions
@@ -124,7 +131,7 @@ def test_orphan_and_late_feedback_are_dead_lettered(simulated):
         event_time_ms=first.event_time_ms - 1,
     )
     extra = [_feedback_ref(e, 900_000 + i) for i, e in enumerate((orphan, late, early))]
-    built = build_user_episodes(user, refs + extra, EpisodeConfig())
+    built = build(user, refs + extra, EpisodeConfig())
     reasons = sorted(d["reason"] for d in built.dead_letters)
     assert reasons == ["late_feedback", "late_feedback", "orphan_feedback"]
     assert built.fates["dead_letter:orphan_feedback"] == 1 and built.fates["dead_letter:late_feedback"] == 2
@@ -136,7 +143,7 @@ def test_a_decision_without_feedback_gets_zero_rewards(simulated):
     _, by_user = simulated
     user, refs = next(iter(by_user.items()))
     decisions_only = [r for r in refs if r[0] == DECISION]
-    built = build_user_episodes(user, decisions_only, EpisodeConfig())
+    built = build(user, decisions_only, EpisodeConfig())
     assert built.transitions and all(not any(r["reward"]) for r in built.transitions)
     assert all(r["feedback_count"] == 0 for r in built.transitions)
 
@@ -155,8 +162,8 @@ def test_inactivity_beyond_the_gap_starts_a_new_episode(simulated):
             out.append((DECISION, "d", 0, i, record.event_time_ms, user.encode(), contracts.encode(record)))
         return out
 
-    within = build_user_episodes(user, decisions(29), EpisodeConfig(session_gap_ms=30 * 60_000))
-    beyond = build_user_episodes(user, decisions(31), EpisodeConfig(session_gap_ms=30 * 60_000))
+    within = build(user, decisions(29), EpisodeConfig(session_gap_ms=30 * 60_000))
+    beyond = build(user, decisions(31), EpisodeConfig(session_gap_ms=30 * 60_000))
     assert len({r["session_id"] for r in within.transitions}) == 1
     assert [r["done"] for r in within.transitions] == [False, True]
     assert len({r["session_id"] for r in beyond.transitions}) == 2
@@ -166,8 +173,8 @@ def test_inactivity_beyond_the_gap_starts_a_new_episode(simulated):
 def test_event_order_does_not_change_the_output(simulated):
     _, by_user = simulated
     user, refs = max(by_user.items(), key=lambda item: len(item[1]))
-    forward = build_user_episodes(user, refs, EpisodeConfig())
-    backward = build_user_episodes(user, list(reversed(refs)), EpisodeConfig())
+    forward = build(user, refs, EpisodeConfig())
+    backward = build(user, list(reversed(refs)), EpisodeConfig())
     assert forward.transitions == backward.transitions
 
 

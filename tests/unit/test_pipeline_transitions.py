@@ -11,9 +11,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.episodes import DECISION, EpisodeConfig, build_user_episodes
+from pipelines.episodes import DECISION, EpisodeConfig, build_user_episodes, decode_event
 from pipelines.episodes import FEEDBACK as FEEDBACK_KIND
-from pipelines.kafka_source import KafkaRecord
+from pipelines.kafka_source import KafkaBatch, KafkaRecord
 from pipelines.transition_io import ShardTransitions
 from pipelines.transitions import KafkaToTransitions
 from pipelines.whole_files import WriteWholeFiles
@@ -85,6 +85,20 @@ def malformed_records(good: list[KafkaRecord]) -> tuple[list[KafkaRecord], Count
     return bad, expected
 
 
+def batches(records: list[KafkaRecord], size: int = 50) -> list[KafkaBatch]:
+    """Records as the source yields them: runs of one topic and partition, at most ``size`` long."""
+    out: list[KafkaBatch] = []
+    for r in records:
+        if not out or (out[-1].topic, out[-1].partition) != (r.topic, r.partition) or out[-1].size == size:
+            out.append(KafkaBatch(r.topic, r.partition, [], [], [], []))
+        batch = out[-1]
+        batch.offsets.append(r.offset)
+        batch.timestamps_ms.append(r.timestamp_ms)
+        batch.keys.append(r.key)
+        batch.values.append(r.value)
+    return out
+
+
 @pytest.fixture(scope="module")
 def records():
     return simulated_records()
@@ -96,10 +110,14 @@ def test_every_record_gets_exactly_one_fate(records):
     expected["read"] = len(records) + len(bad)
     decisions = sum(1 for r in records if r.topic == DECISIONS)
     with BeamTestPipeline() as p:
-        out = p | beam.Create(records + bad) | KafkaToTransitions(DECISIONS, FEEDBACK, EpisodeConfig())
+        out = (
+            p | beam.Create(batches(records + bad)) | KafkaToTransitions(DECISIONS, FEEDBACK, EpisodeConfig())
+        )
         assert_that(out["fates"], equal_to(list(expected.items())), label="fates")
         assert_that(
-            out["transitions"] | beam.combiners.Count.Globally(), equal_to([decisions]), label="transitions"
+            out["transitions"] | beam.Map(len) | beam.CombineGlobally(sum),
+            equal_to([decisions]),
+            label="transitions",
         )
         reasons = out["dead_letters"] | beam.Map(lambda d: d["reason"])
         assert_that(
@@ -116,11 +134,11 @@ def test_every_record_gets_exactly_one_fate(records):
         )
 
 
-def _write(rows, directory, options=None):
+def _write(row_lists, directory, options=None):
     with beam.Pipeline(options=PipelineOptions(options or [])) as p:
         (
             p
-            | beam.Create(rows)
+            | beam.Create(row_lists)
             | ShardTransitions(3)
             | WriteWholeFiles(str(directory), str(directory / ".tmp"))
         )
@@ -131,12 +149,12 @@ def _transitions(records):
     """The rows KafkaToTransitions emits, built without Beam so the writer is tested on its own."""
     by_user = defaultdict(list)
     for r in records:
-        kind = DECISION if r.topic == DECISIONS else FEEDBACK_KIND
-        by_user[r.key.decode()].append((kind, r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value))
+        user_id, event = decode_event(DECISION if r.topic == DECISIONS else FEEDBACK_KIND, r)
+        by_user[user_id].append(event)
     return [
         row
-        for user, refs in by_user.items()
-        for row in build_user_episodes(user, refs, EpisodeConfig()).transitions
+        for user, events in by_user.items()
+        for row in build_user_episodes(user, events, EpisodeConfig()).transitions
     ]
 
 
@@ -144,9 +162,11 @@ def test_shards_are_byte_identical_whatever_the_input_order_and_runner_mode(reco
     rows = _transitions(records)
     shuffled = rows[:]
     random.Random(3).shuffle(shuffled)
-    first = _write(rows, tmp_path / "a")
+    first = _write([rows], tmp_path / "a")
     second = _write(
-        shuffled, tmp_path / "b", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+        [shuffled[i : i + 7] for i in range(0, len(shuffled), 7)],
+        tmp_path / "b",
+        ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
     )
     assert first == second
     assert sorted(first) == sorted(
