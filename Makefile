@@ -1,5 +1,5 @@
 # recsys-rl: every command a user or CI needs, each installing what it uses first.
-#   make demo         simulator -> embedded Kafka broker (pip-only), prints what it produced
+#   make demo         the closed loop on the embedded default: simulate, pipeline, serve, pipeline again
 #   make test         unit + integration tests (starts real Apache Kafka and Redis on loopback)
 #   make lint         ruff
 #   make bench        full benchmarks -> bench/results/*.json
@@ -29,7 +29,7 @@ $(STAMP): setup.py pyproject.toml requirements.lock $(wildcard protos/*.proto)
 	touch $@
 
 demo: install
-	$(BIN)/recsys-rl simulate --users 1000 --days 1 --seed 0
+	$(BIN)/recsys-rl demo --out demo-output
 
 test: install kafka-jars redis-server
 	$(BIN)/python -m pytest

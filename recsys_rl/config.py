@@ -41,6 +41,15 @@ def _item_types(annotation: Any) -> tuple[type, ...] | None:
     return None
 
 
+def _section_type(annotation: Any) -> Any:
+    """The config dataclass of an optional section (``Section | None``); other annotations unchanged."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        sections = [a for a in typing.get_args(annotation) if dataclasses.is_dataclass(a)]
+        if len(sections) == 1 and type(None) in typing.get_args(annotation):
+            return sections[0]
+    return annotation
+
+
 def _is_a(value: Any, allowed: tuple[type, ...]) -> bool:
     """isinstance, except that a YAML true/false is not accepted as a number."""
     return isinstance(value, allowed) and (not isinstance(value, bool) or bool in allowed)
@@ -55,8 +64,8 @@ def load_config(
 ) -> T:
     """Build ``cls`` from the YAML mapping at ``path`` (optional) with non-None ``overrides`` on top.
 
-    A field whose type is itself a config dataclass is read from a nested mapping, checked the same
-    way; a field typed as a tuple accepts a YAML list.
+    A field whose type is itself a config dataclass (or one or None: an optional section) is read from a
+    nested mapping, checked the same way; a field typed as a tuple accepts a YAML list.
     """
     data: dict[str, Any] = {}
     if path is not None:
@@ -86,7 +95,7 @@ def _build(cls: type[T], data: Mapping[str, Any], where: str, prefix: str) -> T:
         raise ConfigError(f"unknown config keys {unknown_keys} {where}; known keys are {sorted(known)}")
     values: dict[str, Any] = {}
     for key, value in data.items():
-        hint = hints[key]
+        hint = _section_type(hints[key]) if value is not None else hints[key]
         if dataclasses.is_dataclass(hint) and isinstance(hint, type):
             if isinstance(value, hint):
                 values[key] = value

@@ -82,8 +82,13 @@ def run_simulation(
     config: SimulateConfig,
     bootstrap_servers: str,
     on_day: Callable[[DayLog, SimulationReport], None] | None = None,
+    simulation: tuple[Simulator, Callable[[], DayLog]] | None = None,
 ) -> SimulationReport:
-    """Simulate ``config.days`` days and produce them to the two topics at ``bootstrap_servers``."""
+    """Simulate ``config.days`` days and produce them to the two topics at ``bootstrap_servers``.
+
+    ``simulation``: the simulator to advance (from ``simulated_days``), for a caller that goes on with
+    the same world and users afterwards; by default a fresh one.
+    """
     # Simulated events carry simulated (past) timestamps, which time-based retention would delete at
     # its first check; topics this command creates keep their records until someone deletes them.
     keep = (("retention.ms", "-1"),)
@@ -94,7 +99,7 @@ def run_simulation(
             for topic in (config.decisions_topic, config.feedback_topic)
         ],
     )
-    sim, next_day = simulated_days(config)
+    sim, next_day = simulation if simulation is not None else simulated_days(config)
     report = SimulationReport(written={config.decisions_topic: 0, config.feedback_topic: 0})
     with EventProducer(bootstrap_servers) as producer:
         for _ in range(config.days):

@@ -10,8 +10,10 @@ import sys
 from collections.abc import Sequence
 
 from recsys_rl.cli import build_transitions as build_transitions_cmd
+from recsys_rl.cli import demo as demo_cmd
 from recsys_rl.cli import evaluate as evaluate_cmd
 from recsys_rl.cli import features as features_cmd
+from recsys_rl.cli import pipeline as pipeline_cmd
 from recsys_rl.cli import registry as registry_cmd
 from recsys_rl.cli import serve as serve_cmd
 from recsys_rl.cli import sim_eval as sim_eval_cmd
@@ -35,6 +37,8 @@ def build_parser() -> OneLineParser:
     evaluate_cmd.register(verbs)
     registry_cmd.register(verbs)
     serve_cmd.register(verbs)
+    pipeline_cmd.register(verbs)
+    demo_cmd.register(verbs)
     return parser
 
 

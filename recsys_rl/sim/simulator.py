@@ -13,6 +13,7 @@ pipeline tests compare transitions against).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -43,6 +44,50 @@ VIEW_SIGNAL_COLUMNS: tuple[str, ...] = (
 _DAY_S = 86_400.0
 _FIRST_SESSION_HOUR = 7.0
 _SESSION_WINDOW_H = 16.0
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """Who asks for each row of a page, beyond its state: what a policy behind an API needs.
+
+    The simulator's own policies read only the state. A policy that answers through the live server
+    (``recsys_rl.live_traffic``) has to send what production callers send: the user, the request id the
+    day's log will give the row, the session context, the candidates with their predictions and, for a
+    live-allocation decision, the live candidate. A policy opts in by defining ``act_in_context``.
+
+    ``time_ms`` is the request's planned event time; the day's log may move a whole session later when
+    it would overlap the user's previous one, by an offset the log's own times reveal afterwards.
+    """
+
+    users: np.ndarray  # (n,) user index
+    requests: np.ndarray  # (n,) request number of each row in the day's log
+    sessions: np.ndarray  # (n,) session number
+    page: int  # page index within the session
+    time_ms: np.ndarray  # (n,) planned event time, ms since the epoch
+    session_watch_s: np.ndarray  # (n,) short-video seconds watched so far in the session
+    last_click_rate: np.ndarray  # (n,) share of the previous page's items clicked
+    candidates: np.ndarray  # (n, C) video ids; for live rows: (n, 1) live ids
+    predictions: np.ndarray  # (n, C, K) upstream predictions of each candidate
+
+    def rows(self, index: np.ndarray, candidates: np.ndarray, predictions: np.ndarray) -> PageContext:
+        """The context of a subset of rows, with other candidates (the live one of each row)."""
+        return PageContext(
+            users=self.users[index],
+            requests=self.requests[index],
+            sessions=self.sessions[index],
+            page=self.page,
+            time_ms=self.time_ms[index],
+            session_watch_s=self.session_watch_s[index],
+            last_click_rate=self.last_click_rate[index],
+            candidates=candidates,
+            predictions=predictions,
+        )
+
+
+def _act(policy, states: np.ndarray, rng: np.random.Generator, context: PageContext):
+    """A policy's actions for a page: with the page's context when the policy asks for it."""
+    act_in_context = getattr(policy, "act_in_context", None)
+    return policy.act(states, rng) if act_in_context is None else act_in_context(states, rng, context)
 
 
 @dataclass
@@ -220,8 +265,19 @@ class Simulator:
                 last_click_rate[lanes],
                 planned_h[lanes] + elapsed[lanes] / 3600.0,
             )
-            outcome = self._run_page(lanes, lane_user[lanes], state, feed_policy, allocation_policy)
             requests = self._next_request + np.arange(lanes.size)
+            context = PageContext(
+                users=lane_user[lanes],
+                requests=requests,
+                sessions=lane_session[lanes],
+                page=page,
+                time_ms=self._planned_time_ms(planned_h[lanes], elapsed[lanes]),
+                session_watch_s=session_watch[lanes],
+                last_click_rate=last_click_rate[lanes],
+                candidates=np.empty((lanes.size, 0), dtype=np.int64),
+                predictions=np.empty((lanes.size, 0, 0)),
+            )
+            outcome = self._run_page(lane_user[lanes], state, feed_policy, allocation_policy, context)
             self._next_request += lanes.size
             request_time = elapsed[lanes].copy()
 
@@ -288,6 +344,10 @@ class Simulator:
             open_lanes = lanes[continuing]
         return feed_parts, live_parts, view_parts, elapsed, sat_sum, view_count
 
+    def _planned_time_ms(self, planned_h: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
+        seconds = self.day * _DAY_S + planned_h * 3600.0 + elapsed_s
+        return self.config.start_time_ms + np.round(seconds * 1000.0).astype(np.int64)
+
     def _feed_state(self, users, page, session_watch, last_click_rate, hour) -> np.ndarray:
         group_onehot = np.eye(len(ACTIVITY_GROUPS))[self.world.users.group[users]]
         angle = 2.0 * np.pi * (hour % 24.0) / 24.0
@@ -304,7 +364,7 @@ class Simulator:
             ]
         )
 
-    def _run_page(self, lanes, users, state, feed_policy, allocation_policy) -> PageOutcome:
+    def _run_page(self, users, state, feed_policy, allocation_policy, context: PageContext) -> PageOutcome:
         cfg, rng, world = self.config, self.rng, self.world
         model = cfg.response
         n, size = users.size, cfg.page_size
@@ -319,7 +379,8 @@ class Simulator:
         expected = VideoResponseProbs.of(world, model, users, candidates).expected(model)
         predictions = expected * rng.lognormal(0.0, model.prediction_noise, expected.shape)
 
-        action, log_propensity = feed_policy.act(state, rng)
+        context = dataclasses.replace(context, candidates=candidates, predictions=predictions)
+        action, log_propensity = _act(feed_policy, state, rng, context)
         ranked_cols = top_k(fusion_scores(predictions, action), size)
         ranked = np.take_along_axis(candidates, ranked_cols, axis=1)
 
@@ -332,7 +393,8 @@ class Simulator:
         displaced_pred = predictions[live_rows, ranked_cols[live_rows, size - 1], 0]
         live_predictions = np.column_stack([exp_watch * noise[:, 0], exp_gift * noise[:, 1], displaced_pred])
         live_state = np.column_stack([state[live_rows], live_predictions / LIVE_PREDICTION_SCALE])
-        live_action, live_log_propensity = allocation_policy.act(live_state, rng)
+        live_context = context.rows(live_rows, live_id[:, None], live_predictions[:, None, :])
+        live_action, live_log_propensity = _act(allocation_policy, live_state, rng, live_context)
         inserted = np.zeros(n, dtype=bool)
         inserted[live_rows] = live_action == 1
 

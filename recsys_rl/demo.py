@@ -1,0 +1,268 @@
+"""``recsys-rl demo``: the whole closed loop on one machine, with nothing but pip-installed parts.
+
+    simulated day 0 (behaviour policy) -> Kafka -> pipeline run 1 -> registry (blessed: stable)
+    -> ``recsys-rl serve`` in its own process -> simulated day 1, every decision made by the server
+       over gRPC -> server decision logs + client feedback in Kafka -> pipeline run 2 -> summary
+
+Everything lands under one output directory, including the pipeline config it wrote, so what the demo
+did can be read, rerun and changed with the ordinary commands.
+
+The demo's gate is looser than a production one, and says so in the config it writes: one simulated day
+of a few thousand users cannot resolve the sparse signals (a follow is one view in two thousand), so
+their tolerances are wide; a production gate keeps them tight and needs the traffic to match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from recsys_rl.atomic_json import write_json_atomic
+from recsys_rl.errors import OperationalError
+from recsys_rl.gate import GateConfig
+from recsys_rl.kafka import open_broker
+from recsys_rl.live_traffic import TrafficReport, drive_day
+from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.events import EventIds
+from recsys_rl.simulate import SimulateConfig, run_simulation, simulated_days
+
+DEMO_MARKER = "demo.json"
+SERVER_START_TIMEOUT_S = 180.0
+_DAY_MS = 86_400_000
+
+
+#: The demo's rollout gate (see the module docstring): the main signal may not look clearly worse, the
+#: dense signals keep production-like tolerances, the sparse ones are wide open at this data size.
+def demo_gate() -> GateConfig:
+    return GateConfig(
+        resamples=100,
+        min_main_lift=-0.10,
+        default_tolerance=0.25,
+        tolerances={"like": 0.6, "follow": 1.0, "comment": 1.0, "share": 1.0, "hate": 1.0},
+        min_ess=100.0,
+        max_weight_share=0.05,
+    )
+
+
+class DemoError(OperationalError):
+    """A demo step failed; the message says which and where its log is."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    out: str = "demo-output"  # everything the demo writes; an earlier demo's output there is replaced
+    users: int = 2_000  # simulated users
+    seed: int = 0
+    train_steps: int = 1_000
+    feature_repo: str = "features"  # the project's Feast repo
+    bootstrap_servers: str | None = None  # an existing Kafka cluster; None: start the embedded broker
+    broker: str = "embedded"  # broker to start when no servers are given: embedded | local-kafka
+    deadline_s: float = 2.0  # per gRPC call of the simulated users; a late answer counts as failed
+    gate: GateConfig = field(default_factory=demo_gate)
+
+    def __post_init__(self) -> None:
+        for name in ("users", "train_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
+
+
+@dataclass
+class DemoSummary:
+    out: Path
+    simulated_records: int
+    runs: list[dict[str, Any]]  # the two pipeline run records
+    traffic: TrafficReport
+    seconds: float
+
+    def text(self) -> str:
+        first, second = self.runs
+        lines = [f"demo finished in {self.seconds:.0f} s; everything is under {self.out}"]
+        lines.append(f"  day 0: {self.simulated_records} records written by the behaviour policy")
+        lines.extend(_run_lines("pipeline run 1", first))
+        t = self.traffic
+        failed = ", ".join(f"{count} {code}" for code, count in sorted(t.errors.items())) or "none"
+        lines.append(
+            f"  day 1 through the live server: {t.rank_calls} Rank + {t.allocate_calls} Allocate calls at "
+            f"{t.calls_per_s:.0f} calls/s (failed: {failed}), {t.feedback_events} feedback events"
+        )
+        lines.extend(f"    answered by {key}: {count}" for key, count in sorted(t.policy_versions.items()))
+        lines.extend(_run_lines("pipeline run 2", second))
+        report = next((r for r in (second, first) if "evaluate" in r["steps"]), None)
+        if report is not None:
+            lines.append(f"  OPE report: {report['steps']['evaluate']['outputs']['report']}/report.html")
+        return "\n".join(lines)
+
+
+def _run_lines(name: str, record: dict[str, Any]) -> list[str]:
+    steps = record["steps"]
+    ingest = steps["ingest"]["outputs"]
+    lines = [f"  {name}: {ingest.get('records', 0)} records ingested"]
+    if "dataset" in ingest:
+        accounting = ingest["accounting"]
+        lines[-1] += (
+            f" into {ingest['dataset']}: {accounting['used_in_transitions']} in transitions, "
+            f"{accounting['dead_lettered']} dead-lettered {accounting['dead_lettered_by_reason'] or ''}"
+        ).rstrip()
+    if "evaluate" in steps:
+        evaluation = steps["evaluate"]["outputs"]
+        verdict = "BLESSED" if evaluation["blessed"] else "not blessed"
+        lines.append(f"    OPE verdict vs {evaluation['incumbent']}: {verdict}")
+        lines.extend(f"      {reason}" for reason in evaluation["reasons"])
+    if "promote" in steps:
+        promoted = steps["promote"]["outputs"]
+        lines.append(f"    registry: {promoted['version']} -> {promoted.get('role', promoted.get('reason'))}")
+    return lines
+
+
+def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSummary:
+    from pipelines.training_pipeline import load_pipeline_config, run_pipeline
+
+    started = time.perf_counter()
+    out = _fresh_output(Path(config.out))
+    suffix = uuid.uuid4().hex[:8]
+    topics = {
+        "decisions_topic": f"demo-{suffix}.decisions",
+        "feedback_topic": f"demo-{suffix}.feedback",
+    }
+    sim_config = SimulateConfig(users=config.users, days=1, seed=config.seed, **topics)
+    with open_broker(config.bootstrap_servers, config.broker) as broker:
+        servers = broker.bootstrap_servers
+        say(f"[1/5] simulating day 0 for {config.users} users into Kafka at {servers}")
+        simulation = simulated_days(sim_config)
+        written = run_simulation(sim_config, servers, simulation=simulation)
+
+        pipeline_yaml = out / "pipeline.yaml"
+
+        def pipeline_run(day: int) -> dict[str, Any]:
+            _write_pipeline_config(pipeline_yaml, config, out, servers, topics, suffix, day)
+            return run_pipeline(load_pipeline_config(str(pipeline_yaml)), progress).record
+
+        say("[2/5] pipeline run 1 on day 0: ingest, features, train, evaluate, register, promote")
+        runs = [pipeline_run(0)]
+        say("[3/5] starting `recsys-rl serve` and driving day 1 through it over gRPC")
+        decisions = topics["decisions_topic"]
+        with _server(config, out, servers, decisions) as target, grpc.insecure_channel(target) as channel:
+            traffic = drive_day(
+                simulation[0],
+                channel,
+                servers,
+                topics["feedback_topic"],
+                EventIds.for_seed(config.seed),
+                deadline_s=config.deadline_s,
+                progress=lambda calls: say(f"      {calls} Rank calls"),
+            )
+        say("[4/5] pipeline run 2 on day 1: the server's decision logs and the users' feedback")
+        runs.append(pipeline_run(1))
+    summary = DemoSummary(out, sum(written.written.values()), runs, traffic, time.perf_counter() - started)
+    write_json_atomic(
+        out / DEMO_MARKER,
+        {"seconds": summary.seconds, "runs": [r["run_id"] for r in runs], "calls_per_s": traffic.calls_per_s},
+    )
+    say("[5/5] summary")
+    return summary
+
+
+def _fresh_output(out: Path) -> Path:
+    """``out`` empty: a directory holding an earlier demo is replaced, anything else is refused."""
+    if out.exists() and any(out.iterdir()):
+        if not (out / DEMO_MARKER).exists() and not (out / "pipeline.yaml").exists():
+            raise DemoError(f"{out} exists and is not a demo's output; choose another --out")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out.resolve()
+
+
+def _day_end_iso(day: int) -> str:
+    end_ms = SimConfig().start_time_ms + (day + 1) * _DAY_MS
+    return dt.datetime.fromtimestamp(end_ms / 1000, dt.UTC).isoformat()
+
+
+def _write_pipeline_config(
+    path: Path, config: DemoConfig, out: Path, servers: str, topics: dict[str, str], suffix: str, day: int
+) -> None:
+    settings = {
+        "work_dir": str(out / "pipeline"),
+        "registry": str(out / "registry"),
+        "ingest": {
+            "bootstrap_servers": servers,
+            "group": f"demo-{suffix}",
+            "out": str(out / "datasets"),
+            "dead_letter_topic": f"demo-{suffix}.deadletter",
+            **topics,
+        },
+        # simulated days lie in the past: materialise up to the end of the day just ingested
+        "features": {
+            "repo": config.feature_repo,
+            "state_dir": str(out / "feast"),
+            "end_date": _day_end_iso(day),
+        },
+        "train": {
+            "steps": config.train_steps,
+            "seed": config.seed,
+            "checkpoint_every": 500,
+            "log_every": 100,
+        },
+        "gate": dataclasses.asdict(config.gate),
+        "promotion": {"canary_fraction": 0.5},
+    }
+    header = "# Written by `recsys-rl demo`; run it again with `recsys-rl pipeline run --config` this file.\n"
+    path.write_text(header + yaml.safe_dump(settings, sort_keys=False))
+
+
+@contextmanager
+def _server(config: DemoConfig, out: Path, servers: str, decisions_topic: str) -> Iterator[str]:
+    """``recsys-rl serve`` as a child process; yields its address, stops it (flushing its log) on exit."""
+    log_path = out / "serve.log"
+    command = [
+        sys.executable,
+        "-m",
+        "recsys_rl.cli.main",
+        "serve",
+        "--registry",
+        str(out / "registry"),
+        "--port",
+        "0",
+        "--bootstrap-servers",
+        servers,
+        "--decisions-topic",
+        decisions_topic,
+        "--feature-repo",
+        str(Path(config.feature_repo).resolve()),
+        "--feature-state-dir",
+        str(out / "feast"),
+    ]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
+        try:
+            yield _await_address(process, log_path)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _await_address(process: subprocess.Popen, log_path: Path) -> str:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = process.stdout.readline().decode()
+        if line.startswith("serving on "):
+            return line.split("://", 1)[1].split(",", 1)[0].strip()
+        if not line and process.poll() is not None:
+            break
+    raise DemoError(f"the server did not start (exit code {process.poll()}); see {log_path}")
