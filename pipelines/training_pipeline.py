@@ -1,4 +1,4 @@
-"""``recsys-rl pipeline run``: ingest -> features -> train -> evaluate -> register -> promote (DESIGN 1, 5).
+"""``recsys-rl pipeline run``: ingest, commit, features, train, evaluate, register, promote (DESIGN 1, 5).
 
 Scheduled jobs die half way (a preempted node, a broker outage, a full disk) and the scheduler's answer
 is to run the same command again. So every step is a function of recorded inputs, and its outputs live
@@ -10,9 +10,9 @@ in a directory named by a digest of those inputs:
 A step whose outputs for the same inputs already exist is skipped. Ingest is the one step whose inputs
 (the consumer group's offsets) move on once it succeeds, so the run record keeps its result: the next
 invocation after a crash resumes the unfinished run with the dataset that run ingested, and the later
-steps find their own finished outputs. Ingest commits offsets itself, after its dataset is written, so a
-crash before that re-reads the same records into the same dataset version and one after it never reads
-them twice.
+steps find their own finished outputs. Offsets are committed by the step after ingest, once the run
+record holds the dataset: a crash before the commit re-reads the same records into the same dataset
+version, and one after it resumes with that dataset and never reads them twice.
 
 One run at a time per registry: the run holds an exclusive lock on REGISTRY/.pipeline.lock. Two runs
 promoting into one registry would each evaluate against an incumbent the other is about to replace.
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.build import BuildTransitionsConfig, build_transitions
+from pipelines.kafka_source import ReplayPlan, commit_offsets
 from recsys_rl import registry
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.blessing import utc_now
@@ -43,7 +44,7 @@ from recsys_rl.features import MaterializeConfig
 from recsys_rl.gate import GateConfig
 
 Progress = Callable[[str, dict[str, Any]], None]
-STEPS = ("ingest", "features", "train", "evaluate", "register", "promote")
+STEPS = ("ingest", "commit", "features", "train", "evaluate", "register", "promote")
 RUN_RECORD = "run.json"
 STEP_RECORD = "step.json"
 LOCK_FILE = ".pipeline.lock"
@@ -128,7 +129,9 @@ class PipelineResult:
             step = self.steps[name]
             outputs = step["outputs"]
             shown = ", ".join(
-                f"{k}={v}" for k, v in outputs.items() if k not in ("reasons", "final_metrics", "accounting")
+                f"{k}={v}"
+                for k, v in outputs.items()
+                if k not in ("reasons", "final_metrics", "accounting", "plan")
             )
             lines.append(f"  {name:<9} {step['status']:<10} {step['seconds']:>8.1f} s  {shown}")
             lines.extend(f"            reason: {reason}" for reason in outputs.get("reasons", []))
@@ -269,7 +272,10 @@ class _Steps:
     # --- the steps ------------------------------------------------------------------------------
 
     def _ingest(self) -> dict[str, Any]:
-        result = build_transitions(self.config.ingest, self.config.beam_args, self.progress)
+        # Offsets are committed by the next step, once this one's result is in the run record: a crash
+        # between the two then resumes with this dataset instead of reading past it.
+        ingest = dataclasses.replace(self.config.ingest, commit=False)
+        result = build_transitions(ingest, self.config.beam_args, self.progress)
         if result.dataset_dir is None:
             return {"status": "not_needed", "outputs": {"records": 0, "reason": "no new records"}}
         manifest = result.manifest
@@ -280,9 +286,16 @@ class _Steps:
                 "version": manifest["version"],
                 "records": result.plan.total_records,
                 "accounting": manifest["accounting"],
-                "committed": result.committed,
+                "plan": result.plan.to_dict(),
             },
         }
+
+    def _commit(self) -> dict[str, Any]:
+        plan = ReplayPlan.from_dict(self.output("ingest")["plan"])
+        if not self.config.ingest.commit:
+            return {"status": "not_needed", "outputs": {"reason": "ingest.commit is off"}}
+        commit_offsets(plan)  # the same end offsets again on a resumed run: harmless
+        return {"status": "done", "outputs": {"group": plan.group, "partitions": len(plan.ranges)}}
 
     def _features(self) -> dict[str, Any]:
         if self.config.features is None:

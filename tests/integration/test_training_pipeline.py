@@ -44,19 +44,29 @@ def config(apache_kafka, tmp_path: Path) -> PipelineConfig:
     )
 
 
-def test_a_run_killed_in_evaluation_resumes_where_it_stopped(config, monkeypatch) -> None:
-    real_evaluation = evaluation.run_evaluation
-
+def test_a_killed_run_resumes_where_it_stopped(config, monkeypatch) -> None:
     def killed(*args, **kwargs):
         raise RuntimeError("node preempted")
 
-    monkeypatch.setattr(evaluation, "run_evaluation", killed)
+    # Killed after ingest wrote its dataset, before the offsets were committed.
+    monkeypatch.setattr(training_pipeline, "commit_offsets", killed)
     with pytest.raises(RuntimeError, match="preempted"):
         run_pipeline(config)
     [run_dir] = (Path(config.work_dir) / "runs").iterdir()
+    first = json.loads((run_dir / "run.json").read_text())
+    assert first["status"] == "failed" and set(first["steps"]) == {"ingest"}
+
+    # Killed again in the evaluation: the resumed run used the same dataset and committed its offsets.
+    monkeypatch.undo()
+    real_evaluation = evaluation.run_evaluation
+    monkeypatch.setattr(evaluation, "run_evaluation", killed)
+    with pytest.raises(RuntimeError, match="preempted"):
+        run_pipeline(config)
     crashed = json.loads((run_dir / "run.json").read_text())
+    assert crashed["run_id"] == first["run_id"] and crashed["resumes"] == 1
     assert crashed["status"] == "failed" and "node preempted" in crashed["error"]
-    assert set(crashed["steps"]) == {"ingest", "features", "train"}
+    assert set(crashed["steps"]) == {"ingest", "commit", "features", "train"}
+    assert crashed["steps"]["ingest"] == first["steps"]["ingest"]
 
     monkeypatch.setattr(evaluation, "run_evaluation", real_evaluation)
     resumed = run_pipeline(config)
@@ -109,6 +119,6 @@ def test_the_command_prints_each_step_and_where_the_record_is(config, tmp_path, 
     )
     out = capsys.readouterr().out
     assert code == 0, out
-    for step in ("ingest", "features", "train", "evaluate", "register", "promote"):
+    for step in ("ingest", "commit", "features", "train", "evaluate", "register", "promote"):
         assert f"  {step}" in out
     assert "run record: " in out and "complete" in out.splitlines()[0]
