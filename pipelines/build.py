@@ -7,11 +7,13 @@ already written (and verifies it) instead of writing a second copy, and finishes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import json
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,7 +117,7 @@ def build_transitions(
     else:
         shutil.rmtree(paths.staging, ignore_errors=True)  # leftovers of a run that died mid-write
         paths.staging.mkdir(parents=True)
-        with beam.Pipeline(options=PipelineOptions(list(pipeline_args))) as pipeline:
+        with _fewer_collections(), beam.Pipeline(options=PipelineOptions(list(pipeline_args))) as pipeline:
             build_pipeline(
                 pipeline,
                 plan,
@@ -137,6 +139,27 @@ def build_transitions(
         committed = True
         progress("committed", {"group": config.group})
     return BuildResult(plan, paths.final, manifest, reused, published, committed)
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Run the pipeline with CPython's cyclic garbage collector passing less often.
+
+    The pipeline allocates millions of short-lived tuples, lists and dicts that reference counting frees
+    (none forms a cycle), yet every 700 allocations start a collection, and the older generations
+    rescan every object alive, Beam's and Kafka's included: about a tenth of an embedded run's time.
+    Objects alive at the start are frozen out of the scans and collections come a hundred times less
+    often. This tunes only the process that runs the pipeline (the embedded runner); remote workers
+    keep their defaults.
+    """
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(70_000, 20, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 def _publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:

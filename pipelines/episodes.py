@@ -13,6 +13,8 @@ is what lets the pipeline prove ``read = used + dead-lettered + filtered``.
 from __future__ import annotations
 
 import base64
+import sys
+from array import array
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +37,25 @@ _LIVE = contracts.SURFACES["live_allocation"]
 RecordRef = tuple[str, int, int, int, bytes, bytes]
 
 
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def float32_bytes(values: Iterable[float]) -> bytes:
+    """Little-endian float32, as protobuf packs them: doubles rounded to nearest, overflowing to inf."""
+    floats = array("f", values)
+    if not _LITTLE_ENDIAN:
+        floats.byteswap()
+    return floats.tobytes()
+
+
+def float32_list(data: bytes) -> list[float]:
+    """The inverse of `float32_bytes`."""
+    floats = array("f", data)
+    if not _LITTLE_ENDIAN:
+        floats.byteswap()
+    return floats.tolist()
+
+
 class Decision(NamedTuple):
     """What the builder uses of a valid decision record; the Kafka coordinates order the events."""
 
@@ -45,8 +66,9 @@ class Decision(NamedTuple):
     event_time_ms: int
     surface: str
     user_group: int
-    state: list[float]
-    action: list[float]
+    # float32_bytes of the message's floats: the shuffle then writes one field instead of one per value
+    state: bytes
+    action: bytes
     log_propensity: float
     policy_version: str
     displaced_watch_s: float  # live insertions: the logged prediction of the video watch displaced; else 0
@@ -124,8 +146,8 @@ def decode_event(kind: int, ref: RecordRef) -> tuple[str, Decision | Feedback] |
             record.event_time_ms,
             contracts.SURFACE_NAMES[record.surface],
             record.user_group,
-            record.state[:],
-            action,
+            float32_bytes(record.state[:]),
+            float32_bytes(action),
             record.log_propensity,
             record.policy_version,
             displaced,
@@ -290,6 +312,7 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
     if not chain:
         return []
     session_id = f"{user_id}/{chain[0].decision.event_time_ms}"
+    states = [float32_list(request.decision.state) for request in chain]
     rows = []
     for step, request in enumerate(chain):
         decision = request.decision
@@ -304,10 +327,10 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
                 "event_time_ms": decision.event_time_ms,
                 "next_event_time_ms": following.event_time_ms if following else -1,
                 "user_group": decision.user_group,
-                "state": decision.state,
+                "state": states[step],
                 # a terminal step's next state is zeros; `done` tells learners not to bootstrap from it
-                "next_state": following.state if following else [0.0] * len(decision.state),
-                "action": decision.action,
+                "next_state": states[step + 1] if following else [0.0] * len(states[step]),
+                "action": float32_list(decision.action),
                 "log_propensity": decision.log_propensity,
                 "policy_version": decision.policy_version,
                 "done": following is None,

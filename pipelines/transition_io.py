@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import sys
-from array import array
 from collections import defaultdict
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 
-from pipelines.episodes import SURFACE_SIGNALS
+from pipelines.episodes import SURFACE_SIGNALS, float32_bytes
 
 TFRECORD_SUFFIX = ".tfrecord"
 PARQUET_SUFFIX = ".parquet"
@@ -35,10 +34,6 @@ def shard_of(session_id: str, num_shards: int) -> int:
 
 def shard_name(surface: str, shard: int, num_shards: int) -> str:
     return f"transitions-{surface}-{shard:05d}-of-{num_shards:05d}"
-
-
-def row_sort_key(row: dict) -> tuple:
-    return (row["session_id"], row["step"], row["request_id"])
 
 
 def _varint(n: int) -> bytes:
@@ -107,23 +102,17 @@ def _float_entry_prefix(name: str, count: int) -> bytes:
     return entry[: len(entry) - len(packed)]
 
 
-_LITTLE_ENDIAN = sys.byteorder == "little"
-
-
-def _float32s(values: list[float]) -> bytes:
-    """Little-endian float32 as protobuf converts: rounded to nearest, overflowing to inf."""
-    floats = array("f", values)
-    if not _LITTLE_ENDIAN:
-        floats.byteswap()
-    return floats.tobytes()
-
-
 @functools.cache
 def _example_keys(surface: str) -> tuple[str, ...]:
     """The surface's feature names in the order deterministic serialisation writes map entries."""
     names = [*_STRING_FIELDS, *_INT_FIELDS, *_FLOAT_LIST_FIELDS, "log_propensity"]
     names += [f"reward/{signal}" for signal in SURFACE_SIGNALS[surface]]
     return tuple(sorted(names, key=lambda name: name.encode("utf-8")))
+
+
+def _packed_lists(row: dict) -> list[bytes]:
+    """The row's float lists as float32_bytes: both file formats store float32."""
+    return [float32_bytes(row[name]) for name in _FLOAT_LIST_FIELDS]
 
 
 def to_example(row: dict) -> bytes:
@@ -133,6 +122,10 @@ def to_example(row: dict) -> bytes:
     True)`` of the message gives (map entries sorted by key, packed numbers): building the message
     through the protobuf API cost ~25 us a row, the largest cost of the pipeline after reading.
     """
+    return _example(row, _packed_lists(row))
+
+
+def _example(row: dict, lists: list[bytes]) -> bytes:
     surface = row["surface"]
     entries = {
         name: (_repeated_string_entry if name in _REPEATED_STRINGS else _string_entry)(name, row[name])
@@ -141,19 +134,17 @@ def to_example(row: dict) -> bytes:
     for name in _INT_FIELDS:
         value = int(row[name])
         entries[name] = (_small_int_entry if -1 <= value < 0x80 else _int_entry)(name, value)
-    floats = [row["log_propensity"], *row["reward"]]
-    for name in _FLOAT_LIST_FIELDS:
-        floats += row[name]
-    packed = _float32s(floats)
-    position = 0
-    for name in ("log_propensity", *(f"reward/{signal}" for signal in SURFACE_SIGNALS[surface])):
-        entries[name] = _float_entry_prefix(name, 1) + packed[position : position + 4]
-        position += 4
-    for name in _FLOAT_LIST_FIELDS:
-        count = len(row[name])
-        entries[name] = _float_entry_prefix(name, count) + packed[position : position + 4 * count]
-        position += 4 * count
+    for name, packed in zip(_FLOAT_LIST_FIELDS, lists, strict=True):
+        entries[name] = _float_entry_prefix(name, len(packed) // 4) + packed
+    scalars = float32_bytes([row["log_propensity"], *row["reward"]])
+    for i, name in enumerate(_scalar_float_names(surface)):
+        entries[name] = _float_entry_prefix(name, 1) + scalars[4 * i : 4 * i + 4]
     return _message(_TAG_1, b"".join([entries[name] for name in _example_keys(surface)]))
+
+
+@functools.cache
+def _scalar_float_names(surface: str) -> tuple[str, ...]:
+    return ("log_propensity", *(f"reward/{signal}" for signal in SURFACE_SIGNALS[surface]))
 
 
 @functools.cache
@@ -166,12 +157,33 @@ def parquet_schema(surface: str) -> pa.Schema:
     return pa.schema(fields)
 
 
-def to_parquet_row(row: dict) -> dict:
-    flat = {k: v for k, v in row.items() if k != "reward"}
-    flat["done"] = int(row["done"])
-    for signal, value in zip(SURFACE_SIGNALS[row["surface"]], row["reward"], strict=True):
-        flat[f"reward_{signal}"] = value
-    return flat
+def parquet_values(row: dict, lists: list[bytes] | None = None) -> tuple:
+    """The row's values in ``parquet_schema`` order, its float lists as float32_bytes (``lists``)."""
+    return (
+        *[row[name] for name in _STRING_FIELDS],
+        *[int(row[name]) for name in _INT_FIELDS],
+        *(_packed_lists(row) if lists is None else lists),
+        row["log_propensity"],
+        *row["reward"],
+    )
+
+
+def parquet_table(surface: str, rows: list[tuple]) -> pa.Table:
+    """Rows of `parquet_values` -> the surface's Arrow table; float lists go in as buffers."""
+    schema = parquet_schema(surface)
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    arrays = [
+        _float_lists(column) if field.name in _FLOAT_LIST_FIELDS else pa.array(column, type=field.type)
+        for column, field in zip(columns, schema, strict=True)
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _float_lists(column: tuple[bytes, ...]) -> pa.Array:
+    offsets = np.zeros(len(column) + 1, dtype=np.int32)
+    np.cumsum([len(packed) // 4 for packed in column], out=offsets[1:])
+    values = np.frombuffer(b"".join(column), dtype="<f4")
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.float32()))
 
 
 class ShardTransitions(beam.PTransform):
@@ -206,27 +218,30 @@ class ShardTransitions(beam.PTransform):
 
 
 def _encode_rows(rows: list[dict], num_shards: int):
-    """((surface, shard), [(sort key, Example bytes, Parquet values in schema order), ...])."""
+    """((surface, shard), [(Example bytes, Parquet values), ...]) for each shard the rows fall in."""
     by_shard = defaultdict(list)
+    shards: dict[str, int] = {}  # a session's rows are adjacent and share a shard
     for row in rows:
-        parquet_row = to_parquet_row(row)
-        values = tuple(parquet_row[name] for name in parquet_schema(row["surface"]).names)
-        by_shard[(row["surface"], shard_of(row["session_id"], num_shards))].append(
-            (row_sort_key(row), to_example(row), values)
-        )
+        session_id = row["session_id"]
+        shard = shards.get(session_id)
+        if shard is None:
+            shard = shards[session_id] = shard_of(session_id, num_shards)
+        lists = _packed_lists(row)
+        by_shard[(row["surface"], shard)].append((_example(row, lists), parquet_values(row, lists)))
     return by_shard.items()
+
+
+# a shard's rows are sorted by (session_id, step, request_id): the positions of those in the values
+_SORT_FIELDS = tuple(parquet_schema("feed").names.index(n) for n in ("session_id", "step", "request_id"))
 
 
 def _shard_files(element: tuple[tuple[str, int], Any], num_shards: int):
     (surface, shard), encoded = element
-    ordered = sorted((item for items in encoded for item in items), key=lambda item: item[0])
+    session, step, request = _SORT_FIELDS
+    ordered = sorted(
+        (item for items in encoded for item in items),
+        key=lambda item: (item[1][session], item[1][step], item[1][request]),
+    )
     name = shard_name(surface, shard, num_shards)
-    yield name + TFRECORD_SUFFIX, [example for _, example, _ in ordered]
-    yield name + PARQUET_SUFFIX, _arrow_table(surface, [values for _, _, values in ordered])
-
-
-def _arrow_table(surface: str, rows: list[tuple]) -> pa.Table:
-    schema = parquet_schema(surface)
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
-    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    yield name + TFRECORD_SUFFIX, [example for example, _ in ordered]
+    yield name + PARQUET_SUFFIX, parquet_table(surface, [values for _, values in ordered])

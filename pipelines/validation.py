@@ -49,14 +49,15 @@ def _event_time(message) -> Rejection | None:
     return None
 
 
-def _finite(values, field: str) -> Rejection | None:
-    for v in values:
-        if not math.isfinite(v):
-            return Rejection("out_of_range", f"DecisionRecord.{field} should be finite, but holds {v}")
-    return None
+def _finite(values: list[float], field: str) -> Rejection | None:
+    if all(map(math.isfinite, values)):  # the common case, without a Python-level loop
+        return None
+    bad = next(v for v in values if not math.isfinite(v))
+    return Rejection("out_of_range", f"DecisionRecord.{field} should be finite, but holds {bad}")
 
 
 def check_decision(record: contracts.DecisionRecord) -> Rejection | None:
+    # Repeated fields are read once, as lists: each access to an element of the message costs more.
     if problem := _missing(record, "request_id", "user_id"):
         return problem
     if record.surface not in _SURFACE_SHAPES:
@@ -68,26 +69,27 @@ def check_decision(record: contracts.DecisionRecord) -> Rejection | None:
         return problem
     feature_names, action_size = _SURFACE_SHAPES[record.surface]
     surface = contracts.SURFACE_NAMES[record.surface]
-    if len(record.state) != len(feature_names):
+    state, action = record.state[:], record.action[:]
+    if len(state) != len(feature_names):
         return Rejection(
             "out_of_range",
             f"DecisionRecord.state of a {surface} decision should have {len(feature_names)} values, "
-            f"but has {len(record.state)}",
+            f"but has {len(state)}",
         )
-    if record.feature_names and tuple(record.feature_names) != feature_names:
+    if record.feature_names and record.feature_names[:] != list(feature_names):
         return Rejection(
             "out_of_range", f"DecisionRecord.feature_names do not match {surface} state features"
         )
-    if len(record.action) != action_size:
+    if len(action) != action_size:
         return Rejection(
             "out_of_range",
             f"DecisionRecord.action of a {surface} decision should have {action_size} values, "
-            f"but has {len(record.action)}",
+            f"but has {len(action)}",
         )
-    if record.surface == contracts.SURFACES["live_allocation"] and record.action[0] not in (0.0, 1.0):
+    if record.surface == contracts.SURFACES["live_allocation"] and action[0] not in (0.0, 1.0):
         return Rejection(
             "out_of_range",
-            f"DecisionRecord.action of an allocation should be 0 or 1, but is {record.action[0]}",
+            f"DecisionRecord.action of an allocation should be 0 or 1, but is {action[0]}",
         )
     if record.user_group >= len(ACTIVITY_GROUPS):
         return Rejection(
@@ -95,8 +97,8 @@ def check_decision(record: contracts.DecisionRecord) -> Rejection | None:
             f"DecisionRecord.user_group should be below {len(ACTIVITY_GROUPS)}, but is {record.user_group}",
         )
     for values, field in (
-        (record.state, "state"),
-        (record.action, "action"),
+        (state, "state"),
+        (action, "action"),
         ([record.log_propensity], "log_propensity"),
     ):
         if problem := _finite(values, field):
@@ -126,6 +128,8 @@ def check_feedback(event: contracts.FeedbackEvent) -> Rejection | None:
         return Rejection(
             "out_of_range", f"FeedbackEvent.signals.gift_value should be >= 0, but is {s.gift_value}"
         )
+    if max(s.click, s.like, s.follow, s.comment, s.share, s.hate) <= 1:  # the common case, read once
+        return None
     for name in _COUNTERS:
         if getattr(s, name) > 1:
             return Rejection(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipelines.episodes import SURFACE_SIGNALS
-from pipelines.transition_io import parquet_schema, shard_of, to_example, to_parquet_row
+from pipelines.transition_io import parquet_schema, parquet_table, parquet_values, shard_of, to_example
 from recsys_rl import contracts, signals
 
 
@@ -56,10 +56,17 @@ def test_example_bytes_are_deterministic():
     assert to_example(_row()) == to_example(dict(reversed(list(_row().items()))))
 
 
-def test_parquet_rows_name_each_reward():
-    row = to_parquet_row(_row("live_allocation") | {"reward": [30.0, 2.0, 7.5]})
-    assert {f"reward_{s}" for s in signals.LIVE_SIGNALS} <= set(row)
-    assert set(parquet_schema("live_allocation").names) == set(row)
+def test_parquet_rows_name_each_reward_and_keep_every_value():
+    live = _row("live_allocation") | {"reward": [30.0, 2.0, 7.5]}
+    rows = [live, live | {"state": []}]
+    table = parquet_table("live_allocation", [parquet_values(row) for row in rows])
+    assert table.schema == parquet_schema("live_allocation")
+    assert {f"reward_{s}" for s in signals.LIVE_SIGNALS} <= set(table.column_names)
+    first = table.to_pylist()[0]
+    assert [first[f"reward_{s}"] for s in signals.LIVE_SIGNALS] == [30.0, 2.0, 7.5]
+    assert first["state"] == [0.5, -1.0] and first["done"] == 1 and first["step"] == 3
+    assert table.column("state").to_pylist()[1] == [] and table.num_rows == 2
+    assert parquet_table("feed", []).num_rows == 0
 
 
 def test_shards_are_stable_and_in_range():
