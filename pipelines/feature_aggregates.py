@@ -215,7 +215,6 @@ _AGGREGATIONS = (
     _Aggregation(AUTHOR_STATS, _author_features),
 )
 _BY_TABLE = {agg.table.name: agg for agg in _AGGREGATIONS}
-_TABLE_INDEX = {table.name: i for i, table in enumerate(FEATURE_TABLES)}
 
 
 def _add_into(day_sums: list, sums: Sequence[int], latest: tuple[int, int] | None) -> None:
@@ -307,7 +306,7 @@ def _table_of(rows: list[dict[str, Any]], table: FeatureTable, day: int) -> pa.T
 
 
 def _file_of(element, num_shards: int) -> tuple[str, pa.Table]:
-    """One file's partial sums (from any number of bundles) -> its name and its rows, sorted by entity."""
+    """One file's partial sums (from any number of bundles) -> its path and its rows, sorted by entity."""
     (table, day, shard), parts = element
     by_entity: dict[str, list] = {}
     for part in parts:
@@ -325,44 +324,52 @@ def _file_of(element, num_shards: int) -> tuple[str, pa.Table]:
         for entity_id, (sums, latest) in sorted(by_entity.items())
     ]
     Metrics.counter("feature_aggregates", f"rows_{table}").inc(len(rows))
-    return file_name(day, shard, num_shards), _table_of(rows, agg.table, day)
+    return f"{table}/{file_name(day, shard, num_shards)}", _table_of(rows, agg.table, day)
+
+
+class FeatureAggregateFiles(beam.PTransform):
+    """View facts -> per-day user, item and author aggregates as ("<table>/<file name>", Arrow table).
+
+    With ``batched``, elements are lists of view facts (a user's, say) rather than single facts.
+    ``num_shards`` files per table and day bound the rows one worker sorts; keep it fixed for an
+    offline root, since it is part of the file names.
+    """
+
+    def __init__(self, *, num_shards: int = 1, batched: bool = False) -> None:
+        super().__init__()
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+            raise ValueError(f"num_shards should be a whole number >= 1, but is {num_shards!r}")
+        self._num_shards = num_shards
+        self._batched = batched
+
+    def expand(self, facts):
+        if not self._batched:
+            facts = facts | "AsLists" >> beam.Map(lambda fact: [fact])
+        return (
+            facts
+            | "SumInBundle" >> beam.ParDo(_SumInBundle(self._num_shards))
+            | "GroupByFile" >> beam.GroupByKey()
+            | "ToTable" >> beam.Map(_file_of, self._num_shards)
+        )
 
 
 class WriteFeatureAggregates(beam.PTransform):
-    """View facts -> per-day user, item and author aggregates as Parquet under ``offline_root/<table>/``.
+    """View facts -> `FeatureAggregateFiles` written under ``offline_root`` (``<table>/<file>``).
 
-    With ``batched``, elements are lists of view facts (a user's, say) rather than single facts.
-
-    Returns the paths of the files written. ``num_shards`` files per table and day bound the rows one
-    worker sorts; keep it fixed for an offline root, since it is part of the file names. Temporary files
-    go under ``offline_root/.beam-temp`` (Parquet readers skip it: it starts with a dot).
+    Returns the paths of the files written. Temporary files go under ``offline_root/.beam-temp``
+    (Parquet readers skip it: it starts with a dot).
     """
 
     def __init__(self, offline_root: str, *, num_shards: int = 1, batched: bool = False) -> None:
         super().__init__()
         if not offline_root:
             raise ValueError("offline_root should be a directory, but is empty")
-        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-            raise ValueError(f"num_shards should be a whole number >= 1, but is {num_shards!r}")
         self._root = offline_root.rstrip("/")
-        self._num_shards = num_shards
-        self._batched = batched
+        self._files = FeatureAggregateFiles(num_shards=num_shards, batched=batched)
 
     def expand(self, facts):
-        n = self._num_shards
-        if not self._batched:
-            facts = facts | "AsLists" >> beam.Map(lambda fact: [fact])
-        by_table = (
+        return (
             facts
-            | "SumInBundle" >> beam.ParDo(_SumInBundle(n))
-            | "GroupByFile" >> beam.GroupByKey()
-            | "ByTable" >> beam.Partition(lambda element, _: _TABLE_INDEX[element[0][0]], len(FEATURE_TABLES))
+            | "Aggregate" >> self._files
+            | "Write" >> WriteWholeFiles(self._root, f"{self._root}/.beam-temp")
         )
-        written = [
-            by_table[i]
-            | f"ToTable_{table.name}" >> beam.Map(_file_of, n)
-            | f"Write_{table.name}"
-            >> WriteWholeFiles(f"{self._root}/{table.name}", f"{self._root}/.beam-temp/{table.name}")
-            for i, table in enumerate(FEATURE_TABLES)
-        ]
-        return written | "AllWritten" >> beam.Flatten()

@@ -8,6 +8,7 @@ tables, dead letters, accounting) is instead grouped and sorted first and handed
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.value_provider import StaticValueProvider
 
@@ -78,14 +80,32 @@ def _sink_for(file_name: str) -> fileio.FileSink:
     raise ValueError(f"no sink for output file {file_name!r}; known suffixes are {sorted(SINKS)}")
 
 
-def _exact_name(window, pane, shard_index: int, total_shards: int, compression, destination: str) -> str:
-    if total_shards != 1:  # two temp files would overwrite each other under one name: refuse to lose one
-        raise RuntimeError(f"expected one file for {destination}, but the writer produced {total_shards}")
-    return destination
+class _ExactNaming:
+    """WriteToFiles' file naming: the element's name itself, a path relative to the output directory.
+
+    WriteToFiles creates only the output directory before it moves each temporary file into place, and
+    a move into a missing subdirectory fails quietly; so the subdirectory is made here, through Beam's
+    file systems, just before that move.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def __call__(self, window, pane, shard: int, total_shards: int, compression, destination: str) -> str:
+        if total_shards != 1:  # two temp files would overwrite each other under one name: refuse to lose one
+            raise RuntimeError(f"expected one file for {destination}, but the writer produced {total_shards}")
+        parent = FileSystems.split(FileSystems.join(self._directory, destination))[0]
+        if "/" in destination and not FileSystems.exists(parent):
+            with contextlib.suppress(OSError):  # made meanwhile by the move of another file
+                FileSystems.mkdirs(parent)
+        return destination
 
 
 class WriteWholeFiles(beam.PTransform):
-    """(file name, payload) elements, one per file -> those files in ``directory``; returns their paths."""
+    """(file name, payload) elements, one per file -> those files in ``directory``; returns their paths.
+
+    A name may hold "/": the file goes into that subdirectory, so one writer serves a whole dataset.
+    """
 
     def __init__(self, directory: str, temp_directory: str) -> None:
         super().__init__()
@@ -100,7 +120,7 @@ class WriteWholeFiles(beam.PTransform):
                 path=self._directory,
                 destination=lambda element: element[0],
                 sink=_sink_for,
-                file_naming=_exact_name,
+                file_naming=_ExactNaming(self._directory),
                 # WriteToFiles calls .get() on a given temp directory: a plain str fails in the workers
                 temp_directory=StaticValueProvider(str, self._temp_directory),
                 shards=1,
