@@ -53,7 +53,7 @@ def demo_gate() -> GateConfig:
         default_tolerance=0.25,
         tolerances={"like": 0.6, "follow": 1.0, "comment": 1.0, "share": 1.0, "hate": 1.0},
         min_ess=100.0,
-        max_weight_share=0.05,
+        max_weight_share=0.1,
     )
 
 
@@ -64,9 +64,9 @@ class DemoError(OperationalError):
 @dataclass(frozen=True)
 class DemoConfig:
     out: str = "demo-output"  # everything the demo writes; an earlier demo's output there is replaced
-    users: int = 2_000  # simulated users
+    users: int = 1_500  # simulated users
     seed: int = 0
-    train_steps: int = 1_000
+    train_steps: int = 800
     feature_repo: str = "features"  # the project's Feast repo
     bootstrap_servers: str | None = None  # an existing Kafka cluster; None: start the embedded broker
     broker: str = "embedded"  # broker to start when no servers are given: embedded | local-kafka

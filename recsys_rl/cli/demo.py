@@ -25,9 +25,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="output directory (default demo-output; a previous demo there is replaced)",
     )
-    p.add_argument("--users", type=positive_int, help="simulated users (default 2000)")
+    p.add_argument("--users", type=positive_int, help="simulated users (default 1500)")
     p.add_argument("--seed", type=non_negative_int, help="seed of the world and its traffic (default 0)")
-    p.add_argument("--train-steps", type=positive_int, help="training steps per pipeline run (default 1000)")
+    p.add_argument("--train-steps", type=positive_int, help="training steps per pipeline run (default 800)")
     add_bootstrap_option(p, "Kafka cluster to use instead of the embedded broker")
     p.set_defaults(handler=run)
 
