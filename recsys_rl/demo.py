@@ -209,11 +209,15 @@ def _write_pipeline_config(
             "state_dir": str(out / "feast"),
             "end_date": _day_end_iso(day),
         },
+        # One day of logs supports only a small step away from the logging policy: a heavier behaviour
+        # prior than the default keeps the candidate where the logs can judge it (enough effective
+        # sample size for the gate).
         "train": {
             "steps": config.train_steps,
             "seed": config.seed,
             "checkpoint_every": 500,
             "log_every": 100,
+            "agent": {"behaviour_lambda": 0.5},
         },
         "gate": dataclasses.asdict(config.gate),
         "promotion": {"canary_fraction": 0.5},
