@@ -113,11 +113,17 @@ _REWARD_FIELDS = {
 }
 
 
-def decode_event(kind: int, ref: RecordRef) -> tuple[str, Decision | Feedback] | Rejection:
-    """A record's (user id, event), or the reason it cannot be used: parsed once, validated, trimmed.
+EVENT_TYPES: dict[int, type[Decision] | type[Feedback]] = {DECISION: Decision, FEEDBACK: Feedback}
 
-    Events travel to the per-user builder through a shuffle, so they carry only what it needs; the
-    original bytes ride along only where a dead letter may still need them (feedback).
+
+def decode_event(kind: int, ref: RecordRef) -> tuple[str, tuple] | Rejection:
+    """A record's (user id, event fields), or the reason it cannot be used: parsed once, validated, trimmed.
+
+    The fields are those of `Decision` or `Feedback` (``EVENT_TYPES[kind]._make`` makes the event), as
+    a plain tuple: that is what crosses the shuffle to the per-user builder (Beam would pickle a
+    NamedTuple), and a NamedTuple of twenty fields costs microseconds more to build. Events carry only
+    what the builder needs; the original bytes ride along only where a dead letter may still need
+    them (feedback).
     """
     topic, partition, offset, timestamp_ms, key, value = ref
     try:
@@ -138,7 +144,7 @@ def decode_event(kind: int, ref: RecordRef) -> tuple[str, Decision | Feedback] |
             names = record.prediction_names[:]
             if _DISPLACED in names:
                 displaced = float(record.candidates[0].predictions[names.index(_DISPLACED)])
-        return record.user_id, Decision(
+        return record.user_id, (  # Decision
             topic,
             partition,
             offset,
@@ -153,7 +159,7 @@ def decode_event(kind: int, ref: RecordRef) -> tuple[str, Decision | Feedback] |
             displaced,
         )
     s = event.signals
-    return event.user_id, Feedback(
+    return event.user_id, (  # Feedback
         topic,
         partition,
         offset,

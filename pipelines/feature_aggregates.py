@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
@@ -139,8 +141,19 @@ AUTHOR_STATS = FeatureTable(
 FEATURE_TABLES: tuple[FeatureTable, ...] = (USER_ENGAGEMENT, ITEM_STATS, AUTHOR_STATS)
 
 
-def _exact(value: float) -> int:
-    return round(value * _ONE)
+def _exact(values: list[float]) -> np.ndarray:
+    """``round(value * _ONE)`` of each value as int64: the same IEEE product, rounded half to even.
+
+    Exact below 2**53 micro-units (about nine billion seconds); the pipeline validates signals far
+    below that, and sums stay in int64 for hundreds of millions of views per entity and day.
+    """
+    array = np.asarray(values)
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64) * _ONE
+    scaled = array.astype(np.float64) * _ONE
+    if not np.all(np.abs(scaled) < 2.0**53):
+        raise ValueError(f"view fact signals should be below {2**53 / _ONE:g}, but hold {values!r}")
+    return np.rint(scaled).astype(np.int64)
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:
@@ -151,22 +164,36 @@ def _count(exact: int) -> int:
     return exact // _ONE
 
 
-def _fact_increments(f: Mapping[str, Any]) -> tuple[tuple[int, ...], ...]:
-    """The exact increments (all scaled by _ONE) one view fact adds to its user's, item's and author's day.
+def _increments(facts: list[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact increments (all scaled by _ONE) each view fact adds to its user's, item's and author's day.
 
+    One row per fact, one column per sum of the table (in the order its features function unpacks).
     The user view follows the simulator's history (recsys_rl.sim.history): feed engagement is measured
-    on short-video views, live engagement on live views. One function for the three tables, so each
-    signal is scaled once per fact.
+    on short-video views, live engagement on live views.
     """
-    click, like, follow, hate = _exact(f["click"]), _exact(f["like"]), _exact(f["follow"]), _exact(f["hate"])
-    watch, live_watch = _exact(f["watch_time_s"]), _exact(f["live_watch_s"])
-    if f["item_type"] == "live":
-        user = (0, 0, 0, 0, 0, 0, _ONE, live_watch)
-    else:
-        interactions = like + follow + _exact(f["comment"]) + _exact(f["share"])
-        user = (_ONE, click, like, watch, interactions, hate, 0, 0)
-    item = (_ONE, click, watch + live_watch, like, hate)  # the contract zeroes one of the two watches
-    return user, item, (_ONE, follow)
+    signal = {name: _exact([f[name] for f in facts]) for name in _USED_SIGNALS}
+    live = np.array([f["item_type"] == "live" for f in facts], dtype=bool)
+    video = ~live
+    one = np.full(len(facts), _ONE, dtype=np.int64)
+    interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
+    user = np.stack(
+        [
+            *(column * video for column in (one, signal["click"], signal["like"], signal["watch_time_s"])),
+            interactions * video,
+            signal["hate"] * video,
+            one * live,
+            signal["live_watch_s"] * live,
+        ],
+        axis=1,
+    )
+    # the contract zeroes one of the two watches
+    item_watch = signal["watch_time_s"] + signal["live_watch_s"]
+    item = np.stack([one, signal["click"], item_watch, signal["like"], signal["hate"]], axis=1)
+    author = np.stack([one, signal["follow"]], axis=1)
+    return user, item, author
+
+
+_USED_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
 
 
 # The feature values of a day's sums, per table (the sums in _fact_increments' order).
@@ -238,7 +265,8 @@ class _SumInBundle(beam.DoFn):
     and ((table, day, shard), None) for every shard of every table and day the bundle saw, so that
     every shard of a day with data gets its file. Summing before the shuffle makes one element per
     entity and day of the bundle out of three per view, and keying by file lets one shuffle both
-    finish the sums and gather each file's rows.
+    finish the sums and gather each file's rows. The facts are kept until the bundle ends and summed
+    column-wise there: a Python loop over every view and table cost ~7 us a view.
     """
 
     def __init__(self, num_shards: int) -> None:
@@ -248,37 +276,43 @@ class _SumInBundle(beam.DoFn):
         self._facts = Metrics.counter("feature_aggregates", "view_facts")
 
     def start_bundle(self) -> None:
-        self._partial: dict[tuple, list] = {}
+        self._pending: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
 
     def process(self, facts: list[Mapping[str, Any]], window=beam.DoFn.WindowParam) -> None:
-        partial = self._partial
-        for fact in facts:
-            day = _day_of(fact["event_time_ms"])
-            latest = (fact["event_time_ms"], fact["user_group"])
-            for agg, increments in zip(_AGGREGATIONS, _fact_increments(fact), strict=True):
-                key = (window, agg.table.name, day, fact[agg.table.join_key])
-                day_sums = partial.get(key)
-                if day_sums is None:
-                    partial[key] = [list(increments), latest if agg.tracks_group else None]
-                else:
-                    _add_into(day_sums, increments, latest if agg.tracks_group else None)
+        self._pending[window].extend(facts)
         self._facts.inc(len(facts))
 
     def finish_bundle(self):
-        n = self._num_shards
-        table_days = set()
-        for (window, table, day, entity_id), (sums, latest) in self._partial.items():
-            table_days.add((window, table, day))
-            file_key = (table, day, shard_of(entity_id, n))
-            yield WindowedValue((file_key, (entity_id, sums, latest)), window.max_timestamp(), [window])
-        for window, table, day in table_days:
-            for shard in range(n):
-                yield WindowedValue(((table, day, shard), None), window.max_timestamp(), [window])
-        self._partial = {}
+        for window, facts in self._pending.items():
+            for element in _partial_sums(facts, self._num_shards):
+                yield WindowedValue(element, window.max_timestamp(), [window])
+        self._pending = defaultdict(list)
 
 
-def _day_of(event_time_ms: int) -> int:
-    return event_time_ms // _DAY_MS
+def _partial_sums(facts: list[Mapping[str, Any]], num_shards: int):
+    times = np.array([f["event_time_ms"] for f in facts], dtype=np.int64)
+    days = (times // _DAY_MS).tolist()
+    groups = np.array([f["user_group"] for f in facts], dtype=np.int64)
+    for agg, increments in zip(_AGGREGATIONS, _increments(facts), strict=True):
+        table = agg.table
+        keys = list(zip([f[table.join_key] for f in facts], days, strict=True))
+        index = dict.fromkeys(keys)  # (entity, day) -> its number, in order of first view
+        for number, key in enumerate(index):
+            index[key] = number
+        codes = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+        sums = np.zeros((len(index), increments.shape[1]), dtype=np.int64)
+        np.add.at(sums, codes, increments)
+        latest: list[tuple[int, int] | None] = [None] * len(index)
+        if agg.tracks_group:
+            # the latest view of each (entity, day): the last of its run when sorted by code, time, group
+            order = np.lexsort((groups, times, codes))
+            last = order[np.flatnonzero(np.diff(codes[order], append=-1))]
+            latest = list(zip(times[last].tolist(), groups[last].tolist(), strict=True))
+        for (entity_id, day), day_sums, day_latest in zip(index, sums.tolist(), latest, strict=True):
+            yield (table.name, day, shard_of(entity_id, num_shards)), (entity_id, day_sums, day_latest)
+        for day in sorted(set(days)):
+            for shard in range(num_shards):
+                yield (table.name, day, shard), None
 
 
 def day_end(day: int) -> dt.datetime:

@@ -22,10 +22,9 @@ from apache_beam.pvalue import TaggedOutput
 from pipelines.dataset import ACCOUNTING_FILE, DEAD_LETTER_FILE, FEATURES_DIR
 from pipelines.episodes import (
     DECISION,
+    EVENT_TYPES,
     FEEDBACK,
-    Decision,
     EpisodeConfig,
-    Feedback,
     build_user_episodes,
     dead_letter,
     decode_event,
@@ -39,7 +38,6 @@ from pipelines.whole_files import WriteWholeFiles
 DEAD_LETTERS = "dead_letters"
 VIEW_FACTS = "view_facts"
 FATES = "fates"
-_EVENT_TYPES = {DECISION: Decision, FEEDBACK: Feedback}
 
 
 class DecodeEvents(beam.DoFn):
@@ -71,8 +69,8 @@ class DecodeEvents(beam.DoFn):
                 rejected[decoded.reason] += 1
                 yield TaggedOutput(DEAD_LETTERS, dead_letter(ref, decoded.reason, decoded.detail))
             else:
-                user_id, event = decoded
-                by_user[user_id].append(tuple(event))
+                user_id, fields = decoded
+                by_user[user_id].append(fields)
         for user_id, events in by_user.items():
             yield user_id, (kind, events)
         for reason, count in rejected.items():
@@ -91,7 +89,7 @@ class BuildEpisodes(beam.DoFn):
 
     def process(self, element):
         user_id, groups = element
-        events = [_EVENT_TYPES[kind]._make(event) for kind, group in groups for event in group]
+        events = [EVENT_TYPES[kind]._make(event) for kind, group in groups for event in group]
         built = build_user_episodes(user_id, events, self._config)
         if built.transitions:
             yield built.transitions

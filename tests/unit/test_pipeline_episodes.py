@@ -6,7 +6,14 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from pipelines.episodes import DECISION, FEEDBACK, EpisodeConfig, build_user_episodes, decode_event
+from pipelines.episodes import (
+    DECISION,
+    EVENT_TYPES,
+    FEEDBACK,
+    EpisodeConfig,
+    build_user_episodes,
+    decode_event,
+)
 from pipelines.feature_aggregates import FACT_FIELDS, ITEM_TYPES
 from recsys_rl import contracts, signals
 from recsys_rl.sim.events import EventIds
@@ -32,9 +39,10 @@ def simulated():
 
 def build(user: str, refs, config: EpisodeConfig):
     """build_user_episodes on Kafka records given as (kind, topic, partition, offset, ts, key, value)."""
-    decoded = [decode_event(kind, ref) for kind, *ref in refs]
-    assert all(user_id == user for user_id, _ in decoded)
-    return build_user_episodes(user, [event for _, event in decoded], config)
+    decoded = [(kind, decode_event(kind, ref)) for kind, *ref in refs]
+    assert all(user_id == user for _, (user_id, _) in decoded)
+    events = [EVENT_TYPES[kind]._make(fields) for kind, (_, fields) in decoded]
+    return build_user_episodes(user, events, config)
 
 
 def _build(by_user, config: EpisodeConfig | None = None):

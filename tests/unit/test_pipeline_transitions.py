@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.episodes import DECISION, EpisodeConfig, build_user_episodes, decode_event
+from pipelines.episodes import DECISION, EVENT_TYPES, EpisodeConfig, build_user_episodes, decode_event
 from pipelines.episodes import FEEDBACK as FEEDBACK_KIND
 from pipelines.kafka_source import KafkaBatch, KafkaRecord
 from pipelines.transition_io import ShardTransitions
@@ -149,8 +149,9 @@ def _transitions(records):
     """The rows KafkaToTransitions emits, built without Beam so the writer is tested on its own."""
     by_user = defaultdict(list)
     for r in records:
-        user_id, event = decode_event(DECISION if r.topic == DECISIONS else FEEDBACK_KIND, r)
-        by_user[user_id].append(event)
+        kind = DECISION if r.topic == DECISIONS else FEEDBACK_KIND
+        user_id, fields = decode_event(kind, r)
+        by_user[user_id].append(EVENT_TYPES[kind]._make(fields))
     return [
         row
         for user, events in by_user.items()
