@@ -27,6 +27,7 @@ from serving.policies import Decider, request_seed
 from serving.routing import PolicyHolder
 from serving.state import event_time_ms, feed_state, live_state, user_group
 from serving.validation import InvalidRequest, validate_allocate, validate_rank
+from serving.wire import record_candidates
 
 #: Time kept back from the client's deadline for inference and the answer, when budgeting the lookup.
 _DEADLINE_RESERVE_S = 0.002
@@ -66,9 +67,14 @@ class Handlers:
         self._log = log
         self._metrics = metrics
         self._is_ready = is_ready
+        # labelled metric children, looked up once each (prometheus' labels() takes a lock per call)
+        self._decision_counts = _Children(metrics.decisions)
 
     def instrumented(self, method: str, handle: Callable) -> Callable:
         """``handle`` with latency and status metrics, and errors mapped to gRPC status codes."""
+
+        latency = self._metrics.latency.labels(method)
+        counts = _Children(self._metrics.requests)
 
         def rpc(request, context: grpc.ServicerContext):
             started = time.perf_counter()
@@ -87,8 +93,8 @@ class Handlers:
                 _logger.exception("rpc_failed", extra={"kv": {"method": method}})
                 context.abort(code, "internal error; the server log has the details")
             finally:
-                self._metrics.requests.labels(method, code.name).inc()
-                self._metrics.latency.labels(method).observe(time.perf_counter() - started)
+                counts.get(method, code.name).inc()
+                latency.observe(time.perf_counter() - started)
 
         return rpc
 
@@ -142,10 +148,12 @@ class Handlers:
             session_id=request.context.session_id,
         )
 
-    def _emit(self, surface: str, record: contracts.DecisionRecord, arm: str) -> None:
+    def _emit(
+        self, surface: str, record: contracts.DecisionRecord, arm: str, candidates: bytes = b""
+    ) -> None:
         topic = self._config.shadow_topic if arm == "shadow" else self._config.decisions_topic
-        self._log.submit(topic, record)
-        self._metrics.decisions.labels(surface, arm).inc()
+        self._log.submit(topic, record, candidates)
+        self._decision_counts.get(surface, arm).inc()
 
     def _decide(self, surface: str, user_id: str, state: np.ndarray, seed: tuple[int, int]):
         """The served decision and, when a shadow is routed, the shadow's decision on the same state."""
@@ -162,27 +170,28 @@ class Handlers:
     # --- RankingService --------------------------------------------------------------------------------
 
     def rank(self, request: contracts.RankRequest, context: grpc.ServicerContext) -> contracts.RankResponse:
-        predictions = validate_rank(
+        candidates = validate_rank(
             request, max_candidates=self._config.max_candidates, max_page_size=self._config.max_page_size
         )
         state, missing, time_ms = self._state(request, context)
         served, shadow = self._decide("feed", request.user_id, state, request_seed(request.request_id))
-        scores, order = _ranking(predictions, served.action, request.page_size)
+        scores, order = _ranking(candidates.predictions, served.action, request.page_size)
         self._still_wanted(context)
+        # the candidates go into the record as they came, encoded once for the served and shadow records
+        logged_candidates = record_candidates(candidates.encoded)
+        item_ids = [candidates.item_ids[j] for j in order]
         record = self._record(request, "feed", state, missing, time_ms, served)
-        record.candidates.extend(request.candidates)
-        record.served_item_ids.extend(request.candidates[j].item_id for j in order)
-        self._emit("feed", record, served.arm)
+        record.served_item_ids.extend(item_ids)
+        self._emit("feed", record, served.arm, logged_candidates)
         if shadow is not None:
             shadow_record = self._record(request, "feed", state, missing, time_ms, shadow)
-            shadow_record.candidates.extend(request.candidates)
-            _, shadow_order = _ranking(predictions, shadow.action, request.page_size)
-            shadow_record.served_item_ids.extend(request.candidates[j].item_id for j in shadow_order)
-            self._emit("feed", shadow_record, "shadow")
+            _, shadow_order = _ranking(candidates.predictions, shadow.action, request.page_size)
+            shadow_record.served_item_ids.extend(candidates.item_ids[j] for j in shadow_order)
+            self._emit("feed", shadow_record, "shadow", logged_candidates)
         return contracts.RankResponse(
             schema_version=contracts.SERVING_SCHEMA_VERSION,
             request_id=request.request_id,
-            item_ids=[request.candidates[j].item_id for j in order],
+            item_ids=item_ids,
             scores=scores[order].tolist(),
             action=served.action.tolist(),
             log_propensity=served.log_propensity,
@@ -240,6 +249,20 @@ class Handlers:
                 )
             )
         return contracts.serving_pb2.ReloadResponse(surfaces=statuses)
+
+
+class _Children:
+    """The children of a labelled metric, each looked up once."""
+
+    def __init__(self, metric) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], object] = {}
+
+    def get(self, *labels: str):
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._metric.labels(*labels)
+        return child
 
 
 def _still_in_time(context: grpc.ServicerContext) -> None:

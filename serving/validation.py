@@ -7,14 +7,15 @@ message points the caller at the exact field (``candidates[3].predictions[2]``) 
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from recsys_rl import contracts, signals
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from serving import wire
 
 MAX_ID_LENGTH = 128
 MAX_PAGE_INDEX = 10_000
@@ -95,8 +96,19 @@ def _check_common(request: contracts.RankRequest | contracts.AllocateRequest) ->
     _check_context(request.context)
 
 
-def validate_rank(request: contracts.RankRequest, *, max_candidates: int, max_page_size: int) -> np.ndarray:
-    """The candidates' predictions (C, K); InvalidRequest for the first field that cannot be ranked."""
+@dataclass(frozen=True)
+class RankCandidates:
+    """A valid Rank request's candidates, in the forms the server uses."""
+
+    encoded: list[bytes]  # each candidate's encoding, copied into the decision record as it came
+    item_ids: list[str]
+    predictions: np.ndarray  # (candidates, prediction names)
+
+
+def validate_rank(
+    request: contracts.RankRequest, *, max_candidates: int, max_page_size: int
+) -> RankCandidates:
+    """The request's candidates; InvalidRequest for the first field that cannot be ranked."""
     _check_common(request)
     _check_prediction_names(request.prediction_names, FEED_ACTION_NAMES)
     if not 1 <= request.page_size <= max_page_size:
@@ -107,35 +119,34 @@ def validate_rank(request: contracts.RankRequest, *, max_candidates: int, max_pa
         raise InvalidRequest(
             "candidates", f"should have at most {max_candidates} entries, but has {len(request.candidates)}"
         )
-    return candidate_predictions(request.candidates, len(FEED_ACTION_NAMES))
+    return rank_candidates(request, len(FEED_ACTION_NAMES))
 
 
-def candidate_predictions(candidates, width: int) -> np.ndarray:
-    """The (candidates, width) prediction matrix, after checking every candidate.
+def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidates:
+    """The candidates of ``request``, after checking every one (``width`` predictions each).
 
-    The common case (everything valid) is checked in bulk, which is what keeps 200 candidates cheap;
-    only a request that fails it is walked candidate by candidate to name the first bad field.
+    The common case (everything valid, encoded as protobuf encoders do) is read and checked in bulk
+    from the encoded bytes (serving.wire), which is what keeps 200 candidates cheap; any other request
+    is walked candidate by candidate, to name the first bad field or to accept an unusual encoding.
     """
-    item_ids = [c.item_id for c in candidates]
+    encoded = wire.encoded_candidates(request)
+    columns = wire.candidate_columns(encoded, width)
     if (
-        all(0 < len(item) <= MAX_ID_LENGTH for item in item_ids)
-        and len(set(item_ids)) == len(item_ids)
-        and all(len(c.predictions) == width for c in candidates)
+        columns is not None
+        and "" not in columns.item_ids
+        and max(map(len, columns.item_ids)) <= MAX_ID_LENGTH
+        and len(set(columns.item_ids)) == len(encoded)
+        and np.all(np.isfinite(columns.predictions) & (columns.predictions >= 0))
     ):
-        values = np.fromiter(
-            itertools.chain.from_iterable(c.predictions for c in candidates),
-            np.float64,
-            count=len(item_ids) * width,
-        ).reshape(len(item_ids), width)
-        if np.all(np.isfinite(values) & (values >= 0)):
-            return values
+        return RankCandidates(encoded, columns.item_ids, columns.predictions)
     seen: set[str] = set()
-    for j, candidate in enumerate(candidates):
+    for j, candidate in enumerate(request.candidates):
         _check_candidate(f"candidates[{j}]", candidate, width)
         if candidate.item_id in seen:
             raise InvalidRequest(f"candidates[{j}].item_id", f"repeats {candidate.item_id!r}")
         seen.add(candidate.item_id)
-    raise AssertionError("the bulk check and the per-candidate checks disagree")  # unreachable
+    predictions = np.array([list(c.predictions) for c in request.candidates], np.float64)
+    return RankCandidates(encoded, [c.item_id for c in request.candidates], predictions.reshape(-1, width))
 
 
 def validate_allocate(request: contracts.AllocateRequest) -> None:
