@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -164,17 +163,18 @@ def _count(exact: int) -> int:
     return exact // _ONE
 
 
-def _increments(facts: list[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _increments(columns: Mapping[str, list]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The exact increments (all scaled by _ONE) each view fact adds to its user's, item's and author's day.
 
-    One row per fact, one column per sum of the table (in the order its features function unpacks).
-    The user view follows the simulator's history (recsys_rl.sim.history): feed engagement is measured
-    on short-video views, live engagement on live views.
+    ``columns`` holds the facts field by field. One row per fact, one column per sum of the table (in
+    the order its features function unpacks). The user view follows the simulator's history
+    (recsys_rl.sim.history): feed engagement is measured on short-video views, live engagement on
+    live views.
     """
-    signal = {name: _exact([f[name] for f in facts]) for name in _USED_SIGNALS}
-    live = np.array([f["item_type"] == "live" for f in facts], dtype=bool)
+    signal = {name: _exact(columns[name]) for name in _USED_SIGNALS}
+    live = np.array([item_type == "live" for item_type in columns["item_type"]], dtype=bool)
     video = ~live
-    one = np.full(len(facts), _ONE, dtype=np.int64)
+    one = np.full(live.size, _ONE, dtype=np.int64)
     interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
     user = np.stack(
         [
@@ -194,6 +194,7 @@ def _increments(facts: list[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray,
 
 
 _USED_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
+_USED_FIELDS = ("user_id", "item_id", "author_id", "item_type", "event_time_ms", "user_group", *_USED_SIGNALS)
 
 
 # The feature values of a day's sums, per table (the sums in _fact_increments' order).
@@ -265,8 +266,9 @@ class _SumInBundle(beam.DoFn):
     and ((table, day, shard), None) for every shard of every table and day the bundle saw, so that
     every shard of a day with data gets its file. Summing before the shuffle makes one element per
     entity and day of the bundle out of three per view, and keying by file lets one shuffle both
-    finish the sums and gather each file's rows. The facts are kept until the bundle ends and summed
-    column-wise there: a Python loop over every view and table cost ~7 us a view.
+    finish the sums and gather each file's rows. The facts' fields are gathered column by column as
+    they come and summed column-wise when the bundle ends: a Python loop over every view and table
+    cost ~7 us a view.
     """
 
     def __init__(self, num_shards: int) -> None:
@@ -276,26 +278,30 @@ class _SumInBundle(beam.DoFn):
         self._facts = Metrics.counter("feature_aggregates", "view_facts")
 
     def start_bundle(self) -> None:
-        self._pending: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
+        self._columns: dict[Any, dict[str, list]] = {}
 
     def process(self, facts: list[Mapping[str, Any]], window=beam.DoFn.WindowParam) -> None:
-        self._pending[window].extend(facts)
+        columns = self._columns.get(window)
+        if columns is None:
+            columns = self._columns[window] = {name: [] for name in _USED_FIELDS}
+        for name, column in columns.items():
+            column.extend([fact[name] for fact in facts])
         self._facts.inc(len(facts))
 
     def finish_bundle(self):
-        for window, facts in self._pending.items():
-            for element in _partial_sums(facts, self._num_shards):
+        for window, columns in self._columns.items():
+            for element in _partial_sums(columns, self._num_shards):
                 yield WindowedValue(element, window.max_timestamp(), [window])
-        self._pending = defaultdict(list)
+        self._columns = {}
 
 
-def _partial_sums(facts: list[Mapping[str, Any]], num_shards: int):
-    times = np.array([f["event_time_ms"] for f in facts], dtype=np.int64)
+def _partial_sums(columns: Mapping[str, list], num_shards: int):
+    times = np.array(columns["event_time_ms"], dtype=np.int64)
     days = (times // _DAY_MS).tolist()
-    groups = np.array([f["user_group"] for f in facts], dtype=np.int64)
-    for agg, increments in zip(_AGGREGATIONS, _increments(facts), strict=True):
+    groups = np.array(columns["user_group"], dtype=np.int64)
+    for agg, increments in zip(_AGGREGATIONS, _increments(columns), strict=True):
         table = agg.table
-        keys = list(zip([f[table.join_key] for f in facts], days, strict=True))
+        keys = list(zip(columns[table.join_key], days, strict=True))
         index = dict.fromkeys(keys)  # (entity, day) -> its number, in order of first view
         for number, key in enumerate(index):
             index[key] = number

@@ -87,11 +87,12 @@ def _int_entry(name: str, value: int) -> bytes:
     return _entry(name, _INTS, _message(_TAG_1, _varint(value)))
 
 
-# Most int features take few values (step, group, done, counts, -1 for "no next step"), and one
-# policy version or surface name fills many rows: their entries are built once.
-_small_int_entry = functools.lru_cache(maxsize=4096)(_int_entry)
-_repeated_string_entry = functools.lru_cache(maxsize=256)(_string_entry)
-_REPEATED_STRINGS = ("surface", "policy_version")
+# Values repeat from row to row: the int features take few values (step, group, done, counts), a
+# step's time is the previous step's next time, a user's and a session's rows are adjacent, and one
+# policy version or surface fills many rows. Only the request id is new in every row.
+_repeated_int_entry = functools.lru_cache(maxsize=4096)(_int_entry)
+_repeated_string_entry = functools.lru_cache(maxsize=4096)(_string_entry)
+_REPEATED_STRINGS = tuple(name for name in _STRING_FIELDS if name != "request_id")
 
 
 @functools.cache
@@ -127,24 +128,23 @@ def to_example(row: dict) -> bytes:
 
 def _example(row: dict, lists: list[bytes]) -> bytes:
     surface = row["surface"]
-    entries = {
-        name: (_repeated_string_entry if name in _REPEATED_STRINGS else _string_entry)(name, row[name])
-        for name in _STRING_FIELDS
-    }
+    entries = {"request_id": _string_entry("request_id", row["request_id"])}
+    for name in _REPEATED_STRINGS:
+        entries[name] = _repeated_string_entry(name, row[name])
     for name in _INT_FIELDS:
-        value = int(row[name])
-        entries[name] = (_small_int_entry if -1 <= value < 0x80 else _int_entry)(name, value)
+        entries[name] = _repeated_int_entry(name, int(row[name]))
     for name, packed in zip(_FLOAT_LIST_FIELDS, lists, strict=True):
         entries[name] = _float_entry_prefix(name, len(packed) // 4) + packed
     scalars = float32_bytes([row["log_propensity"], *row["reward"]])
-    for i, name in enumerate(_scalar_float_names(surface)):
-        entries[name] = _float_entry_prefix(name, 1) + scalars[4 * i : 4 * i + 4]
+    for i, (name, prefix) in enumerate(_scalar_float_prefixes(surface)):
+        entries[name] = prefix + scalars[4 * i : 4 * i + 4]
     return _message(_TAG_1, b"".join([entries[name] for name in _example_keys(surface)]))
 
 
 @functools.cache
-def _scalar_float_names(surface: str) -> tuple[str, ...]:
-    return ("log_propensity", *(f"reward/{signal}" for signal in SURFACE_SIGNALS[surface]))
+def _scalar_float_prefixes(surface: str) -> tuple[tuple[str, bytes], ...]:
+    names = ("log_propensity", *(f"reward/{signal}" for signal in SURFACE_SIGNALS[surface]))
+    return tuple((name, _float_entry_prefix(name, 1)) for name in names)
 
 
 @functools.cache
