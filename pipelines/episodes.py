@@ -13,6 +13,7 @@ is what lets the pipeline prove ``read = used + dead-lettered + filtered``.
 from __future__ import annotations
 
 import base64
+import operator
 import sys
 from array import array
 from collections import Counter
@@ -108,9 +109,15 @@ class Feedback(NamedTuple):
 _SIGNAL_FIELD_INDEX = {
     name: Feedback._fields.index(field) for name, field in contracts.FEEDBACK_SIGNAL_FIELDS.items()
 }
-_REWARD_FIELDS = {
-    surface: [_SIGNAL_FIELD_INDEX.get(name) for name in names] for surface, names in SURFACE_SIGNALS.items()
-}
+# Per surface: where in the reward vector each signal that feedback reports goes, and those signals'
+# fields of a Feedback, read in one call.
+_REPORTED_SIGNALS = {
+    surface: (
+        [i for i, name in enumerate(names) if name in _SIGNAL_FIELD_INDEX],
+        operator.itemgetter(*[_SIGNAL_FIELD_INDEX[name] for name in names if name in _SIGNAL_FIELD_INDEX], 0),
+    )
+    for surface, names in SURFACE_SIGNALS.items()
+}  # (the trailing field 0 keeps itemgetter returning a tuple, whatever the count; zip drops it)
 
 
 EVENT_TYPES: dict[int, type[Decision] | type[Feedback]] = {DECISION: Decision, FEEDBACK: Feedback}
@@ -249,6 +256,7 @@ def build_user_episodes(
 
     seen_views: set[tuple[str, str, int]] = set()
     window = config.join_window_ms
+    joined = 0
     for event in feedback:
         view = (event.request_id, event.item_id, event.position)
         if view in seen_views:
@@ -271,9 +279,12 @@ def build_user_episodes(
             out.fates["dead_letter:late_feedback"] += 1
             continue
         request.feedback.append(event)
-        request.last_activity_ms = max(request.last_activity_ms, event.event_time_ms)
-        out.fates["used"] += 1
+        if event.event_time_ms > request.last_activity_ms:
+            request.last_activity_ms = event.event_time_ms
+        joined += 1
         out.view_facts.append(_view_fact(user_id, request.decision, event))
+    if joined:
+        out.fates["used"] += joined
 
     for session in _sessions(requests.values(), config.session_gap_ms):
         for surface in SURFACE_SIGNALS:
@@ -302,10 +313,10 @@ def _sessions(requests: Iterable[_Request], gap_ms: int) -> list[list[_Request]]
 def _rewards(request: _Request, surface: str) -> list[float]:
     """Each signal of the surface summed over the request's feedback, in Kafka order (bit-stable sums)."""
     totals = [0.0] * len(SURFACE_SIGNALS[surface])
-    for event in request.feedback:
-        for i, index in enumerate(_REWARD_FIELDS[surface]):
-            if index is not None:
-                totals[i] += event[index]
+    positions, fields = _REPORTED_SIGNALS[surface]
+    columns = zip(*map(fields, request.feedback), strict=True)  # none without feedback
+    for position, values in zip(positions, columns, strict=False):  # drops the trailing field 0
+        totals[position] = float(sum(values))
     if surface == "live_allocation":
         # The short-video time an insertion displaces is counterfactual: no client can report it. The
         # decision logs the upstream prediction of the displaced video's watch time, and that prediction
