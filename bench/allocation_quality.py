@@ -162,9 +162,62 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
             f"{100 * r['constraint_met_share']:.0f}% |"
         )
     lines += ["", "Verdicts (SL-MGAC against the targets of issue 8):", ""]
-    lines += [f"- `{k}`: {v}" for k, v in result["verdicts"].items()]
-    lines += ["", METHOD]
+    lines += [f"- `{k}`: {_rounded(v)}" for k, v in result["verdicts"].items()]
+    lines += ["", "## Findings", "", *findings(table, result), "", METHOD]
     return "\n".join(lines)
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 2)
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _triple(r: dict[str, Any]) -> str:
+    live, rate, usage = r["live_watch_s"], r["allocation_rate"], r["total_usage_s"]
+    return (
+        f"live watch {live['mean']:.1f} ± {live['std']:.1f} s at allocation rate "
+        f"{100 * rate['mean']:.1f}% ± {100 * rate['std']:.1f}, total usage {usage['mean']:.1f} ± "
+        f"{usage['std']:.1f} s"
+    )
+
+
+def findings(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> list[str]:
+    """What the numbers say, paired differences with their standard errors, written from the result."""
+    main = table["sl-mgac"]
+    out = []
+    for ref in ("fixed-rate", "greedy"):
+        pairs = result["sl_mgac_paired"][ref]
+        live = [p["live_watch_s"]["difference"] for p in pairs]
+        usage = [p["total_usage_s"]["difference"] for p in pairs]
+        stderr = max(p["total_usage_s"]["difference_stderr"] or 0.0 for p in pairs)
+        significant = all(
+            u > 2.0 * (p["total_usage_s"]["difference_stderr"] or 0.0)
+            for u, p in zip(usage, pairs, strict=True)
+        )
+        out.append(
+            f"- Against {ref}: live watch {statistics.fmean(live):+.1f} s and total usage "
+            f"{statistics.fmean(usage):+.1f} s per user (paired, mean over seeds; per-seed usage differences "
+            f"{min(usage):+.1f} to {max(usage):+.1f} s, standard error up to {stderr:.1f} s): "
+            + (
+                "ahead on usage on every seed beyond two standard errors."
+                if significant
+                else "on usage, not significantly different on some seed: on par, not ahead."
+            )
+        )
+    out.append(
+        f"- Next-day return: SL-MGAC {100 * main['return_rate']['mean']:.2f}% against greedy "
+        f"{100 * table['greedy']['return_rate']['mean']:.2f}%, fixed-rate "
+        f"{100 * table['fixed-rate']['return_rate']['mean']:.2f}% and behaviour "
+        f"{100 * table['behaviour']['return_rate']['mean']:.2f}%."
+    )
+    for other in ("ac-single-group", "sl-mgac-nosl"):
+        if other in table:
+            row_ = table[other]
+            out.append(f"- {other}: {_triple(row_)}, against SL-MGAC's {_triple(main)}.")
+    return out
 
 
 METHOD = """## What the policies are
