@@ -36,7 +36,7 @@ import tensorflow as tf
 import yaml
 from tf_agents.utils import common
 
-from recsys_rl.agents.algorithms import ALGORITHMS, FEED, surface_of
+from recsys_rl.agents.algorithms import ALL_ALGORITHMS, FEED, surface_of
 from recsys_rl.agents.allocation import AllocationConfig
 from recsys_rl.agents.base import AgentConfig
 from recsys_rl.agents.data import TransitionStatistics, open_dataset, read_transitions, transition_statistics
@@ -77,8 +77,8 @@ class TrainConfig:
     allocation: AllocationConfig = field(default_factory=AllocationConfig)  # live-allocation agents
 
     def __post_init__(self) -> None:
-        if self.algo not in ALGORITHMS:
-            raise ValueError(f"algo should be one of {sorted(ALGORITHMS)}, but is {self.algo!r}")
+        if self.algo not in ALL_ALGORITHMS:
+            raise ValueError(f"algo should be one of {sorted(ALL_ALGORITHMS)}, but is {self.algo!r}")
         for name in ("data", "out"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is required")

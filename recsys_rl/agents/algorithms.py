@@ -9,6 +9,7 @@ from __future__ import annotations
 FEED = "feed"
 LIVE_ALLOCATION = "live_allocation"
 
+#: Feed-ranking algorithms (what feed benchmarks and pipelines iterate over).
 ALGORITHMS: dict[str, str] = {
     "tscac": "Two-Stage Constrained Actor-Critic (closed-form weighted likelihood)",
     "tscac-det": "TSCAC, deterministic variant (Q-maximising actor + BC + closeness to stage one)",
@@ -16,21 +17,21 @@ ALGORITHMS: dict[str, str] = {
     "rcpo": "RCPO with a single critic on the Lagrangian reward",
     "rcpo-mc": "RCPO with the multi-task critic",
     "ac-main": "actor-critic on watch time only",
+}
+
+#: Live-allocation algorithms (DESIGN 3.2).
+ALLOCATION_ALGORITHMS: dict[str, str] = {
     "sl-mgac": "live allocation: Supervised-Learning-enhanced Multi-Group Actor-Critic",
     "sl-mgac-nosl": "live allocation: SL-MGAC without the supervised heads",
     "ac-single-group": "live allocation: SL-MGAC's actor-critic without group routing",
 }
 
-#: The surface of every algorithm that does not rank the feed.
-_SURFACES: dict[str, str] = {
-    "sl-mgac": LIVE_ALLOCATION,
-    "sl-mgac-nosl": LIVE_ALLOCATION,
-    "ac-single-group": LIVE_ALLOCATION,
-}
+#: Everything ``recsys-rl train --algo`` accepts.
+ALL_ALGORITHMS: dict[str, str] = {**ALGORITHMS, **ALLOCATION_ALGORITHMS}
 
 
 def surface_of(algorithm: str) -> str:
     """``feed`` or ``live_allocation``: which decisions the algorithm's policy makes."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
-    return _SURFACES.get(algorithm, FEED)
+    if algorithm not in ALL_ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALL_ALGORITHMS)}")
+    return LIVE_ALLOCATION if algorithm in ALLOCATION_ALGORITHMS else FEED

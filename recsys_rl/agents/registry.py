@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from recsys_rl.agents.algorithms import ALGORITHMS
+from recsys_rl.agents.algorithms import ALL_ALGORITHMS
 from recsys_rl.agents.allocation import VARIANTS, AllocationConfig, SLMGACAgent
 from recsys_rl.agents.base import AgentConfig, FeedAgent
 from recsys_rl.agents.baselines import BehaviourCloningAgent, RCPOAgent
@@ -34,7 +34,7 @@ def build_agent(
         raise ValueError(
             f"{algorithm!r} is a live-allocation algorithm: build it with build_allocation_agent"
         )
-    raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
+    raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALL_ALGORITHMS)}")
 
 
 def build_allocation_agent(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from recsys_rl.agents.algorithms import ALGORITHMS
+from recsys_rl.agents.algorithms import ALL_ALGORITHMS
 from recsys_rl.cli.common import add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
@@ -24,7 +24,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "from --config.",
     )
     add_config_option(p)
-    p.add_argument("--algo", choices=list(ALGORITHMS), help="algorithm (default tscac)")
+    p.add_argument("--algo", choices=list(ALL_ALGORITHMS), help="algorithm (default tscac)")
     p.add_argument("--data", metavar="DATASET", help="transition dataset version directory")
     p.add_argument("--out", metavar="RUN", help="run directory")
     p.add_argument("--steps", type=positive_int, help="training steps (default 3000)")
