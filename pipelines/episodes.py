@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from pipelines.validation import Rejection, check_decision, check_feedback
+from pipelines.validation import Rejection, check_decision_read, check_feedback_read
 from recsys_rl import contracts, signals
 
 DECISION, FEEDBACK = 0, 1
@@ -132,62 +132,59 @@ def decode_event(kind: int, ref: RecordRef) -> tuple[str, tuple] | Rejection:
     what the builder needs; the original bytes ride along only where a dead letter may still need
     them (feedback).
     """
-    topic, partition, offset, timestamp_ms, key, value = ref
     try:
         if kind == DECISION:
-            record = contracts.decode_decision(value)
-            problem = check_decision(record)
-        else:
-            event = contracts.decode_feedback(value)
-            problem = check_feedback(event)
+            return _decision_fields(contracts.decode_decision(ref[5]), *ref[:3])
+        return _feedback_fields(contracts.decode_feedback(ref[5]), ref)
     except contracts.ContractError as err:
         return Rejection(err.reason, err.detail)
-    if problem is not None:
+
+
+def _decision_fields(
+    record: contracts.DecisionRecord, topic: str, partition: int, offset: int
+) -> tuple[str, tuple] | Rejection:
+    state, action = record.state[:], record.action[:]
+    if problem := check_decision_read(record, state, action):
         return problem
-    if kind == DECISION:
-        action = record.action[:]
-        displaced = 0.0
-        if record.surface == _LIVE and action[0] == 1.0 and record.candidates:
-            names = record.prediction_names[:]
-            if _DISPLACED in names:
-                displaced = float(record.candidates[0].predictions[names.index(_DISPLACED)])
-        return record.user_id, (  # Decision
-            topic,
-            partition,
-            offset,
-            record.request_id,
-            record.event_time_ms,
-            contracts.SURFACE_NAMES[record.surface],
-            record.user_group,
-            float32_bytes(record.state[:]),
-            float32_bytes(action),
-            record.log_propensity,
-            record.policy_version,
-            displaced,
-        )
-    s = event.signals
-    return event.user_id, (  # Feedback
+    displaced = 0.0
+    if record.surface == _LIVE and action[0] == 1.0 and record.candidates:
+        names = record.prediction_names[:]
+        if _DISPLACED in names:
+            displaced = float(record.candidates[0].predictions[names.index(_DISPLACED)])
+    return record.user_id, (  # Decision
         topic,
         partition,
         offset,
-        timestamp_ms,
-        key,
-        value,
+        record.request_id,
+        record.event_time_ms,
+        contracts.SURFACE_NAMES[record.surface],
+        record.user_group,
+        float32_bytes(state),
+        float32_bytes(action),
+        record.log_propensity,
+        record.policy_version,
+        displaced,
+    )
+
+
+def _feedback_fields(event: contracts.FeedbackEvent, ref: RecordRef) -> tuple[str, tuple] | Rejection:
+    s = event.signals
+    event_time_ms, watch, live, gift = event.event_time_ms, s.watch_time_s, s.live_watch_s, s.gift_value
+    counters = (s.click, s.like, s.follow, s.comment, s.share, s.hate)
+    if problem := check_feedback_read(event, event_time_ms, watch, live, gift, counters):
+        return problem
+    return event.user_id, (  # Feedback
+        *ref,
         event.request_id,
         event.item_id,
         event.position,
-        event.event_time_ms,
+        event_time_ms,
         event.author_id,
         _ITEM_TYPE_NAMES.get(event.item_type, "video"),
-        s.watch_time_s,
-        s.click,
-        s.like,
-        s.follow,
-        s.comment,
-        s.share,
-        s.hate,
-        s.gift_value,
-        s.live_watch_s,
+        watch,
+        *counters,
+        gift,
+        live,
     )
 
 
