@@ -4,11 +4,18 @@ Baseline, timed in the same run on the same topics: a plain kafka-python loop th
 records (manual assignment, no decoding). The pipeline can be no faster than reading its input, so the
 ratio events_per_s / raw_consume_events_per_s says how much the transition building costs on top.
 
+The default configuration is the embedded one: DirectRunner (Beam's FnApiRunner, in-memory mode, one
+worker) and BuildTransitionsConfig's defaults; Beam flags after the bench's own are passed on (e.g.
+--direct_num_workers=2 --direct_running_mode=multi_processing) and recorded in the result's config.
+The machine's load average is recorded beside the rates: on a shared 2-core machine other work takes
+cores from both the pipeline and the broker it reads, and the ratio to the raw rate holds better.
+
     python bench/pipeline.py --quick --out bench/results/pipeline.json
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     settings = MODES[args.mode]
     started = time.perf_counter()
+    load_before = os.getloadavg()
     suffix = uuid.uuid4().hex[:8]
     sim = SimulateConfig(
         users=settings["users"],
@@ -90,7 +98,19 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "pipeline",
         "mode": args.mode,
         "seed": args.seed,
-        "config": {"users": sim.users, "events": events, "broker": args.broker, "beam_args": beam_args},
+        "config": {
+            "users": sim.users,
+            "events": events,
+            "broker": args.broker,
+            "runner": "DirectRunner (FnApiRunner), in-memory, 1 worker" if not beam_args else "DirectRunner",
+            "beam_args": beam_args,
+            "build": {
+                name: getattr(BuildTransitionsConfig, name)
+                for name in ("num_shards", "max_records_per_chunk", "join_window_s", "session_gap_s")
+            },
+        },
+        # 1-minute load averages when the bench started and ended (2 cores: above ~2, other work competes)
+        "load_average": {"start": load_before[0], "end": os.getloadavg()[0]},
         "events_per_s": pipeline["value"],
         "raw_consume_events_per_s": raw["value"],
         "metrics": {
@@ -109,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         f"pipeline: {pipeline['value']:,.0f} events/s "
         f"(min {pipeline['min']:,.0f}, max {pipeline['max']:,.0f}) over {events:,} events; "
         f"raw consume {raw['value']:,.0f}/s; ratio {result['metrics']['ratio_to_raw_consume']:.2f}; "
-        f"target >= {TARGET_EVENTS_PER_S:,} -> {verdict}; wrote {args.out}"
+        f"target >= {TARGET_EVENTS_PER_S:,} -> {verdict}; "
+        f"load {result['load_average']['start']:.1f} -> {result['load_average']['end']:.1f}; wrote {args.out}"
     )
     return 0
 
