@@ -16,6 +16,7 @@ Target (DESIGN 12): p99 at most 10 ms at 500 requests per second offered, zero e
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -90,8 +91,22 @@ def _load(*args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _measure(target: str, seconds: float, saturation_seconds: float) -> dict:
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(target: str, pid: int, seconds: float, saturation_seconds: float) -> dict:
+    """Open loop at the target rate, then closed loop; with the server's CPU per request in the open loop.
+
+    CPU per request is the one number here that other load on the machine barely moves (latencies
+    there are queueing behind whatever else runs): it says what the server costs, and 1000 / it is
+    the rate one free core would sustain.
+    """
+    cpu_before = _cpu_s(pid)
     offered = _load("open", "--target", target, "--qps", str(TARGET_QPS), "--seconds", str(seconds))
+    offered["server_cpu_ms_per_request"] = 1000.0 * (_cpu_s(pid) - cpu_before) / offered["requests"]
     saturation = _load(
         "closed", "--target", target, "--concurrency", "16", "--seconds", str(saturation_seconds)
     )
@@ -130,9 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             _wait_serving(f"127.0.0.1:{server_port}")
-            served = _measure(f"127.0.0.1:{server_port}", settings["seconds"], settings["saturation_seconds"])
+            served = _measure(
+                f"127.0.0.1:{server_port}", server.pid, settings["seconds"], settings["saturation_seconds"]
+            )
             time.sleep(0.5)  # let the echo process finish starting, if it has not yet
-            echoed = _measure(f"127.0.0.1:{echo_port}", settings["seconds"], settings["saturation_seconds"])
+            echoed = _measure(
+                f"127.0.0.1:{echo_port}", echo.pid, settings["seconds"], settings["saturation_seconds"]
+            )
         finally:
             server.terminate()
             echo.terminate()
@@ -152,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         "errors": offered["errors"],
         "saturation_qps": served["saturation"]["qps_achieved"],
         "echo_qps": echoed["saturation"]["qps_achieved"],
+        "echo_p99_ms": echoed["open"]["p99_ms"],
+        "server_cpu_ms_per_request": offered["server_cpu_ms_per_request"],
+        "echo_cpu_ms_per_request": echoed["open"]["server_cpu_ms_per_request"],
+        "load_average_1m": os.getloadavg()[0],  # other work on the machine during the run
         "metrics": {"server": served, "echo": echoed, "decisions_logged": decisions_logged},
         "targets": {"p99_ms": {"min": None, "max": TARGET_P99_MS}, "errors": {"min": None, "max": 0}},
         "meets_targets": offered["p99_ms"] is not None
@@ -166,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({offered['qps_achieved']:.0f} achieved, {offered['errors']} errors); saturation "
         f"{result['saturation_qps']:.0f} QPS vs echo {result['echo_qps']:.0f} QPS (echo p99 at "
         f"{TARGET_QPS:.0f} QPS: {echoed['open']['p99_ms']:.2f} ms); {decisions_logged} decisions logged; "
+        f"CPU per request {result['server_cpu_ms_per_request']:.2f} ms (echo "
+        f"{result['echo_cpu_ms_per_request']:.2f} ms); load average {result['load_average_1m']:.1f}; "
         f"target p99 <= {TARGET_P99_MS} ms -> {'met' if result['meets_targets'] else 'NOT met'}; "
         f"wrote {args.out}"
     )

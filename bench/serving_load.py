@@ -71,7 +71,7 @@ async def open_loop(target: str, qps: float, seconds: float, pool, deadline_s: f
         stub = serving_pb2_grpc.RankingServiceStub(channel)
         await _call(stub, pool[0], deadline_s)  # connect before the clock starts
         total = int(qps * seconds)
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         tasks = []
         for i in range(total):
             delay = start + i / qps - time.perf_counter()
@@ -79,8 +79,8 @@ async def open_loop(target: str, qps: float, seconds: float, pool, deadline_s: f
                 await asyncio.sleep(delay)
             tasks.append(asyncio.ensure_future(_call(stub, pool[i % len(pool)], deadline_s)))
         results = await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - start
-    return _summary(results, elapsed, offered=qps)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return _summary(results, elapsed, cpu, offered=qps)
 
 
 async def closed_loop(target: str, concurrency: int, seconds: float, pool, deadline_s: float) -> dict:
@@ -96,13 +96,13 @@ async def closed_loop(target: str, concurrency: int, seconds: float, pool, deadl
                 results.append(await _call(stub, pool[i % len(pool)], deadline_s))
                 i += concurrency
 
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         await asyncio.gather(*(worker(k) for k in range(concurrency)))
-        elapsed = time.perf_counter() - start
-    return _summary(results, elapsed, offered=None)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return _summary(results, elapsed, cpu, offered=None)
 
 
-def _summary(results: list[tuple[float, bool]], elapsed: float, offered: float | None) -> dict:
+def _summary(results: list[tuple[float, bool]], elapsed: float, cpu: float, offered: float | None) -> dict:
     latencies = np.array([latency for latency, ok in results if ok]) * 1000.0
     errors = sum(not ok for _, ok in results)
     return {
@@ -112,6 +112,8 @@ def _summary(results: list[tuple[float, bool]], elapsed: float, offered: float |
         "qps_achieved": (len(results) - errors) / elapsed,
         "p50_ms": float(np.percentile(latencies, 50)) if latencies.size else None,
         "p99_ms": float(np.percentile(latencies, 99)) if latencies.size else None,
+        # the generator's own CPU: what it takes from the machine the server shares
+        "client_cpu_ms_per_request": 1000.0 * cpu / max(len(results), 1),
     }
 
 
