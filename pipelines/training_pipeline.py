@@ -36,6 +36,7 @@ from typing import Any
 from pipelines.build import BuildTransitionsConfig, build_transitions
 from pipelines.kafka_source import ReplayPlan, commit_offsets
 from recsys_rl import registry
+from recsys_rl.agents.algorithms import surface_of
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.blessing import utc_now
 from recsys_rl.config import load_config
@@ -97,7 +98,14 @@ class PipelineConfig:
         taken = sorted(set(self.train) & set(_PIPELINE_SET))
         if taken:
             raise ValueError(f"train.{taken[0]} is set by the pipeline; leave it out")
-        self.train_config("<dataset>", "<run>")  # a bad train section fails at start, not after ingest
+        trained = self.train_config(
+            "<dataset>", "<run>"
+        )  # a bad train section fails at start, not after ingest
+        if surface_of(trained.algo) != self.surface:
+            raise ValueError(
+                f"train.algo {trained.algo} decides for {surface_of(trained.algo)}, but gate.surface is "
+                f"{self.surface}; one pipeline config trains one surface"
+            )
 
     def train_config(self, dataset: str, out: str):
         from recsys_rl.training import TrainConfig  # TensorFlow: only when the run gets this far

@@ -48,6 +48,7 @@ def test_a_complete_config_loads_with_every_section_typed(tmp_path: Path) -> Non
         ({"promotion": {"canary_fraction": 1.5}}, "canary_fraction|fraction"),
         ({"ingest": {**INGEST, "start": "latest"}}, "ingest: start should be one of"),
         ({"gate": {"resamples": 3}}, "resamples should be at least 10"),
+        ({"train": {"algo": "sl-mgac"}}, "decides for live_allocation, but gate.surface is feed"),
     ],
 )
 def test_a_bad_section_is_named(tmp_path: Path, change: dict, message: str) -> None:
@@ -56,6 +57,12 @@ def test_a_bad_section_is_named(tmp_path: Path, change: dict, message: str) -> N
         del settings["ingest"]
     with pytest.raises(ConfigError, match=message):
         load_pipeline_config(_write(tmp_path, settings))
+
+
+def test_an_allocation_pipeline_trains_and_gates_live_allocation(tmp_path: Path) -> None:
+    settings = {**BASE, "train": {"algo": "sl-mgac"}, "gate": {"surface": "live_allocation"}}
+    config = load_pipeline_config(_write(tmp_path, settings))
+    assert config.surface == "live_allocation" and config.train_config("d", "r").algo == "sl-mgac"
 
 
 def test_the_command_reports_a_bad_config_in_one_line(tmp_path: Path, capsys) -> None:
