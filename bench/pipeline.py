@@ -4,9 +4,10 @@ Baseline, timed in the same run on the same topics: a plain kafka-python loop th
 records (manual assignment, no decoding). The pipeline can be no faster than reading its input, so the
 ratio events_per_s / raw_consume_events_per_s says how much the transition building costs on top.
 
-The default configuration is the embedded one: DirectRunner (Beam's FnApiRunner, in-memory mode, one
-worker) and BuildTransitionsConfig's defaults; Beam flags after the bench's own are passed on (e.g.
---direct_num_workers=2 --direct_running_mode=multi_processing) and recorded in the result's config.
+The default configuration is the embedded one: the DirectRunner's in-process engine, the FnApiRunner
+(pipelines.build.EMBEDDED_RUNNER), in memory with one worker, and BuildTransitionsConfig's defaults.
+Beam flags after the bench's own are passed on (e.g. --runner=DirectRunner, or --direct_num_workers=2
+--direct_running_mode=multi_processing) and recorded in the result's config.
 The machine's load average is recorded beside the rates: on a shared 2-core machine other work takes
 cores from both the pipeline and the broker it reads, and the ratio to the raw rate holds better.
 
@@ -21,10 +22,11 @@ import tempfile
 import time
 import uuid
 
+from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 from common import bench_parser, repeat_rate, write_result
 from kafka import KafkaConsumer, TopicPartition
 
-from pipelines.build import BuildTransitionsConfig, build_transitions
+from pipelines.build import BuildTransitionsConfig, build_transitions, pipeline_options
 from recsys_rl.kafka import open_broker
 from recsys_rl.kafka.connection import quiet_kafka_logging
 from recsys_rl.kafka.reader import high_watermarks
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker", choices=("embedded", "local-kafka"), default="embedded")
     args, beam_args = parser.parse_known_args(argv)
     settings = MODES[args.mode]
+    options = pipeline_options(beam_args)
     started = time.perf_counter()
     load_before = os.getloadavg()
     suffix = uuid.uuid4().hex[:8]
@@ -102,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             "users": sim.users,
             "events": events,
             "broker": args.broker,
-            "runner": "DirectRunner (FnApiRunner), in-memory, 1 worker" if not beam_args else "DirectRunner",
+            "runner": options.view_as(StandardOptions).runner,
+            "direct_running_mode": options.view_as(DirectOptions).direct_running_mode,
+            "direct_num_workers": options.view_as(DirectOptions).direct_num_workers,
             "beam_args": beam_args,
             "build": {
                 name: getattr(BuildTransitionsConfig, name)

@@ -203,8 +203,9 @@ class ShardTransitions(beam.PTransform):
 
     def expand(self, row_lists):
         n = self._num_shards
+        # a few static elements: spreading them over workers (Create's default reshuffle) costs a shuffle
         placeholders = row_lists.pipeline | "EveryShard" >> beam.Create(
-            [((surface, shard), []) for surface in SURFACE_SIGNALS for shard in range(n)]
+            [((surface, shard), []) for surface in SURFACE_SIGNALS for shard in range(n)], reshuffle=False
         )
         # Encoding happens before the shuffle, fused with whatever produced the rows: the shuffle then
         # carries compact bytes and tuples instead of dicts of lists.

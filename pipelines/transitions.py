@@ -155,7 +155,8 @@ class RunReportFiles(beam.PTransform):
                 dead_letters | "KeyLetters" >> beam.Map(lambda letter: (DEAD_LETTER_FILE, letter)),
                 fates | "KeyFates" >> beam.Map(lambda fate: (ACCOUNTING_FILE, fate)),
                 dead_letters.pipeline
-                | "EveryFile" >> beam.Create([(DEAD_LETTER_FILE, None), (ACCOUNTING_FILE, None)]),
+                | "EveryFile"
+                >> beam.Create([(DEAD_LETTER_FILE, None), (ACCOUNTING_FILE, None)], reshuffle=False),
             )
             | "AllItems" >> beam.Flatten()
             | "GroupByFile" >> beam.GroupByKey()
