@@ -135,15 +135,8 @@ def _save(saver: policy_saver.PolicySaver, directory: Path, manifest: dict[str, 
 
 
 @dataclass
-class SavedFeedPolicy:
-    """A loaded feed policy with numpy in and out; meets the simulator's ``FeedPolicy`` protocol.
-
-    ``act`` serves the mean (``sample=False``) or mean + std * noise, and returns the log-density of
-    the action it returns. It draws the noise from the caller's generator in both modes, exactly as
-    the simulator's Gaussian behaviour policy does: runs of two policies on one simulated world then
-    see the same random users and responses (common random numbers), so their difference is measured
-    with far less noise than two independent runs would allow.
-    """
+class _SavedPolicy:
+    """An exported SavedModel loaded with its manifest; ``sample`` picks exploring or serving the mode."""
 
     directory: Path
     manifest: dict[str, Any]
@@ -153,6 +146,18 @@ class SavedFeedPolicy:
     @property
     def version(self) -> str:
         return str(self.manifest.get("version", self.directory.name))
+
+
+@dataclass
+class SavedFeedPolicy(_SavedPolicy):
+    """A loaded feed policy with numpy in and out; meets the simulator's ``FeedPolicy`` protocol.
+
+    ``act`` serves the mean (``sample=False``) or mean + std * noise, and returns the log-density of
+    the action it returns. It draws the noise from the caller's generator in both modes, exactly as
+    the simulator's Gaussian behaviour policy does: runs of two policies on one simulated world then
+    see the same random users and responses (common random numbers), so their difference is measured
+    with far less noise than two independent runs would allow.
+    """
 
     def mean(self, states: np.ndarray) -> np.ndarray:
         return self.model.mean_action({"observation": _f32(states)}).numpy().astype(np.float64)
@@ -311,7 +316,7 @@ def export_allocation_policy(
 
 
 @dataclass
-class SavedAllocationPolicy:
+class SavedAllocationPolicy(_SavedPolicy):
     """A loaded allocation policy with numpy in and out; meets the simulator's ``AllocationPolicy``.
 
     ``act`` inserts with the policy's probability (``sample=True``) or serves its mode (insert iff the
@@ -319,15 +324,6 @@ class SavedAllocationPolicy:
     draws one uniform per state from the caller's generator in both modes, as the behaviour allocation
     policy does, so simulator runs of two policies see the same users (common random numbers).
     """
-
-    directory: Path
-    manifest: dict[str, Any]
-    model: Any
-    sample: bool = False
-
-    @property
-    def version(self) -> str:
-        return str(self.manifest.get("version", self.directory.name))
 
     def insert_probability(self, states: np.ndarray) -> np.ndarray:
         return self.model.insert_probability({"observation": _f32(states)}).numpy().astype(np.float64)
