@@ -28,6 +28,7 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
@@ -297,17 +298,16 @@ class _SumInBundle(beam.DoFn):
 
 def _partial_sums(columns: Mapping[str, list], num_shards: int):
     times = np.array(columns["event_time_ms"], dtype=np.int64)
-    days = (times // _DAY_MS).tolist()
+    day_codes, days = pd.factorize(times // _DAY_MS)
     groups = np.array(columns["user_group"], dtype=np.int64)
     for agg, increments in zip(_AGGREGATIONS, _increments(columns), strict=True):
         table = agg.table
-        keys = list(zip(columns[table.join_key], days, strict=True))
-        index = dict.fromkeys(keys)  # (entity, day) -> its number, in order of first view
-        for number, key in enumerate(index):
-            index[key] = number
-        codes = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
-        sums = np.zeros((len(index), increments.shape[1]), dtype=np.int64)
+        # number each (entity, day) in hashed C code: Python dicts of tuples cost ~1 us a view
+        entity_codes, entities = pd.factorize(np.array(columns[table.join_key], dtype=object))
+        keys, codes = np.unique(entity_codes * len(days) + day_codes, return_inverse=True)
+        sums = np.zeros((len(keys), increments.shape[1]), dtype=np.int64)
         np.add.at(sums, codes, increments)
+        index = [(entities[key // len(days)], int(days[key % len(days)])) for key in keys.tolist()]
         latest: list[tuple[int, int] | None] = [None] * len(index)
         if agg.tracks_group:
             # the latest view of each (entity, day): the last of its run when sorted by code, time, group
@@ -316,7 +316,7 @@ def _partial_sums(columns: Mapping[str, list], num_shards: int):
             latest = list(zip(times[last].tolist(), groups[last].tolist(), strict=True))
         for (entity_id, day), day_sums, day_latest in zip(index, sums.tolist(), latest, strict=True):
             yield (table.name, day, shard_of(entity_id, num_shards)), (entity_id, day_sums, day_latest)
-        for day in sorted(set(days)):
+        for day in sorted(days.tolist()):
             for shard in range(num_shards):
                 yield (table.name, day, shard), None
 
