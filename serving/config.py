@@ -26,6 +26,7 @@ class ServeConfig:
     redis: str | None = None  # redis profile connection; None: env RECSYS_RL_REDIS_CONNECTION_STRING
     feature_budget_ms: float = 5.0  # a lookup slower than this falls back to defaults for that request
     feature_lookups_in_flight: int = 4  # lookups beyond this many at once fall back at once
+    feature_cache_s: float = 60.0  # a user's row is reused this long (rows change once a day); 0: off
     # policies and routing
     explore: bool = True  # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode
     reload_interval_s: float = 2.0  # how often routing.json is polled for a new revision
@@ -66,3 +67,5 @@ class ServeConfig:
         for name in ("log_flush_timeout_s", "feature_budget_ms", "reload_interval_s", "shutdown_grace_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} should be > 0, but is {getattr(self, name)}")
+        if not self.feature_cache_s >= 0:
+            raise ValueError(f"feature_cache_s should be >= 0, but is {self.feature_cache_s}")

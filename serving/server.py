@@ -96,7 +96,7 @@ def _open_features(config: ServeConfig) -> UserFeatureReader:
             state_dir=config.feature_state_dir,
             redis=config.redis,
         )
-    return UserFeatureReader(store, config.feature_lookups_in_flight)
+    return UserFeatureReader(store, config.feature_lookups_in_flight, config.feature_cache_s)
 
 
 def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServer:

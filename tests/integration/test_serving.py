@@ -544,14 +544,15 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
         redis=redis_server.url,
         feature_budget_ms=1_000.0,  # generous: the test is about the fallback, not about speed
         feature_lookups_in_flight=1,
+        feature_cache_s=0.0,  # every request reads the store, so that the pause shows in each
         bootstrap_servers=embedded_kafka.bootstrap_servers,
         decisions_topic=topics[0],
         shadow_topic=topics[1],
     )
     missing = "recsys_serving_features_missing_total"
 
-    def request(request_id: str) -> contracts.RankRequest:
-        r = rank_request(request_id)
+    def request(request_id: str, user_id: str = "user-1") -> contracts.RankRequest:
+        r = rank_request(request_id, user_id)
         r.context.event_time_ms = REQUEST_TIME_MS
         return r
 
@@ -575,11 +576,14 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
         stub.Rank(request("known"))
         assert total_missing() == 0
         client.execute_command("CLIENT", "PAUSE", "5000", "ALL")  # Redis stops answering for 5 s
-        answers = [stub.Rank(request(f"paused-{i}")) for i in range(3)]
+        answers = [
+            stub.Rank(request(f"paused-{i}", user)) for i, user in enumerate(["user-1", "user-1", "user-2"])
+        ]
         assert all(a.item_ids for a in answers)  # answered anyway, with default features
-        # the first lookup waited out its budget and still holds the only lookup slot; the others skip
-        assert server.metrics.value(missing, reason="timeout") == 1
-        assert server.metrics.value(missing, reason="busy") == 2
+        # The first lookup waited out its budget and still holds the only lookup slot. The same user's
+        # next request waits for that same read (and times out too); another user's skips at once.
+        assert server.metrics.value(missing, reason="timeout") == 2
+        assert server.metrics.value(missing, reason="busy") == 1
         wait_for(lambda: served_with_features(stub), "a lookup after the pause", attempts=200)
     client.close()
     server.stop(1.0)
