@@ -100,8 +100,8 @@ class TransitionStatistics:
     """Moments the networks normalise with; baked into the exported policy so serving needs nothing else."""
 
     state_mean: np.ndarray  # (D,)
-    state_std: np.ndarray  # (D,), floored so constant features do not divide by zero
-    reward_std: np.ndarray  # (S,), floored likewise
+    state_std: np.ndarray  # (D,); 1 for a feature (nearly) constant in the data, see transition_statistics
+    reward_std: np.ndarray  # (S,), floored so a constant signal does not divide by zero
     reward_mean: np.ndarray  # (S,)
     action_mean: np.ndarray  # (K,): where a new actor's mean starts, so it begins near the logged policy
     rows: int
@@ -118,7 +118,13 @@ class TransitionStatistics:
 
 
 def transition_statistics(dataset: TransitionDataset, floor: float = 1e-3) -> TransitionStatistics:
-    """Per-feature and per-signal moments over the whole surface, read from the Parquet shards."""
+    """Per-feature and per-signal moments over the whole surface, read from the Parquet shards.
+
+    A state feature whose spread in the data is below ``floor`` is centred but not scaled. Dividing it
+    by the floor would turn any variation the data never showed into inputs a thousand times larger at
+    serving time: logs of users' first day have no history, and a policy trained on them then met
+    users with a day of history through the live loop and answered with fusion weights of +-50.
+    """
     tables = [pq.read_table(p) for p in dataset.shard_paths("parquet")]
 
     def matrix(column: str, width: int) -> np.ndarray:
@@ -133,7 +139,7 @@ def transition_statistics(dataset: TransitionDataset, floor: float = 1e-3) -> Tr
     actions = matrix("action", ACTION_SIZES[dataset.surface])
     return TransitionStatistics(
         state_mean=states.mean(axis=0),
-        state_std=np.maximum(states.std(axis=0), floor),
+        state_std=np.where(states.std(axis=0) < floor, 1.0, states.std(axis=0)),
         reward_mean=rewards.mean(axis=0),
         reward_std=np.maximum(rewards.std(axis=0), floor),
         action_mean=actions.mean(axis=0),
