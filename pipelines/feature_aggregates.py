@@ -33,7 +33,7 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.whole_files import WriteWholeFiles
+from pipelines.whole_files import WriteWholeFiles, parquet_file
 from recsys_rl.state import ACTIVITY_GROUPS
 
 TIMESTAMP_COLUMN = "event_timestamp"
@@ -345,7 +345,7 @@ def _table_of(rows: list[dict[str, Any]], table: FeatureTable, day: int) -> pa.T
     return pa.Table.from_pydict(columns, schema=table.arrow_schema())
 
 
-def _file_of(element, num_shards: int) -> tuple[str, pa.Table]:
+def _file_of(element, num_shards: int) -> tuple[str, bytes]:
     """One file's partial sums (from any number of bundles) -> its path and its rows, sorted by entity."""
     (table, day, shard), parts = element
     by_entity: dict[str, list] = {}
@@ -364,11 +364,11 @@ def _file_of(element, num_shards: int) -> tuple[str, pa.Table]:
         for entity_id, (sums, latest) in sorted(by_entity.items())
     ]
     Metrics.counter("feature_aggregates", f"rows_{table}").inc(len(rows))
-    return f"{table}/{file_name(day, shard, num_shards)}", _table_of(rows, agg.table, day)
+    return f"{table}/{file_name(day, shard, num_shards)}", parquet_file(_table_of(rows, agg.table, day))
 
 
 class FeatureAggregateFiles(beam.PTransform):
-    """View facts -> per-day user, item and author aggregates as ("<table>/<file name>", Arrow table).
+    """View facts -> per-day user, item and author aggregates as ("<table>/<file name>", Parquet bytes).
 
     With ``batched``, elements are lists of view facts (a user's, say) rather than single facts.
     ``num_shards`` files per table and day bound the rows one worker sorts; keep it fixed for an

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.episodes import SURFACE_SIGNALS, float32_bytes
+from pipelines.whole_files import parquet_file, tfrecord_file
 
 TFRECORD_SUFFIX = ".tfrecord"
 PARQUET_SUFFIX = ".parquet"
@@ -187,7 +188,7 @@ def _float_lists(column: tuple[bytes, ...]) -> pa.Array:
 
 
 class ShardTransitions(beam.PTransform):
-    """Lists of transitions (dicts) -> (file name, payload) elements: TFRecord and Parquet per shard.
+    """Lists of transitions (dicts) -> (file name, file bytes) elements: TFRecord and Parquet per shard.
 
     Rows come in lists (a user's, say) and go to the shuffle as one element per shard of the list:
     every element costs the runner microseconds, whatever it holds. Every shard of every surface is
@@ -203,19 +204,27 @@ class ShardTransitions(beam.PTransform):
 
     def expand(self, row_lists):
         n = self._num_shards
-        # a few static elements: spreading them over workers (Create's default reshuffle) costs a shuffle
-        placeholders = row_lists.pipeline | "EveryShard" >> beam.Create(
-            [((surface, shard), []) for surface in SURFACE_SIGNALS for shard in range(n)], reshuffle=False
-        )
         # Encoding happens before the shuffle, fused with whatever produced the rows: the shuffle then
         # carries compact bytes and tuples instead of dicts of lists.
-        keyed = row_lists | "EncodeAndKey" >> beam.FlatMap(_encode_rows, n)
-        return (
-            (keyed, placeholders)
-            | "AllShards" >> beam.Flatten()
-            | "GroupShards" >> beam.GroupByKey()
-            | "ShardFiles" >> beam.FlatMap(_shard_files, n)
+        grouped = (
+            row_lists | "EncodeAndKey" >> beam.FlatMap(_encode_rows, n) | "GroupShards" >> beam.GroupByKey()
         )
+        files = grouped | "ShardFiles" >> beam.FlatMap(_shard_files, n)
+        # Shards no row fell in get their (empty) files from a few static elements, told by a side
+        # input which shards had rows. Flattening those elements into the shuffle's input instead
+        # would make a runner like the FnApiRunner copy every encoded row through one more stage.
+        empty = (
+            row_lists.pipeline
+            | "EveryShard"
+            >> beam.Create(
+                [(surface, shard) for surface in SURFACE_SIGNALS for shard in range(n)], reshuffle=False
+            )
+            | "EmptyShardFiles"
+            >> beam.FlatMap(
+                _empty_shard_files, n, beam.pvalue.AsList(grouped | "ShardsWithRows" >> beam.Keys())
+            )
+        )
+        return (files, empty) | "AllShardFiles" >> beam.Flatten()
 
 
 def _encode_rows(rows: list[dict], num_shards: int):
@@ -244,5 +253,10 @@ def _shard_files(element: tuple[tuple[str, int], Any], num_shards: int):
         key=lambda item: (item[1][session], item[1][step], item[1][request]),
     )
     name = shard_name(surface, shard, num_shards)
-    yield name + TFRECORD_SUFFIX, [example for example, _ in ordered]
-    yield name + PARQUET_SUFFIX, parquet_table(surface, [values for _, values in ordered])
+    yield name + TFRECORD_SUFFIX, tfrecord_file([example for example, _ in ordered])
+    yield name + PARQUET_SUFFIX, parquet_file(parquet_table(surface, [values for _, values in ordered]))
+
+
+def _empty_shard_files(key: tuple[str, int], num_shards: int, shards_with_rows: list[tuple[str, int]]):
+    if key not in shards_with_rows:
+        yield from _shard_files((key, []), num_shards)

@@ -33,7 +33,7 @@ from pipelines.feature_aggregates import FeatureAggregateFiles
 from pipelines.kafka_source import KafkaBatch, ReadKafkaReplay, ReplayPlan
 from pipelines.transition_io import ShardTransitions
 from pipelines.validation import Rejection
-from pipelines.whole_files import WriteWholeFiles
+from pipelines.whole_files import WriteWholeFiles, jsonl_file
 
 DEAD_LETTERS = "dead_letters"
 VIEW_FACTS = "view_facts"
@@ -142,7 +142,7 @@ class KafkaToTransitions(beam.PTransform):
 
 
 class RunReportFiles(beam.PTransform):
-    """(dead letters, fate counts) -> the dead-letter and accounting files, as (file name, items).
+    """(dead letters, fate counts) -> the dead-letter and accounting files, as (file name, JSON lines).
 
     Both files exist whatever the run met (an empty dead-letter file says there were none). One
     shuffle keyed by file name gathers them, lighter for a runner than a global combine per file.
@@ -164,12 +164,12 @@ class RunReportFiles(beam.PTransform):
         )
 
 
-def _report_file(element: tuple[str, Iterable]) -> tuple[str, list]:
+def _report_file(element: tuple[str, Iterable]) -> tuple[str, bytes]:
     name, items = element
     present = [item for item in items if item is not None]
     if name == ACCOUNTING_FILE:
-        return name, [dict(sorted(present))]
-    return name, sorted(present, key=lambda d: (d["topic"], d["partition"], d["offset"]))
+        return name, jsonl_file([dict(sorted(present))])
+    return name, jsonl_file(sorted(present, key=lambda d: (d["topic"], d["partition"], d["offset"])))
 
 
 def build_pipeline(

@@ -2,14 +2,19 @@
 
 Beam's ready-made sinks write a shard's records in whatever order the runner delivers them. Every
 output of ours that must be byte-identical across reruns and runners (transition shards, feature
-tables, dead letters, accounting) is instead grouped and sorted first and handed over as one element
-``(file name, payload)``; the sink for the name's suffix writes the payload as the whole file.
+tables, dead letters, accounting) is instead grouped and sorted first, encoded into a file's bytes by
+one of the ``*_file`` functions here, and handed over as one element ``(file name, bytes)``.
+
+Files travel as bytes rather than as records or tables: a runner copies elements between stages (one
+writer gathers every file of a dataset), and bytes copy without per-record coding.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import apache_beam as beam
@@ -22,7 +27,30 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.value_provider import StaticValueProvider
 
 
-class _WholeFileSink(fileio.FileSink):
+def tfrecord_file(records: Iterable[bytes]) -> bytes:
+    """A TFRecord file of ``records``, in order: Beam's own framing (length, masked CRC32C, data, masked
+    CRC32C), as ``WriteToTFRecord`` writes it."""
+    buffer = io.BytesIO()
+    for record in records:
+        _TFRecordUtil.write_record(buffer, record)
+    return buffer.getvalue()
+
+
+def parquet_file(table: pa.Table) -> bytes:
+    """A zstd-compressed Parquet file of ``table``."""
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue().to_pybytes()
+
+
+def jsonl_file(items: Iterable[Any]) -> bytes:
+    """JSON lines, one per item, keys sorted."""
+    return b"".join(json.dumps(item, sort_keys=True).encode("utf-8") + b"\n" for item in items)
+
+
+class _BytesSink(fileio.FileSink):
+    """Writes an element's bytes as the whole file."""
+
     def create_metadata(self, destination: str, full_file_name: str) -> fileio.FileMetadata:
         # Our formats carry their own framing and compression; never let a name suffix add a codec.
         return fileio.FileMetadata(
@@ -32,52 +60,11 @@ class _WholeFileSink(fileio.FileSink):
     def open(self, fh) -> None:
         self._fh = fh
 
-    def write(self, record: tuple[str, Any]) -> None:
-        self._write_payload(record[1])
+    def write(self, record: tuple[str, bytes]) -> None:
+        self._fh.write(record[1])
 
     def flush(self) -> None:
         self._fh.flush()
-
-    def _write_payload(self, payload: Any) -> None:
-        raise NotImplementedError
-
-
-class TFRecordSink(_WholeFileSink):
-    """Payload: serialized records, in file order."""
-
-    def _write_payload(self, payload: list[bytes]) -> None:
-        # Beam's own TFRecord framing (length, masked CRC32C, data, masked CRC32C), as WriteToTFRecord uses
-        for value in payload:
-            _TFRecordUtil.write_record(self._fh, value)
-
-
-class ParquetSink(_WholeFileSink):
-    """Payload: a ``pyarrow.Table``."""
-
-    def _write_payload(self, payload: pa.Table) -> None:
-        pq.write_table(payload, self._fh, compression="zstd")
-
-
-class JsonLinesSink(_WholeFileSink):
-    """Payload: JSON-able items, one line each, keys sorted."""
-
-    def _write_payload(self, payload: list[Any]) -> None:
-        for item in payload:
-            self._fh.write(json.dumps(item, sort_keys=True).encode("utf-8") + b"\n")
-
-
-SINKS: dict[str, type[_WholeFileSink]] = {
-    ".tfrecord": TFRecordSink,
-    ".parquet": ParquetSink,
-    ".jsonl": JsonLinesSink,
-}
-
-
-def _sink_for(file_name: str) -> fileio.FileSink:
-    for suffix, sink in SINKS.items():
-        if file_name.endswith(suffix):
-            return sink()
-    raise ValueError(f"no sink for output file {file_name!r}; known suffixes are {sorted(SINKS)}")
 
 
 class _ExactNaming:
@@ -102,7 +89,7 @@ class _ExactNaming:
 
 
 class WriteWholeFiles(beam.PTransform):
-    """(file name, payload) elements, one per file -> those files in ``directory``; returns their paths.
+    """(file name, bytes) elements, one per file -> those files in ``directory``; returns their paths.
 
     A name may hold "/": the file goes into that subdirectory, so one writer serves a whole dataset.
     """
@@ -119,7 +106,7 @@ class WriteWholeFiles(beam.PTransform):
             >> fileio.WriteToFiles(
                 path=self._directory,
                 destination=lambda element: element[0],
-                sink=_sink_for,
+                sink=lambda destination: _BytesSink(),
                 file_naming=_ExactNaming(self._directory),
                 # WriteToFiles calls .get() on a given temp directory: a plain str fails in the workers
                 temp_directory=StaticValueProvider(str, self._temp_directory),

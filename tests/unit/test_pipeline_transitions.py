@@ -187,3 +187,18 @@ def test_shards_are_byte_identical_whatever_the_input_order_and_runner_mode(reco
                 while _TFRecordUtil.read_record(fh) is not None:
                     tfrecords += 1
     assert tfrecords == len(rows)
+
+
+@pytest.mark.parametrize("kept", [0, 1], ids=["no-rows", "one-row"])
+def test_every_shard_gets_its_files_however_few_rows_there_are(records, tmp_path, kept):
+    rows = _transitions(records)[:kept]
+    files = _write([rows], tmp_path)
+    names = [
+        f"transitions-{s}-{i:05d}-of-00003.{ext}"
+        for s in ("feed", "live_allocation")
+        for i in range(3)
+        for ext in ("tfrecord", "parquet")
+    ]
+    assert sorted(files) == sorted(names)
+    assert sum(pq.read_metadata(tmp_path / name).num_rows for name in names if name.endswith("parquet")) == kept
+    assert sum(len(files[name]) > 0 for name in names if name.endswith("tfrecord")) == kept
