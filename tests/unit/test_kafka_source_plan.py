@@ -170,11 +170,11 @@ def test_transform_and_reader_pickle_without_a_live_client() -> None:
     plan = _plan(OffsetRange("t", 0, 0, 10))
     transform = ReadKafkaReplay(plan, 4)
     assert pickler.loads(pickler.dumps(transform))._plan == plan
-    reader = _ReadChunkFn(BOOTSTRAP, 5.0, {"check_crcs": False})
-    reader._consumer = object()  # as if set up: still pickles, without it
+    reader = _ReadChunkFn(BOOTSTRAP, 5.0, {"check.crcs": False})
+    reader._reader = object()  # as if set up: still pickles, without it
     copy = pickler.loads(pickler.dumps(reader))
-    assert copy._consumer is None
-    assert copy._consumer_config == {"check_crcs": False}
+    assert copy._reader is None
+    assert copy._consumer_config == {"check.crcs": False}
 
 
 @pytest.mark.parametrize(
