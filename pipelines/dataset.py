@@ -29,12 +29,16 @@ from recsys_rl.errors import OperationalError
 from recsys_rl.state import FEATURE_VERSION
 
 ACCOUNTING_FILE = "accounting.jsonl"  # fate counts from the pipeline; folded into the manifest
+BUILT_PREFIX = "built:"  # the accounting's count of transitions made per surface: built:<surface>
 DEAD_LETTER_FILE = "dead-letters.jsonl"
 FEATURES_DIR = "features"  # the Feast offline store's Parquet for this dataset
 
 
 class AccountingError(OperationalError):
-    """read != used + dead-lettered + filtered: some records were lost or counted twice."""
+    """Records or transitions were lost or counted twice on the way to the files.
+
+    read != used + dead-lettered + filtered, or a surface's files hold other than the transitions made.
+    """
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ def accounting_summary(fates: Mapping[str, int]) -> dict[str, Any]:
     """Split fate counts into the accounting record of the manifest and check the equation."""
     dead = {k.split(":", 1)[1]: v for k, v in fates.items() if k.startswith("dead_letter:")}
     filtered = {k.split(":", 1)[1]: v for k, v in fates.items() if k.startswith("filtered:")}
+    built = {k.removeprefix(BUILT_PREFIX): int(v) for k, v in fates.items() if k.startswith(BUILT_PREFIX)}
     summary = {
         "read": int(fates.get("read", 0)),
         "used_in_transitions": int(fates.get("used", 0)),
@@ -76,6 +81,7 @@ def accounting_summary(fates: Mapping[str, int]) -> dict[str, Any]:
         "filtered": sum(filtered.values()),
         "dead_lettered_by_reason": dict(sorted(dead.items())),
         "filtered_by_reason": dict(sorted(filtered.items())),
+        "transitions_built": dict(sorted(built.items())),
     }
     accounted = summary["used_in_transitions"] + summary["dead_lettered"] + summary["filtered"]
     summary["balanced"] = accounted == summary["read"]
@@ -95,15 +101,21 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
             f"dead-lettered ({accounting['dead_lettered']}) + filtered ({accounting['filtered']}); "
             f"staged output kept at {staging} for inspection"
         )
-    accounting_path.unlink()
-    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    files = sorted(p for p in staging.rglob("*") if p.is_file() and p != accounting_path)
     surfaces = {}
     for surface, signal_names in SURFACE_SIGNALS.items():
         shards = [p for p in files if p.name.startswith(f"transitions-{surface}-")]
+        rows = sum(pq.read_metadata(p).num_rows for p in shards if p.suffix == PARQUET_SUFFIX)
+        built = accounting["transitions_built"].get(surface, 0)
+        if rows != built:
+            raise AccountingError(
+                f"{surface} transitions made ({built}) != rows in its files ({rows}); "
+                f"staged output kept at {staging} for inspection"
+            )
         surfaces[surface] = {
             "signals": list(signal_names),
             "feature_names": list(STATE_FEATURES[surface]),
-            "rows": sum(pq.read_metadata(p).num_rows for p in shards if p.suffix == PARQUET_SUFFIX),
+            "rows": rows,
             "tfrecord_shards": [p.name for p in shards if p.suffix == TFRECORD_SUFFIX],
             "parquet_shards": [p.name for p in shards if p.suffix == PARQUET_SUFFIX],
         }
@@ -121,6 +133,7 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
         "features_dir": FEATURES_DIR,
         "sha256": {str(p.relative_to(staging)): sha256_of(p) for p in files},
     }
+    accounting_path.unlink()
     write_json_atomic(staging / MANIFEST, manifest)
     os.rename(staging, paths.final)  # fails rather than replace an existing dataset
     return manifest

@@ -19,7 +19,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
-from pipelines.dataset import ACCOUNTING_FILE, DEAD_LETTER_FILE, FEATURES_DIR
+from pipelines.dataset import ACCOUNTING_FILE, BUILT_PREFIX, DEAD_LETTER_FILE, FEATURES_DIR
 from pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
@@ -93,6 +93,8 @@ class BuildEpisodes(beam.DoFn):
         built = build_user_episodes(user_id, events, self._config)
         if built.transitions:
             yield built.transitions
+            for surface, count in Counter(row["surface"] for row in built.transitions).items():
+                yield TaggedOutput(FATES, (f"{BUILT_PREFIX}{surface}", count))
         if built.view_facts:
             yield TaggedOutput(VIEW_FACTS, built.view_facts)
         for letter in built.dead_letters:
@@ -106,7 +108,8 @@ class KafkaToTransitions(beam.PTransform):
 
     ``transitions`` and ``view_facts`` hold lists (one user's rows or facts). ``fates`` holds (fate,
     count) pairs summed over the whole input: ``read``, ``used``, and ``filtered:<reason>`` /
-    ``dead_letter:<reason>``; the accounting equation is checked on them.
+    ``dead_letter:<reason>``; the accounting equation is checked on them. ``built:<surface>`` counts
+    the transitions made, which the dataset's files must hold.
     """
 
     def __init__(self, decisions_topic: str, feedback_topic: str, config: EpisodeConfig) -> None:

@@ -35,18 +35,21 @@ def test_accounting_splits_reasons_and_checks_the_equation():
         "dead_letter:orphan_feedback": 2,
         "dead_letter:malformed_bytes": 1,
         "filtered:duplicate_decision": 1,
+        "built:feed": 4,
     }
     summary = accounting_summary(fates)
     assert summary["balanced"]
+    assert summary["transitions_built"] == {"feed": 4}
     assert summary["dead_lettered"] == 3 and summary["filtered"] == 1
     assert summary["dead_lettered_by_reason"] == {"malformed_bytes": 1, "orphan_feedback": 2}
     assert not accounting_summary({**fates, "read": 11})["balanced"]
 
 
-def _stage(paths: DatasetPaths, fates: dict) -> None:
+def _stage(paths: DatasetPaths, fates: dict, rows: int = 0) -> None:
     paths.staging.mkdir(parents=True)
     (paths.staging / "accounting.jsonl").write_text(json.dumps(fates) + "\n")
-    table = pa.Table.from_pylist([], schema=parquet_schema("feed"))
+    schema = parquet_schema("feed")
+    table = pa.Table.from_pylist([dict.fromkeys(schema.names)] * rows, schema=schema)
     pq.write_table(table, paths.staging / "transitions-feed-00000-of-00001.parquet")
     (paths.staging / "transitions-feed-00000-of-00001.tfrecord").write_bytes(b"")
 
@@ -69,5 +72,16 @@ def test_unbalanced_accounting_refuses_to_publish(tmp_path):
     paths = DatasetPaths(tmp_path, "transitions-bad")
     _stage(paths, {"read": 5, "used": 3, "dead_letter:orphan_feedback": 1})
     with pytest.raises(AccountingError, match=r"records read \(5\) != used \(3\) \+ dead-lettered \(1\)"):
+        finalize(paths, {}, SETTINGS)
+    assert paths.staging.exists() and not paths.final.exists()
+
+
+@pytest.mark.parametrize("built", [0, 2], ids=["none-made", "fewer-made"])
+def test_files_holding_other_than_the_transitions_made_refuse_to_publish(tmp_path, built):
+    """A runner that drops (or repeats) transitions between stages leaves the record fates balanced."""
+    paths = DatasetPaths(tmp_path, "transitions-short")
+    _stage(paths, {"read": 3, "used": 3, "built:feed": built}, rows=1)
+    message = rf"feed transitions made \({built}\) != rows in its files \(1\)"
+    with pytest.raises(AccountingError, match=message):
         finalize(paths, {}, SETTINGS)
     assert paths.staging.exists() and not paths.final.exists()

@@ -109,6 +109,8 @@ def test_every_record_gets_exactly_one_fate(records):
     expected = expected_bad + Counter({"used": len(records)})
     expected["read"] = len(records) + len(bad)
     decisions = sum(1 for r in records if r.topic == DECISIONS)
+    surfaces = (contracts.decode_decision(r.value).surface for r in records if r.topic == DECISIONS)
+    expected.update(Counter(f"built:{contracts.SURFACE_NAMES[surface]}" for surface in surfaces))
     with BeamTestPipeline() as p:
         out = (
             p | beam.Create(batches(records + bad)) | KafkaToTransitions(DECISIONS, FEEDBACK, EpisodeConfig())
