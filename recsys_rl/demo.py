@@ -35,6 +35,7 @@ from recsys_rl.errors import OperationalError
 from recsys_rl.gate import GateConfig
 from recsys_rl.kafka import open_broker
 from recsys_rl.live_traffic import TrafficReport, drive_day
+from recsys_rl.processes import stop_process
 from recsys_rl.sim.config import SimConfig
 from recsys_rl.sim.events import EventIds
 from recsys_rl.simulate import SimulateConfig, run_simulation, simulated_days
@@ -253,12 +254,7 @@ def _server(config: DemoConfig, out: Path, servers: str, decisions_topic: str) -
         try:
             yield _await_address(process, log_path)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, grace_s=60)
 
 
 def _await_address(process: subprocess.Popen, log_path: Path) -> str:

@@ -20,6 +20,7 @@ import redis
 
 from recsys_rl.kafka import Broker, EmbeddedBroker, KafkaSetupError, LocalKafkaBroker
 from recsys_rl.kafka.broker import free_port, log_excerpt
+from recsys_rl.processes import stop_process
 
 # Importing Feast sets PROMETHEUS_MULTIPROC_DIR, and a prometheus_client imported after that shares metric
 # values between all registries of the process; the serving tests start many servers in one session and
@@ -99,12 +100,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         _wait_for_ping(service, process, log_path, timeout_s=10.0)
         yield service
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace_s=10)
 
 
 def _wait_for_ping(

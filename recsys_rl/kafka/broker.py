@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import atexit
 import base64
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -31,6 +29,7 @@ from typing import ClassVar, Self
 
 from recsys_rl.kafka.connection import format_bootstrap_servers, parse_bootstrap_servers, wait_until_reachable
 from recsys_rl.kafka.errors import BrokerConfigError, BrokerUnavailable, KafkaSetupError
+from recsys_rl.processes import stop_process
 
 BROKER_KINDS = ("embedded", "local-kafka")
 
@@ -187,7 +186,7 @@ class ManagedBroker(Broker):
     def _release(self) -> None:
         process, self._process = self._process, None
         if process is not None:
-            _terminate_group(process, self._stop_grace_s)
+            stop_process(process, self._stop_grace_s, group=True)
         workdir, self._workdir = self._workdir, None
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -368,18 +367,6 @@ def log_excerpt(path: Path, *, max_lines: int = 4, max_chars: int = 600) -> str:
     chosen = errors[:max_lines] if errors else lines[-max_lines:]
     excerpt = " | ".join(chosen)
     return excerpt if len(excerpt) <= max_chars else excerpt[: max_chars - 3] + "..."
-
-
-def _terminate_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the process group (a clean broker shutdown), SIGKILL it if it outlives ``grace_s``."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _run_logged(argv: Sequence[str], workdir: Path, *, what: str, timeout_s: float = 120.0) -> None:

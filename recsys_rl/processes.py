@@ -1,0 +1,37 @@
+"""Stopping the child processes we start (brokers, Redis, the demo's server): politely, then for sure."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+
+KILL_WAIT_S = 10.0
+
+
+def stop_process(process: subprocess.Popen, grace_s: float, *, group: bool = False) -> None:
+    """SIGTERM ``process``, SIGKILL it if it outlives ``grace_s``; returns once it has exited.
+
+    With ``group``, the signals go to its whole process group, for a process started with
+    ``start_new_session=True`` whose own children (a broker's JVM or Rust binary, say) must not outlive
+    it: whatever is left of the group once the process has exited is killed too. SIGTERM first,
+    because it lets a server shut down cleanly (flush logs, close sockets).
+    """
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
+        _signal(process, sig, group)
+        try:
+            process.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if group:
+        _signal(process, signal.SIGKILL, group)
+
+
+def _signal(process: subprocess.Popen, sig: signal.Signals, group: bool) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if group:
+            os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
