@@ -75,8 +75,20 @@ setup(
     description="Constrained RL for a short-video recommender: Beam pipelines, TF-Agents training, "
     "offline policy evaluation and gRPC serving.",
     python_requires=">=3.11,<3.12",
-    packages=find_packages(include=["recsys_rl*", "pipelines*", "serving*"]),
-    package_data={"recsys_rl.proto": ["*.pyi"]},
+    # The design keeps pipelines/, serving/ and the Feast repo features/ at the top of the repository;
+    # they install under the project's own name, so that an unrelated project's ``import serving`` or
+    # ``import pipelines`` never resolves to this one.
+    packages=[
+        *find_packages(include=["recsys_rl", "recsys_rl.*"]),
+        *(f"recsys_rl.{name}" for name in find_packages(include=["pipelines*", "serving*"])),
+        "recsys_rl.feature_repo",
+    ],
+    package_dir={
+        "recsys_rl.pipelines": "pipelines",
+        "recsys_rl.serving": "serving",
+        "recsys_rl.feature_repo": "features",
+    },
+    package_data={"recsys_rl.proto": ["*.pyi"], "recsys_rl.feature_repo": ["*.yaml"]},
     install_requires=[
         "tensorflow==2.21.*",
         "tf-keras==2.21.*",

@@ -34,19 +34,19 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 
 # isort: split
 from common import bench_parser, git_commit, write_result
+from recsys_rl.pipelines.simulated import simulated_dataset
 
-from pipelines.simulated import simulated_dataset
-from recsys_rl.agents.allocation import VARIANTS
-from recsys_rl.agents.policy_io import load_allocation_policy
 from recsys_rl.kafka import open_broker
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.policies import (
+from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,
     behaviour_allocation_policy,
 )
-from recsys_rl.sim_eval import AllocationOutcome, allocation_outcome, compare_allocation
-from recsys_rl.training import TrainConfig, train
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.sim_eval import AllocationOutcome, allocation_outcome, compare_allocation
+from recsys_rl.training.agents.allocation import VARIANTS
+from recsys_rl.training.agents.policy_io import load_allocation_policy
+from recsys_rl.training.train import TrainConfig, train
 
 LEARNED = tuple(VARIANTS)  # sl-mgac, sl-mgac-nosl, ac-single-group
 #: Greedy allocation inserts a live stream predicted to hold the user longer than this: about one short
@@ -226,10 +226,10 @@ METHOD = """## What the policies are
   0.05 + 0.9 sigmoid(2 pred_live/30 - pred_displaced/13 + hist_live_watch - 1).
 - **greedy**: insert whenever the predicted live watch time exceeds 13 s (about one short video's watch).
 - **fixed-rate**: insert with the logged insert rate, whatever the state.
-- **sl-mgac**: ``recsys_rl.agents.allocation`` (DESIGN 3.2): shared encoder and one tower per activity
-  group in actor and critic; a critic whose supervised heads (live watch, displaced video watch, gift,
-  exit) feed a categorical (C51, 51 atoms) value head for two returns, with layer normalisation; an actor
-  trained on the critic's advantage plus a cross-entropy with the logged allocation.
+- **sl-mgac**: ``recsys_rl.training.agents.allocation`` (DESIGN 3.2): shared encoder and one tower per
+  activity group in actor and critic; a critic whose supervised heads (live watch, displaced video watch,
+  gift, exit) feed a categorical (C51, 51 atoms) value head for two returns, with layer normalisation; an
+  actor trained on the critic's advantage plus a cross-entropy with the logged allocation.
 - **sl-mgac-nosl**: the same without the supervised heads. **ac-single-group**: the same without group
   routing (one tower for every user).
 
@@ -376,7 +376,7 @@ def logged_insert_rate(dataset_dir: Path) -> float:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from recsys_rl.agents.data import open_dataset
+    from recsys_rl.training.agents.data import open_dataset
 
     dataset = open_dataset(dataset_dir, "live_allocation", check_sha256=False)
     tables = [pq.read_table(p, columns=["action"]) for p in dataset.shard_paths("parquet")]

@@ -17,10 +17,10 @@ import numpy as np
 from common import bench_parser, write_result
 
 from recsys_rl import signals
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import monte_carlo_values
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim_eval import compare_values
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.sim_eval import compare_values
 
 MODES = {"quick": {"users": 3_000}, "full": {"users": 60_000}}
 WATCH_SHIFTS = (0.0, 0.5, 1.0, 2.0)  # added to the watch-time logit of the behaviour policy's mean

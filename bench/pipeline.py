@@ -7,7 +7,8 @@ The pipeline's own source reads with librdkafka (confluent-kafka), which parses 
 embedded broker it reads faster than this baseline, so the ratio is not a bound on the reading.
 
 The default configuration is the embedded one: the DirectRunner's in-process engine, the FnApiRunner
-(pipelines.build.EMBEDDED_RUNNER), in memory with one worker, and BuildTransitionsConfig's defaults.
+(recsys_rl.pipelines.build_transitions.EMBEDDED_RUNNER), in memory with one worker, and
+BuildTransitionsConfig's defaults.
 Beam flags after the bench's own are passed on (e.g. --runner=DirectRunner, or --direct_num_workers=2
 --direct_running_mode=multi_processing) and recorded in the result's config.
 The machine's load average is recorded beside the rates: on a shared 2-core machine other work takes
@@ -27,12 +28,12 @@ import uuid
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 from common import bench_parser, repeat_rate, write_result
 from kafka import KafkaConsumer, TopicPartition
+from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions, pipeline_options
 
-from pipelines.build import BuildTransitionsConfig, build_transitions, pipeline_options
 from recsys_rl.kafka import open_broker
 from recsys_rl.kafka.connection import quiet_kafka_logging
 from recsys_rl.kafka.reader import high_watermarks
-from recsys_rl.simulate import SimulateConfig, run_simulation
+from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 TARGET_EVENTS_PER_S = 20_000
 # full is large enough (about 256k events) that the ~3 s fixed cost of a pipeline run (graph

@@ -26,17 +26,17 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 
 # isort: split
 from common import bench_parser, git_commit, write_result
+from recsys_rl.pipelines.simulated import simulated_dataset
 
-from pipelines.simulated import simulated_dataset
 from recsys_rl import signals
-from recsys_rl.agents.algorithms import ALGORITHMS
-from recsys_rl.agents.policy_io import load_feed_policy
 from recsys_rl.kafka import open_broker
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import monte_carlo_values
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim_eval import AUXILIARY_SIGNALS, compare_values
-from recsys_rl.training import TrainConfig, train
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.sim_eval import AUXILIARY_SIGNALS, compare_values
+from recsys_rl.training.agents.algorithms import ALGORITHMS
+from recsys_rl.training.agents.policy_io import load_feed_policy
+from recsys_rl.training.train import TrainConfig, train
 
 TARGET_WATCH_LIFT = 0.05
 MODES = {

@@ -16,8 +16,8 @@ import time
 import numpy as np
 from common import bench_parser, repeat_rate, write_result
 
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 
 TARGET_REQUESTS_PER_S = 50_000

@@ -1,7 +1,7 @@
 """Benchmark: TSCAC training in transitions per second at batch 512 (target: at least 20,000).
 
 The dataset is built the production way (simulated traffic -> embedded Kafka -> the Beam pipeline), and
-each step is what ``recsys_rl.training`` runs: the compiled ``agent.train`` on the next batch of the
+each step is what ``recsys_rl.training.train`` runs: the compiled ``agent.train`` on the next batch of the
 tf.data reader, with the loss read back every step. Stage one (six auxiliary actors) and stage two (the
 main actor) are timed separately after warm-up (tracing); the headline figure is the rate of a whole run
 with the default ``stage_one_fraction``.
@@ -24,13 +24,18 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 import tensorflow as tf
 from common import bench_parser, repeat_rate, write_result
+from recsys_rl.pipelines.simulated import simulated_dataset
 
-from pipelines.simulated import simulated_dataset
-from recsys_rl.agents.base import AgentConfig, FeedAgent
-from recsys_rl.agents.data import TransitionDataset, open_dataset, read_transitions, transition_statistics
-from recsys_rl.agents.registry import build_agent
 from recsys_rl.kafka import open_broker
-from recsys_rl.training import TrainConfig, compiled_train_step, training_strategy
+from recsys_rl.training.agents.base import AgentConfig, FeedAgent
+from recsys_rl.training.agents.data import (
+    TransitionDataset,
+    open_dataset,
+    read_transitions,
+    transition_statistics,
+)
+from recsys_rl.training.agents.factory import build_agent
+from recsys_rl.training.train import TrainConfig, compiled_train_step, training_strategy
 
 TARGET_TRANSITIONS_PER_S = 20_000
 BATCH_SIZE = 512
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as out:
         dataset = build_dataset(settings["users"], args.seed, out)
         built_s = time.perf_counter() - started
-        # as recsys_rl.training does: seeded, deterministic ops
+        # as recsys_rl.training.train does: seeded, deterministic ops
         tf.keras.utils.set_random_seed(args.seed)
         tf.config.experimental.enable_op_determinism()
         stats = transition_statistics(dataset)

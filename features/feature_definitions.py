@@ -1,7 +1,7 @@
 """recsys-rl's Feast definitions: what serving reads about users and candidates (DESIGN 6).
 
 Definitions only, in dependency order (entities, sources, views, services). The columns come from the
-pipeline that writes them (pipelines.feature_aggregates), so the views cannot drift from the data.
+pipeline that writes them (recsys_rl.pipelines.feature_aggregates), so the views cannot drift from the data.
 
 The Parquet sources live under one offline root, ``$RECSYS_RL_FEATURES_OFFLINE`` (default:
 ``features/data/offline`` next to this file, gitignored). The path is resolved when the definitions are
@@ -14,21 +14,21 @@ from pathlib import Path
 
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
 from feast.types import Float64, Int64
-
-from pipelines.feature_aggregates import (
+from recsys_rl.pipelines.feature_aggregates import (
     AUTHOR_STATS,
     ITEM_STATS,
     TIMESTAMP_COLUMN,
     USER_ENGAGEMENT,
     FeatureTable,
 )
+
 from recsys_rl.state import FEATURE_VERSION
 
 OFFLINE_ROOT_ENV = "RECSYS_RL_FEATURES_OFFLINE"
 OFFLINE_ROOT = Path(os.environ.get(OFFLINE_ROOT_ENV) or Path(__file__).parent / "data" / "offline")
 OFFLINE_ROOT = OFFLINE_ROOT.expanduser().resolve()
 _FEAST_TYPES = {"int64": Int64, "float64": Float64}
-_LINEAGE = {"produced_by": "pipelines.feature_aggregates.WriteFeatureAggregates"}
+_LINEAGE = {"produced_by": "recsys_rl.pipelines.feature_aggregates.WriteFeatureAggregates"}
 
 
 def _fields(table: FeatureTable) -> list[Field]:

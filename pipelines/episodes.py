@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from pipelines.validation import Rejection, check_decision_read, check_feedback_read
+from recsys_rl.pipelines.event_validation import Rejection, check_decision_read, check_feedback_read
+
 from recsys_rl import contracts, signals
 
 DECISION, FEEDBACK = 0, 1
@@ -34,7 +35,7 @@ _DISPLACED = "video_watch_displaced"
 _LIVE = contracts.SURFACES["live_allocation"]
 
 # A Kafka record as the builder needs it for a dead letter: (topic, partition, offset, timestamp_ms,
-# key, value); `pipelines.kafka_source.KafkaRecord` is one.
+# key, value); `recsys_rl.pipelines.kafka_source.KafkaRecord` is one.
 RecordRef = tuple[str, int, int, int, bytes, bytes]
 
 

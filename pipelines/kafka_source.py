@@ -36,8 +36,8 @@ from kafka.admin import OffsetSpec
 from kafka.structs import OffsetAndMetadata
 
 from recsys_rl.kafka.connection import connect, parse_bootstrap_servers, quiet_kafka_logging
-from recsys_rl.kafka.errors import KafkaSetupError, ReadError
 from recsys_rl.kafka.reader import high_watermarks
+from recsys_rl.kafka.setup_errors import KafkaSetupError, ReadError
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines.build import BuildResult, BuildTransitionsConfig, build_transitions
-from recsys_rl.simulate import SimulateConfig, run_simulation
+from recsys_rl.pipelines.build_transitions import BuildResult, BuildTransitionsConfig, build_transitions
+
+from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 
 def simulated_dataset(

@@ -33,16 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.build import BuildTransitionsConfig, build_transitions
-from pipelines.kafka_source import ReplayPlan, commit_offsets
+from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
+from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets
+
 from recsys_rl import registry
-from recsys_rl.agents.algorithms import surface_of
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
-from recsys_rl.blessing import utc_now
 from recsys_rl.config import load_config
 from recsys_rl.errors import OperationalError
-from recsys_rl.features import MaterializeConfig
-from recsys_rl.gate import GateConfig
+from recsys_rl.feature_store import MaterializeConfig
+from recsys_rl.ope.blessing import utc_now
+from recsys_rl.ope.gate import GateConfig
+from recsys_rl.training.agents.algorithms import surface_of
 
 Progress = Callable[[str, dict[str, Any]], None]
 STEPS = ("ingest", "commit", "features", "train", "evaluate", "register", "promote")
@@ -108,7 +109,7 @@ class PipelineConfig:
             )
 
     def train_config(self, dataset: str, out: str):
-        from recsys_rl.training import TrainConfig  # TensorFlow: only when the run gets this far
+        from recsys_rl.training.train import TrainConfig  # TensorFlow: only when the run gets this far
 
         return load_config(TrainConfig, None, {**self.train, "data": dataset, "out": out})
 
@@ -308,7 +309,7 @@ class _Steps:
     def _features(self) -> dict[str, Any]:
         if self.config.features is None:
             return {"status": "not_needed", "outputs": {"reason": "no features section in the config"}}
-        from recsys_rl.features import materialize_repo  # Feast: seconds to import
+        from recsys_rl.feature_store import materialize_repo  # Feast: seconds to import
 
         dataset = self.output("ingest")
         settings = dataclasses.replace(
@@ -329,7 +330,7 @@ class _Steps:
         return {"status": "done", "inputs": inputs, "outputs": outputs}
 
     def _train(self) -> dict[str, Any]:
-        from recsys_rl.training import train
+        from recsys_rl.training.train import train
 
         dataset = self.output("ingest")
         inputs = {"dataset": dataset["version"], "train": self.config.train}
@@ -351,9 +352,9 @@ class _Steps:
         }
 
     def _evaluate(self) -> dict[str, Any]:
-        from recsys_rl.evaluation import BLESSING_JSON, EvaluateConfig, run_evaluation
-        from recsys_rl.policy_files import policy_digest
-        from recsys_rl.sim_eval import policy_directory
+        from recsys_rl.ope.evaluate import BLESSING_JSON, EvaluateConfig, run_evaluation
+        from recsys_rl.registry.policy_files import policy_digest
+        from recsys_rl.sim.sim_eval import policy_directory
 
         dataset, trained = self.output("ingest"), self.output("train")
         incumbent = _incumbent(Path(self.config.registry), self.config.surface)

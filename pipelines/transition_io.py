@@ -1,8 +1,8 @@
 """Transition records as files: tf.train.Example and Parquet encodings, and deterministic sharding.
 
 Rows are assigned to a shard by a stable hash of their episode and each shard is sorted and handed to
-``pipelines.whole_files.WriteWholeFiles`` as one element, so the same input gives byte-identical files
-on any runner.
+``recsys_rl.pipelines.whole_files.WriteWholeFiles`` as one element, so the same input gives
+byte-identical files on any runner.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-
-from pipelines.episodes import SURFACE_SIGNALS, float32_bytes
-from pipelines.whole_files import parquet_file, tfrecord_file
+from recsys_rl.pipelines.episodes import SURFACE_SIGNALS, float32_bytes
+from recsys_rl.pipelines.whole_files import parquet_file, tfrecord_file
 
 TFRECORD_SUFFIX = ".tfrecord"
 PARQUET_SUFFIX = ".parquet"

@@ -18,9 +18,8 @@ from collections.abc import Iterable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
-
-from pipelines.dataset import ACCOUNTING_FILE, BUILT_PREFIX, DEAD_LETTER_FILE, FEATURES_DIR
-from pipelines.episodes import (
+from recsys_rl.pipelines.dataset import ACCOUNTING_FILE, BUILT_PREFIX, DEAD_LETTER_FILE, FEATURES_DIR
+from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
     FEEDBACK,
@@ -29,11 +28,11 @@ from pipelines.episodes import (
     dead_letter,
     decode_event,
 )
-from pipelines.feature_aggregates import FeatureAggregateFiles
-from pipelines.kafka_source import KafkaBatch, ReadKafkaReplay, ReplayPlan
-from pipelines.transition_io import ShardTransitions
-from pipelines.validation import Rejection
-from pipelines.whole_files import WriteWholeFiles, jsonl_file
+from recsys_rl.pipelines.event_validation import Rejection
+from recsys_rl.pipelines.feature_aggregates import FeatureAggregateFiles
+from recsys_rl.pipelines.kafka_source import KafkaBatch, ReadKafkaReplay, ReplayPlan
+from recsys_rl.pipelines.transition_io import ShardTransitions
+from recsys_rl.pipelines.whole_files import WriteWholeFiles, jsonl_file
 
 DEAD_LETTERS = "dead_letters"
 VIEW_FACTS = "view_facts"

@@ -2,7 +2,7 @@
 
 The token comes from a file (never a flag: flags show in process lists). Callers send it as
 ``authorization: Bearer <token>`` metadata; the comparison is constant-time. Without a token the
-server does not offer the admin service at all (see ``serving.server``), so it is never open.
+server does not offer the admin service at all (see ``recsys_rl.serving.server``), so it is never open.
 """
 
 from __future__ import annotations

@@ -23,12 +23,13 @@ import threading
 import time
 from dataclasses import dataclass
 
+from recsys_rl.serving.metrics import ServingMetrics
+
 from recsys_rl import contracts
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import DeliveryError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.logs import get_logger, log_event
-from serving.metrics import ServingMetrics
 
 _CONNECT_TIMEOUT_S = 2.0
 _RETRY_PAUSE_S = 0.05
@@ -88,8 +89,8 @@ class DecisionLog:
     def submit(self, topic: str, record: contracts.DecisionRecord, candidates: bytes = b"") -> bool:
         """Queue one record for ``topic`` (keyed by user id); False if it was dropped. Never blocks.
 
-        ``candidates``: the record's candidates field already encoded (serving.wire.record_candidates),
-        appended to the record's encoding, with which it merges.
+        ``candidates``: the record's candidates field already encoded
+        (recsys_rl.serving.wire.record_candidates), appended to the record's encoding, with which it merges.
         """
         if self._bootstrap is None or self._closing.is_set():
             return False

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 
 
 def request_seed(request_id: str) -> tuple[int, int]:
@@ -69,7 +69,7 @@ def load_feed_decider(policy_dir: Path, version: str) -> GaussianDecider:
     TensorFlow call, which was a quarter of a Rank's CPU.
     """
     # TensorFlow is imported only by a server that loads a model.
-    from recsys_rl.agents.policy_io import load_feed_policy, numpy_actor
+    from recsys_rl.training.agents.policy_io import load_feed_policy, numpy_actor
 
     return GaussianDecider(numpy_actor(load_feed_policy(policy_dir, verify=True)), version)
 
@@ -105,7 +105,7 @@ def load_allocation_decider(policy_dir: Path, version: str) -> BernoulliAllocati
     The SavedModel answers directly: one Allocate is one small network call, well inside the budget,
     so no numpy twin is kept for it.
     """
-    from recsys_rl.agents.policy_io import load_allocation_policy
+    from recsys_rl.training.agents.policy_io import load_allocation_policy
 
     return BernoulliAllocationDecider(load_allocation_policy(policy_dir, verify=True), version)
 

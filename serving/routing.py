@@ -1,5 +1,8 @@
 """Which policy answers whom, and hot reload of the registry's routing without failing requests.
 
+The server's side of routing: the registry's side (``recsys_rl.registry.routing``) writes
+``routing.json`` and resolves it to versions; this module polls that and picks a policy per request.
+
 A ``ServingSet`` is an immutable snapshot of one surface's loaded policies. Requests read the current
 snapshot once and use it to the end, and a reload builds the next snapshot completely before swapping
 the reference, so a request in flight during a reload finishes on the policies it started with.
@@ -18,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from recsys_rl.serving.policies import Decider
+
 from recsys_rl.errors import OperationalError
 from recsys_rl.registry import Routing, VersionInfo, arm_for_user, read_routing, resolve_routing
-from serving.policies import Decider
 
 #: Loads a policy directory of a registry version into a Decider; raises OperationalError if it cannot.
 Loader = Callable[[Path, str], Decider]

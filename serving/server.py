@@ -17,25 +17,25 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
-
-from recsys_rl.config import ConfigError
-from recsys_rl.contracts import serving_pb2, serving_pb2_grpc
-from recsys_rl.errors import OperationalError
-from recsys_rl.logs import get_logger, log_event
-from serving.auth import AdminTokenInterceptor, read_token
-from serving.config import ServeConfig
-from serving.decision_log import DecisionLog
-from serving.features import UserFeatureReader
-from serving.metrics import ServingMetrics
-from serving.policies import (
+from recsys_rl.serving.auth import AdminTokenInterceptor, read_token
+from recsys_rl.serving.decision_log import DecisionLog
+from recsys_rl.serving.metrics import ServingMetrics
+from recsys_rl.serving.online_features import UserFeatureReader
+from recsys_rl.serving.policies import (
     allocation_fallback,
     feed_fallback,
     load_allocation_decider,
     load_feed_decider,
 )
-from serving.reflection import enable_reflection
-from serving.routing import PolicyHolder, RoutingWatcher
-from serving.service import Handlers
+from recsys_rl.serving.reflection import enable_reflection
+from recsys_rl.serving.routing import PolicyHolder, RoutingWatcher
+from recsys_rl.serving.service import Handlers
+from recsys_rl.serving.settings import ServeConfig
+
+from recsys_rl.config import ConfigError
+from recsys_rl.contracts import serving_pb2, serving_pb2_grpc
+from recsys_rl.errors import OperationalError
+from recsys_rl.logs import get_logger, log_event
 
 _SERVICES = serving_pb2.DESCRIPTOR.services_by_name
 RANKING = _SERVICES["RankingService"].full_name
@@ -88,7 +88,7 @@ def _read_pem(path: str, what: str) -> bytes:
 def _open_features(config: ServeConfig) -> UserFeatureReader:
     store = None
     if config.feature_repo is not None:
-        from recsys_rl.features import open_store  # Feast is heavy: import it only when configured
+        from recsys_rl.feature_store import open_store  # Feast is heavy: import it only when configured
 
         store = open_store(
             config.feature_repo,

@@ -14,20 +14,20 @@ from dataclasses import dataclass
 
 import grpc
 import numpy as np
+from recsys_rl.serving.decision_log import DecisionLog
+from recsys_rl.serving.metrics import ServingMetrics
+from recsys_rl.serving.online_features import UserFeatureReader
+from recsys_rl.serving.online_state import event_time_ms, feed_state, live_state, user_group
+from recsys_rl.serving.policies import Decider, request_seed
+from recsys_rl.serving.request_validation import InvalidRequest, validate_allocate, validate_rank
+from recsys_rl.serving.routing import PolicyHolder
+from recsys_rl.serving.settings import ServeConfig
+from recsys_rl.serving.wire import record_candidates
 
 from recsys_rl import contracts
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.logs import get_logger
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
-from serving.config import ServeConfig
-from serving.decision_log import DecisionLog
-from serving.features import UserFeatureReader
-from serving.metrics import ServingMetrics
-from serving.policies import Decider, request_seed
-from serving.routing import PolicyHolder
-from serving.state import event_time_ms, feed_state, live_state, user_group
-from serving.validation import InvalidRequest, validate_allocate, validate_rank
-from serving.wire import record_candidates
 
 #: Time kept back from the client's deadline for inference and the answer, when budgeting the lookup.
 _DEADLINE_RESERVE_S = 0.002

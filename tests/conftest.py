@@ -24,7 +24,7 @@ from recsys_rl.processes import stop_process
 
 # Importing Feast sets PROMETHEUS_MULTIPROC_DIR, and a prometheus_client imported after that shares metric
 # values between all registries of the process; the serving tests start many servers in one session and
-# each must count its own requests (serving.metrics), so prometheus_client is imported first.
+# each must count its own requests (recsys_rl.serving.metrics), so prometheus_client is imported first.
 
 
 def _started(broker: Broker, name: str) -> Broker:
@@ -138,7 +138,7 @@ FEED_DATASET_SEED = 0
 @pytest.fixture(scope="session")
 def feed_dataset(embedded_kafka: Broker, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A transition dataset built the production way: simulated traffic -> Kafka -> the Beam pipeline."""
-    from pipelines.simulated import simulated_dataset
+    from recsys_rl.pipelines.simulated import simulated_dataset
 
     result = simulated_dataset(
         embedded_kafka.bootstrap_servers,

@@ -11,7 +11,7 @@ import json
 import random
 from pathlib import Path
 
-from recsys_rl.blessing import Blessing, PolicyRef, write_blessing
+from recsys_rl.ope.blessing import Blessing, PolicyRef, write_blessing
 
 POLICY_FILES = ("saved_model.pb", "variables/variables.index", "variables/variables.data-00000-of-00001")
 
@@ -40,7 +40,7 @@ def make_policy(directory: Path, seed: int, *, version: str = "tscac-ds1-s0", su
 
 
 def make_run(directory: Path, seed: int, *, dataset_version: str = "ds1") -> Path:
-    """A finished training run: manifest.json naming its policy/ the way ``recsys_rl.training`` does."""
+    """A finished training run: manifest.json naming its policy/ the way ``recsys_rl.training.train`` does."""
     policy = make_policy(directory / "policy", seed, version=f"tscac-{dataset_version}-s{seed}")
     listed = json.loads((policy / "policy.json").read_text())["sha256"]
     manifest = {

@@ -1,10 +1,13 @@
-"""``recsys-rl build-transitions``: argument parsing and output of the dataset build."""
+"""``recsys-rl build-transitions``: argument parsing and output of the dataset build.
+
+The work is done by ``recsys_rl.pipelines.build_transitions``.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.common import add_bootstrap_option, add_config_option, positive_int
+from recsys_rl.cli.options import add_bootstrap_option, add_config_option, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger
 
@@ -48,7 +51,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.build import BuildTransitionsConfig, build_transitions  # Beam import only for this verb
+    from recsys_rl.pipelines.build_transitions import (  # Beam import only for this verb
+        BuildTransitionsConfig,
+        build_transitions,
+    )
 
     fields = (
         "bootstrap_servers",

@@ -1,10 +1,10 @@
-"""``recsys-rl demo``: the closed loop on the embedded default (``recsys_rl.demo``)."""
+"""``recsys-rl demo``: the closed loop on the embedded default (``recsys_rl.loop.demo``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.common import add_bootstrap_option, add_config_option, non_negative_int, positive_int
+from recsys_rl.cli.options import add_bootstrap_option, add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
 
@@ -34,7 +34,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with quiet_native_imports():
-        from recsys_rl.demo import DemoConfig, run_demo
+        from recsys_rl.loop.demo import DemoConfig, run_demo
 
     keys = ("out", "users", "seed", "train_steps", "bootstrap_servers")
     config = load_config(DemoConfig, args.config, {k: getattr(args, k) for k in keys})

@@ -1,10 +1,10 @@
-"""``recsys-rl evaluate``: argument parsing and output of the OPE gate (``recsys_rl.evaluation``)."""
+"""``recsys-rl evaluate``: argument parsing and output of the OPE gate (``recsys_rl.ope.evaluate``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.common import add_config_option, non_negative_int
+from recsys_rl.cli.options import add_config_option, non_negative_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
 
@@ -35,7 +35,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with quiet_native_imports():
-        from recsys_rl.evaluation import EvaluateConfig, run_evaluation  # TensorFlow only for this verb
+        from recsys_rl.ope.evaluate import EvaluateConfig, run_evaluation  # TensorFlow only for this verb
 
     overrides = {k: getattr(args, k) for k in ("candidate", "incumbent", "data", "out", "seed")}
     config = load_config(EvaluateConfig, args.config, overrides)

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.common import OneLineParser, add_config_option, env_default
+from recsys_rl.cli.options import OneLineParser, add_config_option, env_default
 from recsys_rl.config import load_config
 from recsys_rl.logs import get_logger, log_event, new_run_id
 
 _OFFLINE_ENV = "RECSYS_RL_FEATURES_OFFLINE"  # the repo's definitions read the same variable
 _STATE_ENV = "RECSYS_RL_FEAST_STATE_DIR"
 _REDIS_ENV = "RECSYS_RL_REDIS_CONNECTION_STRING"
-_PROFILES = ("sqlite", "redis")  # recsys_rl.features.PROFILES; not imported here, Feast takes seconds
+_PROFILES = ("sqlite", "redis")  # recsys_rl.feature_store.PROFILES; not imported here, Feast takes seconds
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser(
         "features",
         help="the Feast feature store: apply the repo, materialise to the online store",
-        description="Work with the Feast feature repository (features/ by default).",
+        description="Work with the Feast feature repository (the installed one by default).",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=OneLineParser)
     m = actions.add_parser(
@@ -29,7 +29,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "feature pipeline) into the profile's online store, continuing where the last run stopped.",
     )
     add_config_option(m)
-    m.add_argument("--repo", metavar="DIR", help="Feast feature repo (default: features)")
+    m.add_argument(
+        "--repo",
+        metavar="DIR",
+        help="Feast feature repo (default: the installed one, features/ in a checkout)",
+    )
     m.add_argument("--profile", choices=_PROFILES, help="online store: sqlite (embedded, default) or redis")
     m.add_argument(
         "--offline",
@@ -62,7 +66,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run_materialize(args: argparse.Namespace) -> int:
     # Feast is imported on use, so that other verbs (and --help) do not pay for it.
-    from recsys_rl.features import MaterializeConfig, materialize_repo
+    from recsys_rl.feature_store import MaterializeConfig, materialize_repo
 
     overrides = {
         "repo": args.repo,

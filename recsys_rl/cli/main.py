@@ -19,7 +19,7 @@ from recsys_rl.cli import serve as serve_cmd
 from recsys_rl.cli import sim_eval as sim_eval_cmd
 from recsys_rl.cli import simulate as simulate_cmd
 from recsys_rl.cli import train as train_cmd
-from recsys_rl.cli.common import EXIT_FAILURE, EXIT_USAGE, OneLineParser
+from recsys_rl.cli.options import EXIT_FAILURE, EXIT_USAGE, OneLineParser
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import BrokerConfigError

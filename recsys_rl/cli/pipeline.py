@@ -1,10 +1,10 @@
-"""``recsys-rl pipeline run``: the scheduled training pipeline (``pipelines.training_pipeline``)."""
+"""``recsys-rl pipeline run``: the scheduled training pipeline (``recsys_rl.pipelines.training_pipeline``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.common import OneLineParser, add_config_option
+from recsys_rl.cli.options import OneLineParser, add_config_option
 from recsys_rl.logs import progress_logger, quiet_native_imports
 
 
@@ -35,7 +35,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run_pipeline_command(args: argparse.Namespace) -> int:
     with quiet_native_imports():
-        from pipelines.training_pipeline import load_pipeline_config, run_pipeline
+        from recsys_rl.pipelines.training_pipeline import load_pipeline_config, run_pipeline
 
     config = load_pipeline_config(args.config, {"work_dir": args.work_dir, "registry": args.registry})
     result = run_pipeline(config, progress_logger("pipeline"))

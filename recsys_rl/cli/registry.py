@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from recsys_rl import registry
-from recsys_rl.blessing import Blessing
-from recsys_rl.cli.common import env_default
+from recsys_rl.cli.options import env_default
 from recsys_rl.config import ConfigError
 from recsys_rl.logs import quiet_native_imports
+from recsys_rl.ope.blessing import Blessing
 
 REGISTRY_ENV = "RECSYS_RL_REGISTRY"
 
@@ -135,7 +135,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def _register(args: argparse.Namespace) -> int:
     with quiet_native_imports():  # the registry checks copies with policy_io, which loads TensorFlow
-        importlib.import_module("recsys_rl.agents.policy_io")
+        importlib.import_module("recsys_rl.training.agents.policy_io")
     result = registry.register(
         args.registry,
         args.surface,

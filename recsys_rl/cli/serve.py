@@ -1,4 +1,4 @@
-"""``recsys-rl serve``: run the gRPC server (``serving.server``) until SIGTERM or Ctrl-C."""
+"""``recsys-rl serve``: run the gRPC server (``recsys_rl.serving.server``) until SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import signal
 import threading
 
-from recsys_rl.cli.common import add_bootstrap_option, add_config_option, non_negative_int
+from recsys_rl.cli.options import add_bootstrap_option, add_config_option, non_negative_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger
 
@@ -58,8 +58,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from serving.config import ServeConfig
-    from serving.server import start_server
+    from recsys_rl.serving.server import start_server
+    from recsys_rl.serving.settings import ServeConfig
 
     config = load_config(ServeConfig, args.config, {k: getattr(args, k) for k in _OPTIONS})
     progress = progress_logger("serve")

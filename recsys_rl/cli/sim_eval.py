@@ -1,11 +1,11 @@
-"""``recsys-rl sim-eval``: argument parsing and output of a simulator evaluation (``recsys_rl.sim_eval``)."""
+"""``recsys-rl sim-eval`` from the command line: arguments and output (the work is in ``sim.sim_eval``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from recsys_rl.cli.common import add_config_option, non_negative_int, positive_int
+from recsys_rl.cli.options import add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from recsys_rl.atomic_json import write_json_atomic
 
     with quiet_native_imports():
-        from recsys_rl.sim_eval import SimEvalConfig, evaluate_policy  # TensorFlow only for this verb
+        from recsys_rl.sim.sim_eval import SimEvalConfig, evaluate_policy  # TensorFlow only for this verb
 
     overrides = {k: getattr(args, k) for k in ("policy", "users", "days", "seed", "episode_seed", "sample")}
     config = load_config(SimEvalConfig, args.config, overrides)

@@ -1,15 +1,18 @@
-"""``recsys-rl simulate``: argument parsing and output of the simulate verb."""
+"""``recsys-rl simulate``: argument parsing and output of the simulate verb.
+
+The work is done by ``recsys_rl.sim.simulate``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import time
 
-from recsys_rl.cli.common import add_bootstrap_option, add_config_option, non_negative_int, positive_int
+from recsys_rl.cli.options import add_bootstrap_option, add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.kafka import open_broker
 from recsys_rl.logs import get_logger, log_event, new_run_id
-from recsys_rl.simulate import BROKER_KINDS, SimulateConfig, SimulationReport, run_simulation
+from recsys_rl.sim.simulate import BROKER_KINDS, SimulateConfig, SimulationReport, run_simulation
 
 
 def register(verbs: argparse._SubParsersAction) -> None:

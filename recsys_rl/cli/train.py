@@ -1,13 +1,13 @@
-"""``recsys-rl train``: argument parsing and output of one training run (``recsys_rl.training``)."""
+"""``recsys-rl train``: argument parsing and output of one training run (``recsys_rl.training.train``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from recsys_rl.agents.algorithms import ALL_ALGORITHMS
-from recsys_rl.cli.common import add_config_option, non_negative_int, positive_int
+from recsys_rl.cli.options import add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
+from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with quiet_native_imports():
-        from recsys_rl.training import TrainConfig, train  # TensorFlow only for this verb
+        from recsys_rl.training.train import TrainConfig, train  # TensorFlow only for this verb
 
     overrides = {k: getattr(args, k) for k in ("algo", "data", "out", "steps", "batch_size", "seed")}
     config = load_config(TrainConfig, args.config, overrides)

@@ -9,7 +9,7 @@ from recsys_rl.kafka.broker import (
     open_broker,
 )
 from recsys_rl.kafka.connection import parse_bootstrap_servers, wait_until_reachable
-from recsys_rl.kafka.errors import (
+from recsys_rl.kafka.setup_errors import (
     BrokerConfigError,
     BrokerUnavailable,
     DeliveryError,

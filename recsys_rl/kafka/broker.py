@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import ClassVar, Self
 
 from recsys_rl.kafka.connection import format_bootstrap_servers, parse_bootstrap_servers, wait_until_reachable
-from recsys_rl.kafka.errors import BrokerConfigError, BrokerUnavailable, KafkaSetupError
+from recsys_rl.kafka.setup_errors import BrokerConfigError, BrokerUnavailable, KafkaSetupError
 from recsys_rl.processes import stop_process
 
 BROKER_KINDS = ("embedded", "local-kafka")

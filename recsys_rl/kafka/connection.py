@@ -27,7 +27,7 @@ import kafka.errors as kafka_errors
 from kafka import KafkaAdminClient
 from kafka.net.compat import KafkaNetClient
 
-from recsys_rl.kafka.errors import BrokerConfigError, BrokerUnavailable
+from recsys_rl.kafka.setup_errors import BrokerConfigError, BrokerUnavailable
 
 ClientT = TypeVar("ClientT")
 

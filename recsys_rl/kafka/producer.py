@@ -17,7 +17,7 @@ import kafka.errors as kafka_errors
 from kafka import KafkaProducer
 
 from recsys_rl.kafka.connection import connect, quiet_kafka_logging
-from recsys_rl.kafka.errors import DeliveryError
+from recsys_rl.kafka.setup_errors import DeliveryError
 
 
 @dataclass(slots=True)

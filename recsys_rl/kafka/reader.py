@@ -24,7 +24,7 @@ import kafka.errors as kafka_errors
 from kafka import KafkaConsumer, TopicPartition
 
 from recsys_rl.kafka.connection import connect, quiet_kafka_logging
-from recsys_rl.kafka.errors import ReadError
+from recsys_rl.kafka.setup_errors import ReadError
 
 _POLL_MS = 100
 

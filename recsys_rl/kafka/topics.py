@@ -16,7 +16,7 @@ import kafka.errors as kafka_errors
 from kafka import KafkaAdminClient
 
 from recsys_rl.kafka.connection import connect, quiet_kafka_logging
-from recsys_rl.kafka.errors import TopicSetupError
+from recsys_rl.kafka.setup_errors import TopicSetupError
 
 # Kafka's own rule (kafka.common.internals.Topic): checked here so a bad name fails with the name
 # in the message instead of as an INVALID_TOPIC_EXCEPTION code from the broker.

@@ -25,8 +25,8 @@ from recsys_rl import signals as signal_registry
 from recsys_rl.state import ACTIVITY_GROUPS
 
 if TYPE_CHECKING:  # the dataset reader imports TensorFlow; OPE only needs its shard paths
-    from recsys_rl.agents.data import TransitionDataset
     from recsys_rl.sim.simulator import DayLog
+    from recsys_rl.training.agents.data import TransitionDataset
 
 #: Rows per call when a policy's log-density is evaluated; bounds the memory of a TensorFlow policy.
 LOG_PROB_CHUNK_ROWS = 65_536

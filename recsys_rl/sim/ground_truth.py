@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from recsys_rl import signals
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.policies import AllocationPolicy, FeedPolicy
+from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import DayLog, Simulator
 
 

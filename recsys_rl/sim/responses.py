@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recsys_rl.sim.config import ResponseModel
+from recsys_rl.sim.parameters import ResponseModel
 from recsys_rl.sim.world import World
 
 #: Column order of per-view feed responses; equal to recsys_rl.signals.FEED_SIGNALS.

@@ -19,9 +19,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from recsys_rl.fusion import fusion_scores, top_k
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
 from recsys_rl.sim.history import UserHistory
-from recsys_rl.sim.policies import AllocationPolicy, FeedPolicy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs
 from recsys_rl.sim.world import World
 from recsys_rl.state import ACTIVITY_GROUPS
@@ -51,7 +51,7 @@ class PageContext:
     """Who asks for each row of a page, beyond its state: what a policy behind an API needs.
 
     The simulator's own policies read only the state. A policy that answers through the live server
-    (``recsys_rl.live_traffic``) has to send what production callers send: the user, the request id the
+    (``recsys_rl.sim.live_client``) has to send what production callers send: the user, the request id the
     day's log will give the row, the session context, the candidates with their predictions and, for a
     live-allocation decision, the live candidate. A policy opts in by defining ``act_in_context``.
 

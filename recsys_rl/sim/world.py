@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.state import ACTIVITY_GROUPS
 
 

@@ -20,15 +20,15 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from recsys_rl import signals
-from recsys_rl.agents.data import (
+from recsys_rl.dataset_contract import MANIFEST
+from recsys_rl.state import FEED_STATE_FEATURES
+from recsys_rl.training.agents.data import (
     DatasetMismatchError,
     open_dataset,
     read_transitions,
     transition_statistics,
 )
-from recsys_rl.agents.specs import LOG_PROPENSITY_KEY
-from recsys_rl.dataset_contract import MANIFEST
-from recsys_rl.state import FEED_STATE_FEATURES
+from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
 
 pytestmark = pytest.mark.integration
 

@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
+from recsys_rl.serving.server import start_server
+from recsys_rl.serving.settings import ServeConfig
 
 from recsys_rl import contracts, registry
-from recsys_rl.blessing import read_blessing
 from recsys_rl.cli.main import main
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.ope.blessing import read_blessing
 from recsys_rl.signals import LIVE_SIGNALS
 from recsys_rl.state import LIVE_STATE_FEATURES
-from serving.config import ServeConfig
-from serving.server import start_server
-from serving.validation import LIVE_PREDICTION_NAMES
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +80,7 @@ def test_the_ope_gate_judges_allocation_decisions(evaluation: Path):
 def test_allocate_serves_the_blessed_policy_and_logs_its_propensity(
     sl_mgac_run: Path, evaluation: Path, embedded_kafka, tmp_path: Path
 ):
-    from recsys_rl.agents.policy_io import load_allocation_policy
+    from recsys_rl.training.agents.policy_io import load_allocation_policy
 
     root = tmp_path / "registry"
     registry.register(root, "live_allocation", run=sl_mgac_run, report=evaluation, version="a1")

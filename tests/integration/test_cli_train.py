@@ -14,7 +14,7 @@ import yaml
 from recsys_rl import signals
 from recsys_rl.cli.main import main
 from recsys_rl.config import load_config
-from recsys_rl.sim_eval import AUXILIARY_SIGNALS
+from recsys_rl.sim.sim_eval import AUXILIARY_SIGNALS
 
 pytestmark = pytest.mark.integration
 
@@ -127,7 +127,7 @@ def test_another_config_for_the_same_run_is_one_line_and_exit_1(bc_run, feed_dat
 
 
 def test_an_interrupted_run_resumes_from_its_last_checkpoint(feed_dataset, settings_file, tmp_path, capsys):
-    from recsys_rl.training import TrainConfig, train
+    from recsys_rl.training.train import TrainConfig, train
 
     run = tmp_path / "resumed"
     args = [*_train_args(feed_dataset, run, settings_file), "--steps", "40", "--batch-size", "128"]

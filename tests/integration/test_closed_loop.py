@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_rl import registry
-from recsys_rl.demo import DemoConfig, run_demo
-from recsys_rl.gate import GateConfig
+from recsys_rl.loop.demo import DemoConfig, run_demo
+from recsys_rl.ope.gate import GateConfig
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recsys_rl.blessing import read_blessing
 from recsys_rl.cli.main import main
-from recsys_rl.policy_files import policy_digest
+from recsys_rl.ope.blessing import read_blessing
+from recsys_rl.registry.policy_files import policy_digest
 from recsys_rl.signals import FEED_SIGNALS
 
 pytestmark = pytest.mark.integration

@@ -17,12 +17,12 @@ import apache_beam as beam
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from recsys_rl.pipelines.feature_aggregates import USER_ENGAGEMENT, WriteFeatureAggregates
 
-from pipelines.feature_aggregates import USER_ENGAGEMENT, WriteFeatureAggregates
 from recsys_rl.cli import features as features_cmd
-from recsys_rl.cli.common import OneLineParser
+from recsys_rl.cli.options import OneLineParser
 from recsys_rl.config import ConfigError, load_config
-from recsys_rl.features import (
+from recsys_rl.feature_store import (
     PROFILES,
     REDIS_ENV,
     FeatureStoreError,

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from recsys_rl import signals
-from recsys_rl.evaluation import gate_verdict
-from recsys_rl.gate import GateConfig
-from recsys_rl.ope.evaluate import evaluate_lift
+from recsys_rl.ope.evaluate import gate_verdict
+from recsys_rl.ope.gate import GateConfig
 from recsys_rl.ope.logged import LoggedSteps
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.ope.offline_evaluation import evaluate_lift
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import monte_carlo_values
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 
 pytestmark = pytest.mark.integration

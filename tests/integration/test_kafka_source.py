@@ -18,8 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
-
-from pipelines.kafka_source import (
+from recsys_rl.pipelines.kafka_source import (
     KafkaBatch,
     KafkaRecord,
     OffsetRange,
@@ -29,6 +28,7 @@ from pipelines.kafka_source import (
     committed_offsets,
     plan_replay,
 )
+
 from recsys_rl.kafka import Broker, ReadError
 from recsys_rl.kafka.connection import connect
 from recsys_rl.kafka.producer import EventProducer

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from recsys_rl import signals
-from recsys_rl.agents.data import open_dataset
-from recsys_rl.ope.evaluate import evaluate_policy_offline
 from recsys_rl.ope.logged import LoggedSteps
-from recsys_rl.sim.policies import behaviour_feed_policy
+from recsys_rl.ope.offline_evaluation import evaluate_policy_offline
+from recsys_rl.sim.behaviour import behaviour_feed_policy
+from recsys_rl.training.agents.data import open_dataset
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from recsys_rl import signals
-from recsys_rl.ope.evaluate import OPESettings, estimator_terms, evaluate_policy_offline
 from recsys_rl.ope.logged import LoggedSteps
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.ope.offline_evaluation import OPESettings, estimator_terms, evaluate_policy_offline
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import monte_carlo_values
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """The gRPC server over real sockets: generated stubs, real policies, real Kafka, reloads under load.
 
 Two behaviour-cloning policies trained on the pipeline-built dataset are registered with passing
-blessings (``recsys_rl.blessing.write_blessing``); each test gets its own registry copy and server.
+blessings (``recsys_rl.ope.blessing.write_blessing``); each test gets its own registry copy and server.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import pytest
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
+from recsys_rl.serving.server import RunningServer, start_server
+from recsys_rl.serving.settings import ServeConfig
 from registry_fakes import make_report
 
 from recsys_rl import contracts, registry
@@ -31,9 +34,6 @@ from recsys_rl.kafka import EmbeddedBroker
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.state import FEED_STATE_FEATURES
-from serving.config import ServeConfig
-from serving.server import RunningServer, start_server
-from serving.validation import LIVE_PREDICTION_NAMES
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +142,7 @@ def wait_for(condition, what: str, attempts: int = 400) -> None:
 def test_rank_serves_the_stable_policy_and_logs_exactly_what_it_served(
     registry_dir, topics, embedded_kafka, serve
 ):
-    from recsys_rl.agents.policy_io import load_feed_policy
+    from recsys_rl.training.agents.policy_io import load_feed_policy
 
     server = serve(
         registry=str(registry_dir),
@@ -512,9 +512,9 @@ def _view(item: str, minute: int, watch: float, click: int) -> dict:
 def redis_features(redis_server, tmp_path_factory) -> Path:
     """user-1's day of views, aggregated by the feature pipeline and materialised into Redis."""
     import apache_beam as beam
+    from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
 
-    from pipelines.feature_aggregates import WriteFeatureAggregates
-    from recsys_rl.features import MaterializeConfig, materialize_repo
+    from recsys_rl.feature_store import MaterializeConfig, materialize_repo
 
     root = tmp_path_factory.mktemp("serve-features")
     facts = [_view(f"v{i}", 60 + i, watch=20.0, click=i % 2) for i in range(10)]

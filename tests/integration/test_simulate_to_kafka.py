@@ -7,7 +7,7 @@ import pytest
 
 from recsys_rl import contracts
 from recsys_rl.kafka.reader import high_watermarks, read_range
-from recsys_rl.simulate import SimulateConfig, day_messages, run_simulation, simulated_days
+from recsys_rl.sim.simulate import SimulateConfig, day_messages, run_simulation, simulated_days
 
 pytestmark = pytest.mark.integration
 

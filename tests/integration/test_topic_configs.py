@@ -6,7 +6,7 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from recsys_rl.simulate import SimulateConfig, run_simulation
+from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 pytestmark = pytest.mark.integration
 

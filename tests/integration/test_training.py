@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recsys_rl.agents.base import AgentConfig
-from recsys_rl.agents.data import open_dataset, read_transitions, transition_statistics
-from recsys_rl.agents.policy_io import PolicyLoadError, export_policy, load_feed_policy, numpy_actor
-from recsys_rl.agents.registry import build_agent
-from recsys_rl.training import TrainConfig, TrainingDivergedError, train
+from recsys_rl.training.agents.base import AgentConfig
+from recsys_rl.training.agents.data import open_dataset, read_transitions, transition_statistics
+from recsys_rl.training.agents.factory import build_agent
+from recsys_rl.training.agents.policy_io import PolicyLoadError, export_policy, load_feed_policy, numpy_actor
+from recsys_rl.training.train import TrainConfig, TrainingDivergedError, train
 
 pytestmark = pytest.mark.integration
 
@@ -183,7 +183,7 @@ def test_a_short_tscac_run_beats_the_behaviour_policy_on_watch_time_in_the_simul
     feed_dataset: Path, tmp_path: Path
 ):
     """Ground truth, not OPE: the trained policy and the behaviour policy run on the same simulated world."""
-    from recsys_rl.sim_eval import SimEvalConfig, evaluate_policy
+    from recsys_rl.sim.sim_eval import SimEvalConfig, evaluate_policy
 
     config = _config(
         feed_dataset,
@@ -208,8 +208,8 @@ import tensorflow as tf
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from recsys_rl.agents.base import AgentConfig
-from recsys_rl.training import TrainConfig, train
+from recsys_rl.training.agents.base import AgentConfig
+from recsys_rl.training.train import TrainConfig, train
 
 config = TrainConfig(
     algo=sys.argv[3], data=sys.argv[1], out=sys.argv[2], steps=12, batch_size=64, checkpoint_every=6,

@@ -15,9 +15,9 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recsys_rl.agents import losses
-from recsys_rl.agents.base import AgentConfig
-from recsys_rl.agents.tscac import AUXILIARY, stage_two_log_weights
+from recsys_rl.training.agents import losses
+from recsys_rl.training.agents.base import AgentConfig
+from recsys_rl.training.agents.tscac import AUXILIARY, stage_two_log_weights
 
 
 def _t(values) -> tf.Tensor:

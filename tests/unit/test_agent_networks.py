@@ -14,11 +14,11 @@ import pytest
 import tensorflow as tf
 
 from recsys_rl import signals
-from recsys_rl.agents.base import AgentConfig
-from recsys_rl.agents.networks import LOG_STD_RANGE, GaussianActorNetwork, MultiTaskCriticNetwork
-from recsys_rl.agents.specs import feed_action_spec, feed_observation_spec
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.state import FEED_STATE_FEATURES
+from recsys_rl.training.agents.base import AgentConfig
+from recsys_rl.training.agents.networks import LOG_STD_RANGE, GaussianActorNetwork, MultiTaskCriticNetwork
+from recsys_rl.training.agents.specs import feed_action_spec, feed_observation_spec
 
 STATE_SIZE = len(FEED_STATE_FEATURES)
 ACTION_SIZE = len(FEED_ACTION_NAMES)

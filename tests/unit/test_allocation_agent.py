@@ -1,5 +1,5 @@
-"""SL-MGAC (recsys_rl.agents.allocation): group routing, the C51 projection, the anti-greedy term, the
-rewards, config checks, a few training steps, and the exported policy against the actor it came from."""
+"""SL-MGAC (recsys_rl.training.agents.allocation): group routing, the C51 projection, the anti-greedy term,
+the rewards, config checks, a few training steps, and the exported policy against the actor it came from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import tensorflow as tf
 from tf_agents.trajectories import policy_step, time_step, trajectory
 
 from recsys_rl import signals
-from recsys_rl.agents.allocation import (
+from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
+from recsys_rl.training.agents.allocation import (
     AllocationConfig,
     SLMGACAgent,
     anti_greedy_penalty,
@@ -17,12 +18,11 @@ from recsys_rl.agents.allocation import (
     multiplier_step,
     usage_rewards,
 )
-from recsys_rl.agents.data import TransitionStatistics
-from recsys_rl.agents.networks import AllocationCriticNetwork, BernoulliActorNetwork
-from recsys_rl.agents.policy_io import export_allocation_policy, load_allocation_policy
-from recsys_rl.agents.registry import build_agent, build_allocation_agent
-from recsys_rl.agents.specs import LOG_PROPENSITY_KEY, live_observation_spec
-from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
+from recsys_rl.training.agents.data import TransitionStatistics
+from recsys_rl.training.agents.factory import build_agent, build_allocation_agent
+from recsys_rl.training.agents.networks import AllocationCriticNetwork, BernoulliActorNetwork
+from recsys_rl.training.agents.policy_io import export_allocation_policy, load_allocation_policy
+from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY, live_observation_spec
 
 D = len(LIVE_STATE_FEATURES)
 SMALL = AllocationConfig(shared_hidden=(8,), tower_hidden=(8,), head_hidden=8, atoms=11)
@@ -247,7 +247,7 @@ def test_bad_allocation_configs_are_refused_with_the_field_named(kwargs, message
 
 
 def test_the_registry_keeps_surfaces_apart():
-    from recsys_rl.agents.base import AgentConfig
+    from recsys_rl.training.agents.base import AgentConfig
 
     with pytest.raises(ValueError, match="live-allocation algorithm"):
         build_agent("sl-mgac", stats(), AgentConfig(), stage_one_steps=0)

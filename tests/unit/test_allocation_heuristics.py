@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.policies import (
+from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,
     behaviour_allocation_policy,
 )
-from recsys_rl.sim_eval import allocation_outcome, compare_allocation
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.sim_eval import allocation_outcome, compare_allocation
 from recsys_rl.state import LIVE_STATE_FEATURES
 
 PRED_LIVE = LIVE_STATE_FEATURES.index("pred_live_watch_time")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recsys_rl.blessing import Blessing, BlessingError, PolicyRef, read_blessing, write_blessing
+from recsys_rl.ope.blessing import Blessing, BlessingError, PolicyRef, read_blessing, write_blessing
 
 SHA = "ab" * 32
 

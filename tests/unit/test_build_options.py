@@ -2,8 +2,7 @@
 
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
-
-from pipelines.build import EMBEDDED_RUNNER, pipeline_options
+from recsys_rl.pipelines.build_transitions import EMBEDDED_RUNNER, pipeline_options
 
 
 def test_without_a_runner_the_embedded_engine_is_named():

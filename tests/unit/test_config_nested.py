@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from recsys_rl.agents.base import AgentConfig
 from recsys_rl.config import ConfigError, load_config
-from recsys_rl.training import TrainConfig
+from recsys_rl.training.agents.base import AgentConfig
+from recsys_rl.training.train import TrainConfig
 
 
 @dataclass(frozen=True)

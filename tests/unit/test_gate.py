@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recsys_rl.gate import GateConfig, Lift, decide
+from recsys_rl.ope.gate import GateConfig, Lift, decide
 from recsys_rl.signals import FEED_SIGNALS
 
 NEUTRAL = Lift(0.0, -0.005, 0.005)

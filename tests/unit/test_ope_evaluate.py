@@ -8,16 +8,16 @@ import pytest
 
 from recsys_rl import signals
 from recsys_rl.ope import estimators as single
-from recsys_rl.ope.evaluate import (
+from recsys_rl.ope.logged import LoggedSteps, group_label
+from recsys_rl.ope.offline_evaluation import (
     ESTIMATORS,
     SINGLE_DECISION,
     OPESettings,
     evaluate_lift,
     evaluate_policy_offline,
 )
-from recsys_rl.ope.logged import LoggedSteps, group_label
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 
 FEED = behaviour_feed_policy()

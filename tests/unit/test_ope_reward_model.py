@@ -9,8 +9,8 @@ import pytest
 from recsys_rl.ope.linear import expected_features, feature_width, features, solve_ridge
 from recsys_rl.ope.logged import LoggedSteps
 from recsys_rl.ope.reward_model import fit_reward_model, session_folds
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.policies import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 
 FEED = behaviour_feed_policy()

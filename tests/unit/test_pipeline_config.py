@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from recsys_rl.pipelines.training_pipeline import load_pipeline_config
 
-from pipelines.training_pipeline import load_pipeline_config
 from recsys_rl.cli.main import main
 from recsys_rl.config import ConfigError
 

@@ -5,8 +5,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from pipelines.dataset import (
+from recsys_rl.pipelines.dataset import (
     AccountingError,
     DatasetPaths,
     accounting_summary,
@@ -15,7 +14,7 @@ from pipelines.dataset import (
     read_manifest,
     verify,
 )
-from pipelines.transition_io import parquet_schema
+from recsys_rl.pipelines.transition_io import parquet_schema
 
 RANGES = {"ranges": [{"topic": "d", "partition": 0, "start": 0, "end": 10}]}
 SETTINGS = {"num_shards": 1}

@@ -5,8 +5,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
-
-from pipelines.episodes import (
+from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
     FEEDBACK,
@@ -14,10 +13,11 @@ from pipelines.episodes import (
     build_user_episodes,
     decode_event,
 )
-from pipelines.feature_aggregates import FACT_FIELDS, ITEM_TYPES
+from recsys_rl.pipelines.feature_aggregates import FACT_FIELDS, ITEM_TYPES
+
 from recsys_rl import contracts, signals
 from recsys_rl.sim.events import EventIds
-from recsys_rl.simulate import SimulateConfig, day_messages, simulated_days
+from recsys_rl.sim.simulate import SimulateConfig, day_messages, simulated_days
 
 CONFIG = SimulateConfig(users=80, seed=12)
 IDS = EventIds.for_seed(CONFIG.seed)

@@ -10,15 +10,21 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
+from recsys_rl.pipelines.episodes import (
+    DECISION,
+    EVENT_TYPES,
+    EpisodeConfig,
+    build_user_episodes,
+    decode_event,
+)
+from recsys_rl.pipelines.episodes import FEEDBACK as FEEDBACK_KIND
+from recsys_rl.pipelines.kafka_source import KafkaBatch, KafkaRecord
+from recsys_rl.pipelines.transition_io import ShardTransitions
+from recsys_rl.pipelines.transitions import KafkaToTransitions
+from recsys_rl.pipelines.whole_files import WriteWholeFiles
 
-from pipelines.episodes import DECISION, EVENT_TYPES, EpisodeConfig, build_user_episodes, decode_event
-from pipelines.episodes import FEEDBACK as FEEDBACK_KIND
-from pipelines.kafka_source import KafkaBatch, KafkaRecord
-from pipelines.transition_io import ShardTransitions
-from pipelines.transitions import KafkaToTransitions
-from pipelines.whole_files import WriteWholeFiles
 from recsys_rl import contracts
-from recsys_rl.simulate import SimulateConfig, day_messages, simulated_days
+from recsys_rl.sim.simulate import SimulateConfig, day_messages, simulated_days
 
 CONFIG = SimulateConfig(users=40, seed=21)
 DECISIONS, FEEDBACK = CONFIG.decisions_topic, CONFIG.feedback_topic

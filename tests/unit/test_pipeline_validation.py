@@ -3,8 +3,8 @@
 import math
 
 import pytest
+from recsys_rl.pipelines.event_validation import check_decision, check_feedback
 
-from pipelines.validation import check_decision, check_feedback
 from recsys_rl import contracts, signals
 from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 

@@ -21,7 +21,7 @@ import pytest
 from registry_fakes import digest_of, make_policy, make_report, make_run
 
 from recsys_rl import registry
-from recsys_rl.blessing import Blessing, BlessingError, PolicyRef, write_blessing
+from recsys_rl.ope.blessing import Blessing, BlessingError, PolicyRef, write_blessing
 from recsys_rl.registry import RegistryError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,7 +184,7 @@ def test_register_refuses_a_policy_of_another_surface(reg: Path, tmp_path: Path)
 
 def test_the_stored_copy_has_the_source_policys_digest_and_files(reg: Path, tmp_path: Path) -> None:
     """The gate names the candidate by ``policy_digest`` of what it evaluated: the copy must match it."""
-    from recsys_rl.policy_files import mismatched_policy_files, policy_digest
+    from recsys_rl.registry.policy_files import mismatched_policy_files, policy_digest
 
     info = registry.get_version(reg, "feed", add_version(reg, tmp_path, 1))
     assert info.policy_sha256 == policy_digest(info.policy_dir) == policy_digest(tmp_path / "run1" / "policy")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
-
-from serving.config import ServeConfig
-from serving.metrics import ServingMetrics
-from serving.service import Abort, Handlers
+from recsys_rl.serving.metrics import ServingMetrics
+from recsys_rl.serving.service import Abort, Handlers
+from recsys_rl.serving.settings import ServeConfig
 
 
 class Context:

@@ -6,10 +6,10 @@ import threading
 import time
 
 import pytest
+from recsys_rl.serving.online_features import UserFeatureReader
+from recsys_rl.serving.online_state import UserFeatures
 
-import recsys_rl.features
-from serving.features import UserFeatureReader
-from serving.state import UserFeatures
+import recsys_rl.feature_store
 
 
 class SlowStore:
@@ -32,7 +32,7 @@ class SlowStore:
 @pytest.fixture
 def slow_store(monkeypatch) -> SlowStore:
     store = SlowStore()
-    monkeypatch.setattr(recsys_rl.features, "online_user_features", store.read, raising=False)
+    monkeypatch.setattr(recsys_rl.feature_store, "online_user_features", store.read, raising=False)
     monkeypatch.setattr(UserFeatures, "from_row", classmethod(_from_row))
     return store
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from recsys_rl.serving.policies import feed_fallback, request_seed, seeded_generator
 
 from recsys_rl.state import FEED_STATE_FEATURES
-from serving.policies import feed_fallback, request_seed, seeded_generator
 
 
 def test_the_same_seed_draws_the_same_on_any_thread_and_another_seed_differs():

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator
 
 # (low, high) per view; follow, share and watch time are single figures in DESIGN 11, given a band here

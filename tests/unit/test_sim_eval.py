@@ -6,9 +6,9 @@ import math
 import pytest
 
 from recsys_rl import signals
-from recsys_rl.agents.policy_io import PolicyLoadError
 from recsys_rl.sim.ground_truth import Estimate, PolicyValues
-from recsys_rl.sim_eval import AUXILIARY_SIGNALS, SimEvalConfig, compare_values, policy_directory
+from recsys_rl.sim.sim_eval import AUXILIARY_SIGNALS, SimEvalConfig, compare_values, policy_directory
+from recsys_rl.training.agents.policy_io import PolicyLoadError
 
 
 def _values(return_rate: float = 0.7, **means: float) -> PolicyValues:

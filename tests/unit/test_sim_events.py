@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from recsys_rl import contracts, signals
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.events import EventIds, decision_records, feedback_events
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 from recsys_rl.state import FEED_STATE_FEATURES
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from recsys_rl import signals
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import discounted_returns, monte_carlo_values, step_within_episode
-from recsys_rl.sim.policies import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 
 FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
 

@@ -5,9 +5,15 @@ import random
 
 import numpy as np
 import pytest
+from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
+from recsys_rl.pipelines.transition_io import (
+    parquet_schema,
+    parquet_table,
+    parquet_values,
+    shard_of,
+    to_example,
+)
 
-from pipelines.episodes import SURFACE_SIGNALS
-from pipelines.transition_io import parquet_schema, parquet_table, parquet_values, shard_of, to_example
 from recsys_rl import contracts, signals
 
 

@@ -1,5 +1,7 @@
 """``recsys-rl sim-eval``: a trained feed policy against the behaviour policy, in the simulator.
 
+Its command-line side is ``recsys_rl.cli.sim_eval``; this module does the work.
+
 Off-policy estimates are only as good as their assumptions; the simulator can run the policy itself. Both
 feed policies run on the same world with the same episode seed (and the behaviour allocation policy), so
 the comparison is paired: what differs between the two is the ranking, not the users drawn. The world is
@@ -23,17 +25,17 @@ from typing import Any
 import numpy as np
 
 from recsys_rl import signals
-from recsys_rl.agents.policy_io import POLICY_MANIFEST, PolicyLoadError, load_feed_policy
-from recsys_rl.sim.config import SimConfig
-from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values
-from recsys_rl.sim.policies import (
+from recsys_rl.sim.behaviour import (
     AllocationPolicy,
     FeedPolicy,
     behaviour_allocation_policy,
     behaviour_feed_policy,
 )
+from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
-from recsys_rl.training import RUN_MANIFEST
+from recsys_rl.training.agents.policy_io import POLICY_MANIFEST, PolicyLoadError, load_feed_policy
+from recsys_rl.training.train import RUN_MANIFEST
 
 AUXILIARY_SIGNALS = tuple(s for s in signals.FEED_SIGNALS if s != signals.FEED_MAIN_SIGNAL)
 

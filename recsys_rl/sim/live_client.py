@@ -24,8 +24,8 @@ import numpy as np
 from recsys_rl import contracts, signals
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.proto import serving_pb2_grpc
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.events import LIVE_PREDICTION_NAMES, EventIds, feedback_events
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.simulator import DayLog, PageContext, Simulator
 from recsys_rl.sim.world import World
 

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from recsys_rl.serving import wire
 
 from recsys_rl import contracts, signals
 from recsys_rl.fusion import FEED_ACTION_NAMES
-from serving import wire
 
 MAX_ID_LENGTH = 128
 MAX_PAGE_INDEX = 10_000
@@ -126,8 +126,8 @@ def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidate
     """The candidates of ``request``, after checking every one (``width`` predictions each).
 
     The common case (everything valid, encoded as protobuf encoders do) is read and checked in bulk
-    from the encoded bytes (serving.wire), which is what keeps 200 candidates cheap; any other request
-    is walked candidate by candidate, to name the first bad field or to accept an unusual encoding.
+    from the encoded bytes (recsys_rl.serving.wire), which is what keeps 200 candidates cheap; any other
+    request is walked candidate by candidate, to name the first bad field or to accept an unusual encoding.
     """
     encoded = wire.encoded_candidates(request)
     columns = wire.candidate_columns(encoded, width)

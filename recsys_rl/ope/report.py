@@ -104,7 +104,7 @@ def _percent(value: float | None) -> str:
 
 
 def render(report: dict[str, Any], log_ratio: np.ndarray) -> str:
-    """The page for ``report`` (see ``recsys_rl.evaluation``) and the candidate's per-decision log-weights."""
+    """The page for ``report`` (see ``recsys_rl.ope.evaluate``) and the candidate's log-weights."""
     verdict = report["verdict"]
     gate = report["gate"]
     estimator = gate["estimator"]

@@ -19,11 +19,11 @@ import tensorflow as tf
 from tf_agents.trajectories import policy_step, time_step, trajectory
 
 from recsys_rl import signals
-from recsys_rl.agents.specs import LOG_PROPENSITY_KEY
 from recsys_rl.atomic_json import read_json_file
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
 
 FEED = "feed"
 SURFACE_SIGNALS = {FEED: signals.FEED_SIGNALS, "live_allocation": signals.LIVE_SIGNALS}

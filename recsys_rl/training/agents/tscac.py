@@ -23,9 +23,9 @@ import tensorflow as tf
 from tf_agents.agents import tf_agent
 
 from recsys_rl import signals
-from recsys_rl.agents import losses
-from recsys_rl.agents.base import AgentConfig, FeedAgent, gammas_for
-from recsys_rl.agents.data import TransitionStatistics
+from recsys_rl.training.agents import losses
+from recsys_rl.training.agents.base import AgentConfig, FeedAgent, gammas_for
+from recsys_rl.training.agents.data import TransitionStatistics
 
 MAIN = signals.FEED_SIGNALS.index(signals.FEED_MAIN_SIGNAL)
 AUXILIARY = tuple(s for s in signals.FEED_SIGNALS if s != signals.FEED_MAIN_SIGNAL)

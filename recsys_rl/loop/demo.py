@@ -1,5 +1,7 @@
 """``recsys-rl demo``: the whole closed loop on one machine, with nothing but pip-installed parts.
 
+Its command-line side is ``recsys_rl.cli.demo``; this module does the work.
+
     simulated day 0 (behaviour policy) -> Kafka -> pipeline run 1 -> registry (blessed: stable)
     -> ``recsys-rl serve`` in its own process -> simulated day 1, every decision made by the server
        over gRPC -> server decision logs + client feedback in Kafka -> pipeline run 2 -> summary
@@ -32,13 +34,14 @@ import yaml
 
 from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.errors import OperationalError
-from recsys_rl.gate import GateConfig
+from recsys_rl.feature_repo import REPO_DIR as FEATURE_REPO
 from recsys_rl.kafka import open_broker
-from recsys_rl.live_traffic import TrafficReport, drive_day
+from recsys_rl.ope.gate import GateConfig
 from recsys_rl.processes import stop_process
-from recsys_rl.sim.config import SimConfig
 from recsys_rl.sim.events import EventIds
-from recsys_rl.simulate import SimulateConfig, run_simulation, simulated_days
+from recsys_rl.sim.live_client import TrafficReport, drive_day
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.simulate import SimulateConfig, run_simulation, simulated_days
 
 DEMO_MARKER = "demo.json"
 SERVER_START_TIMEOUT_S = 180.0
@@ -68,7 +71,7 @@ class DemoConfig:
     users: int = 1_500  # simulated users
     seed: int = 0
     train_steps: int = 800
-    feature_repo: str = "features"  # the project's Feast repo
+    feature_repo: str = str(FEATURE_REPO)  # the project's Feast repo, as installed
     bootstrap_servers: str | None = None  # an existing Kafka cluster; None: start the embedded broker
     broker: str = "embedded"  # broker to start when no servers are given: embedded | local-kafka
     deadline_s: float = 2.0  # per gRPC call of the simulated users; a late answer counts as failed
@@ -129,7 +132,7 @@ def _run_lines(name: str, record: dict[str, Any]) -> list[str]:
 
 
 def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSummary:
-    from pipelines.training_pipeline import load_pipeline_config, run_pipeline
+    from recsys_rl.pipelines.training_pipeline import load_pipeline_config, run_pipeline
 
     started = time.perf_counter()
     out = _fresh_output(Path(config.out))

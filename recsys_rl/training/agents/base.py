@@ -1,5 +1,5 @@
 """What every offline feed agent shares: its config, the Gaussian actor and policy, the multi-task critic
-with its target network and TD update, and the two actor updates of ``recsys_rl.agents.losses``.
+with its target network and TD update, and the two actor updates of ``recsys_rl.training.agents.losses``.
 
 Rewards are divided by each signal's standard deviation in the training data before any critic sees
 them, so the heads learn values of comparable size and one learning rate suits them all; the critic's
@@ -18,10 +18,10 @@ from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
 from recsys_rl import signals
-from recsys_rl.agents import losses
-from recsys_rl.agents.data import TransitionStatistics
-from recsys_rl.agents.networks import GaussianActorNetwork, MultiTaskCriticNetwork
-from recsys_rl.agents.specs import (
+from recsys_rl.training.agents import losses
+from recsys_rl.training.agents.data import TransitionStatistics
+from recsys_rl.training.agents.networks import GaussianActorNetwork, MultiTaskCriticNetwork
+from recsys_rl.training.agents.specs import (
     LOG_PROPENSITY_KEY,
     feed_action_spec,
     feed_time_step_spec,

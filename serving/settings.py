@@ -21,7 +21,7 @@ class ServeConfig:
     log_flush_timeout_s: float = 5.0  # shutdown waits at most this long for queued records to be sent
     # features (Feast online store)
     feature_repo: str | None = None  # Feast repo (features/); None: every request uses default features
-    feature_profile: str = "sqlite"  # a profile of recsys_rl.features.PROFILES (checked when opened)
+    feature_profile: str = "sqlite"  # a profile of recsys_rl.feature_store.PROFILES (checked when opened)
     feature_state_dir: str | None = None
     redis: str | None = None  # redis profile connection; None: env RECSYS_RL_REDIS_CONNECTION_STRING
     feature_budget_ms: float = 5.0  # a lookup slower than this falls back to defaults for that request

@@ -4,7 +4,7 @@ Feast reads block (a Redis client retries a refused connection for seconds), so 
 small thread pool and the request waits at most its budget. At most ``max_in_flight`` lookups run at
 once: while the store hangs, later requests skip the lookup at once instead of queueing behind
 stuck ones. Feast is imported only when a store is configured (it is slow to import, and its import
-switches prometheus_client into multiprocess mode; see serving.metrics). Every fallback says why
+switches prometheus_client into multiprocess mode; see recsys_rl.serving.metrics). Every fallback says why
 (``MISSING_REASONS``), for the metrics; the decision record carries ``features_missing``.
 
 A Feast online read costs milliseconds of Python (request planning and type checks) before the store
@@ -25,7 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from serving.state import UserFeatures
+from recsys_rl.serving.online_state import UserFeatures
 
 if TYPE_CHECKING:
     from feast import FeatureStore
@@ -61,7 +61,7 @@ class UserFeatureReader:
     def warm_up(self) -> None:
         """Load Feast's registry before the first request needs it (the first read otherwise pays for it)."""
         if self._store is not None:
-            from recsys_rl.features import FeatureStoreError, online_user_features
+            from recsys_rl.feature_store import FeatureStoreError, online_user_features
 
             # a store that is down now is the per-request fallback's business
             with contextlib.suppress(FeatureStoreError):
@@ -119,7 +119,7 @@ class UserFeatureReader:
                 self._cache.popitem(last=False)
 
     def _read(self, user_id: str) -> UserFeatures | None:
-        from recsys_rl.features import online_user_features  # imported with the store, by open_store
+        from recsys_rl.feature_store import online_user_features  # imported with the store, by open_store
 
         user = _FAILED
         try:

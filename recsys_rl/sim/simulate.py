@@ -1,5 +1,7 @@
 """``recsys-rl simulate``: write simulated days of decisions and feedback to Kafka.
 
+Its command-line side is ``recsys_rl.cli.simulate``; this module does the work.
+
 Until real traffic exists this is the project's data source: the pipelines, training and OPE read what
 it writes exactly as they would read production topics.
 """
@@ -14,9 +16,9 @@ from recsys_rl.kafka.broker import BROKER_KINDS
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import high_watermarks
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
-from recsys_rl.sim.config import SimConfig
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.events import EventIds, decision_records, feedback_events
-from recsys_rl.sim.policies import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import DayLog, Simulator
 
 

@@ -11,7 +11,7 @@ Layout on a filesystem path (DESIGN 10)::
           manifest.json                     version, surface, policy sha256, source run, dataset version
           policy/                           a verified copy of the exported policy
           ope/report.json, ope/report.html  the OPE report the gate judged, once attached
-          blessing.json                     the gate's verdict (``recsys_rl.blessing``), once attached
+          blessing.json                     the gate's verdict (``recsys_rl.ope.blessing``), once attached
         .staging/                           writes in progress; never read, swept by the next writer
 
 Readers take no lock and never see a partial write. A version directory is assembled under
@@ -62,9 +62,9 @@ from pathlib import Path
 from typing import Any
 
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
-from recsys_rl.blessing import Blessing, BlessingError, read_blessing, utc_now
 from recsys_rl.errors import OperationalError
-from recsys_rl.policy_files import POLICY_MANIFEST, mismatched_policy_files, policy_digest
+from recsys_rl.ope.blessing import Blessing, BlessingError, read_blessing, utc_now
+from recsys_rl.registry.policy_files import POLICY_MANIFEST, mismatched_policy_files, policy_digest
 
 SURFACES = ("feed", "live_allocation")
 ROLES = ("stable", "canary", "shadow")

@@ -1,7 +1,7 @@
 """The algorithms ``recsys-rl train --algo`` offers, by name, and the surface each one decides for.
 
 Kept free of TensorFlow so that the command line can list them without paying for a TensorFlow import;
-``recsys_rl.agents.registry`` builds them.
+``recsys_rl.training.agents.factory`` builds them.
 """
 
 from __future__ import annotations

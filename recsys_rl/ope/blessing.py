@@ -13,11 +13,11 @@ module, so one piece of code writes and checks the schema::
      "data_manifest": {...},                     # the logged dataset the evaluation read
      "created_at": str}                          # ISO 8601, UTC
 
-``policy_sha256`` is ``recsys_rl.agents.policy_io.policy_digest`` of the evaluated policy directory: the
-sha256 of its ``policy.json``, which lists the sha256 of every file. The registry refuses a blessing
-whose candidate digest is not that of the version's policy, so a verdict cannot be carried over to other
-weights under a reused version name. Unknown keys are refused rather than ignored: a record that a
-promotion rests on should not carry fields nobody checks.
+``policy_sha256`` is ``recsys_rl.training.agents.policy_io.policy_digest`` of the evaluated policy directory:
+the sha256 of its ``policy.json``, which lists the sha256 of every file. The registry refuses a blessing whose
+candidate digest is not that of the version's policy, so a verdict cannot be carried over to other weights
+under a reused version name. Unknown keys are refused rather than ignored: a record that a promotion rests on
+should not carry fields nobody checks.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """``build-transitions`` end to end: plan the replay, run the pipeline, publish, then commit offsets.
 
+Its command-line side is ``recsys_rl.cli.build_transitions``; this module does the work.
+
 The order is what makes a crash at any point safe. Offsets are committed last, so a crash before the
 commit replays the same offsets; those map to the same dataset version, so the rerun finds the dataset
 already written (and verifies it) instead of writing a second copy, and finishes the remaining steps.
@@ -20,11 +22,18 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from recsys_rl.pipelines.dataset import (
+    DEAD_LETTER_FILE,
+    DatasetPaths,
+    dataset_version,
+    finalize,
+    read_manifest,
+    verify,
+)
+from recsys_rl.pipelines.episodes import EpisodeConfig
+from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets, plan_replay
+from recsys_rl.pipelines.transitions import build_pipeline
 
-from pipelines.dataset import DEAD_LETTER_FILE, DatasetPaths, dataset_version, finalize, read_manifest, verify
-from pipelines.episodes import EpisodeConfig
-from pipelines.kafka_source import ReplayPlan, commit_offsets, plan_replay
-from pipelines.transitions import build_pipeline
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics

@@ -1,6 +1,8 @@
 """``recsys-rl train``: one training run of an agent on a transition dataset, into a run directory.
 
-The algorithm decides the surface (``recsys_rl.agents.algorithms.surface_of``): feed agents read the
+Its command-line side is ``recsys_rl.cli.train``; this module does the work.
+
+The algorithm decides the surface (``recsys_rl.training.agents.algorithms.surface_of``): feed agents read the
 dataset's ``feed`` transitions and export a feed policy, allocation agents (SL-MGAC and its variants)
 read its ``live_allocation`` transitions and export an allocation policy; the rest is the same.
 
@@ -12,7 +14,7 @@ A run directory holds everything needed to trust, resume and ship the run:
     RUN/tensorboard/         TensorBoard scalars
     RUN/metrics.jsonl        the same scalars as JSON lines, every ``log_every`` steps
     RUN/checkpoints/         agent, optimisers, step and data iterator, every ``checkpoint_every`` steps
-    RUN/policy/              the exported policy (``recsys_rl.agents.policy_io``)
+    RUN/policy/              the exported policy (``recsys_rl.training.agents.policy_io``)
     RUN/manifest.json        written last and atomically: the run is complete when it exists
 
 A killed run started again with the same config resumes from its last checkpoint, data iterator
@@ -36,15 +38,20 @@ import tensorflow as tf
 import yaml
 from tf_agents.utils import common
 
-from recsys_rl.agents.algorithms import ALL_ALGORITHMS, FEED, surface_of
-from recsys_rl.agents.allocation import AllocationConfig
-from recsys_rl.agents.base import AgentConfig
-from recsys_rl.agents.data import TransitionStatistics, open_dataset, read_transitions, transition_statistics
-from recsys_rl.agents.policy_io import export_allocation_policy, export_policy
-from recsys_rl.agents.registry import build_agent, build_allocation_agent
 from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
+from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS, FEED, surface_of
+from recsys_rl.training.agents.allocation import AllocationConfig
+from recsys_rl.training.agents.base import AgentConfig
+from recsys_rl.training.agents.data import (
+    TransitionStatistics,
+    open_dataset,
+    read_transitions,
+    transition_statistics,
+)
+from recsys_rl.training.agents.factory import build_agent, build_allocation_agent
+from recsys_rl.training.agents.policy_io import export_allocation_policy, export_policy
 
 RUN_MANIFEST = "manifest.json"
 RUN_SCHEMA_VERSION = 1

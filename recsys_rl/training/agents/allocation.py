@@ -1,7 +1,7 @@
 """Live-stream allocation: the Supervised-Learning-enhanced Multi-Group Actor-Critic (SL-MGAC, DESIGN 3.2).
 
 Per feed request that has a live candidate the policy decides whether to insert it (a Bernoulli actor).
-The agent learns offline from logged allocation transitions (``recsys_rl.agents.specs``):
+The agent learns offline from logged allocation transitions (``recsys_rl.training.agents.specs``):
 
 * **Multi-group state decomposition.** Actor and critic each encode the state with a shared encoder and
   route it through one tower per user activity group (``GroupRoutedEncoder``); populations as different
@@ -32,7 +32,7 @@ The agent learns offline from logged allocation transitions (``recsys_rl.agents.
   short-video time watched in between, including the pages an early exit never shows.) The constraint is
   E_pi[Q_usage] >= E_logged[Q_usage] (usage must not fall below the logging policy's); the multiplier
   lambda grows while the actor's usage value is below the logged actions' and shrinks otherwise, as in
-  RCPO (``recsys_rl.agents.baselines``).
+  RCPO (``recsys_rl.training.agents.baselines``).
 * **Actor.** Maximises the critic's advantage of inserting, A_main + lambda * A_usage, weighted by its
   insert probability (the exact policy gradient for one binary action given the critic), plus a
   supervised term: the cross-entropy of its probability with the logged allocation, which keeps an
@@ -55,17 +55,21 @@ from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
 from recsys_rl import signals
-from recsys_rl.agents.base import FeedAgent, _in_cross_replica_context
-from recsys_rl.agents.data import TransitionStatistics
-from recsys_rl.agents.networks import SUPERVISED_TARGETS, AllocationCriticNetwork, BernoulliActorNetwork
-from recsys_rl.agents.specs import (
+from recsys_rl.sim.simulator import LIVE_PREDICTION_SCALE
+from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
+from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context
+from recsys_rl.training.agents.data import TransitionStatistics
+from recsys_rl.training.agents.networks import (
+    SUPERVISED_TARGETS,
+    AllocationCriticNetwork,
+    BernoulliActorNetwork,
+)
+from recsys_rl.training.agents.specs import (
     allocation_action_spec,
     allocation_transition_spec,
     live_observation_spec,
     live_time_step_spec,
 )
-from recsys_rl.sim.simulator import LIVE_PREDICTION_SCALE
-from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
 
 VALUES: tuple[str, ...] = ("main", "usage")
 _LIVE = signals.LIVE_SIGNALS.index("live_watch_time")
@@ -143,7 +147,8 @@ class AllocationConfig:
             raise ValueError(f"epsilon should be in (0, 0.5), but is {self.epsilon}")
 
 
-#: The algorithms of ``recsys_rl.agents.algorithms`` this agent implements: (group routing, supervised).
+#: The algorithms of ``recsys_rl.training.agents.algorithms`` this agent implements:
+#: (group routing, supervised).
 VARIANTS: dict[str, tuple[bool, bool]] = {
     "sl-mgac": (True, True),
     "sl-mgac-nosl": (True, False),

@@ -21,8 +21,8 @@ import tensorflow as tf
 from tf_agents.agents import tf_agent
 
 from recsys_rl import signals
-from recsys_rl.agents.base import AgentConfig, FeedAgent, gammas_for
-from recsys_rl.agents.data import TransitionStatistics
+from recsys_rl.training.agents.base import AgentConfig, FeedAgent, gammas_for
+from recsys_rl.training.agents.data import TransitionStatistics
 
 AUXILIARY = tuple(s for s in signals.FEED_SIGNALS if s != signals.FEED_MAIN_SIGNAL)
 _AUX_INDEX = [signals.FEED_SIGNALS.index(s) for s in AUXILIARY]

@@ -1,15 +1,15 @@
-"""Builds the agent for an algorithm name of ``recsys_rl.agents.algorithms``."""
+"""Builds the agent for an algorithm name of ``recsys_rl.training.agents.algorithms``."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from recsys_rl.agents.algorithms import ALL_ALGORITHMS
-from recsys_rl.agents.allocation import VARIANTS, AllocationConfig, SLMGACAgent
-from recsys_rl.agents.base import AgentConfig, FeedAgent
-from recsys_rl.agents.baselines import BehaviourCloningAgent, RCPOAgent
-from recsys_rl.agents.data import TransitionStatistics
-from recsys_rl.agents.tscac import TSCACAgent
+from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS
+from recsys_rl.training.agents.allocation import VARIANTS, AllocationConfig, SLMGACAgent
+from recsys_rl.training.agents.base import AgentConfig, FeedAgent
+from recsys_rl.training.agents.baselines import BehaviourCloningAgent, RCPOAgent
+from recsys_rl.training.agents.data import TransitionStatistics
+from recsys_rl.training.agents.tscac import TSCACAgent
 
 
 def build_agent(
@@ -44,7 +44,7 @@ def build_allocation_agent(
     *,
     train_step_counter: tf.Variable | None = None,
 ) -> SLMGACAgent:
-    """SL-MGAC or one of its comparison variants (``recsys_rl.agents.allocation.VARIANTS``)."""
+    """SL-MGAC or one of its comparison variants (``recsys_rl.training.agents.allocation.VARIANTS``)."""
     if algorithm not in VARIANTS:
         raise ValueError(f"{algorithm!r} is not a live-allocation algorithm; those are {sorted(VARIANTS)}")
     group_routing, supervised = VARIANTS[algorithm]

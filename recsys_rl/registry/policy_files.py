@@ -1,7 +1,7 @@
 """What identifies an exported policy on disk, checked by hashing alone, without loading TensorFlow.
 
 The registry stores and verifies policies and the gate names them by digest; neither needs the model
-itself, so these facts live apart from ``recsys_rl.agents.policy_io`` (which exports and loads).
+itself, so these facts live apart from ``recsys_rl.training.agents.policy_io`` (which exports and loads).
 """
 
 from __future__ import annotations

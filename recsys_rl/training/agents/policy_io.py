@@ -13,7 +13,7 @@ SavedModel carries three functions on raw state batches:
   log-density of the drawn action, so a served decision is reproducible and its propensity exact;
 * ``log_probability({"observation", "action"})``: log-density of given actions, for OPE.
 
-An allocation policy (a Bernoulli insert flag, ``recsys_rl.agents.allocation``) carries instead:
+An allocation policy (a Bernoulli insert flag, ``recsys_rl.training.agents.allocation``) carries instead:
 
 * ``insert_probability({"observation"})``: the probability of inserting the live candidate;
 * ``sample_action({"observation", "seed"})``: insert iff a stateless uniform draw falls below it, with the
@@ -41,15 +41,15 @@ from absl import logging as absl_logging
 from tf_agents.policies import policy_saver
 
 from recsys_rl import signals
-from recsys_rl.agents.base import FeedAgent
 from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
-from recsys_rl.policy_files import POLICY_MANIFEST, file_digests, mismatched_policy_files
+from recsys_rl.registry.policy_files import POLICY_MANIFEST, file_digests, mismatched_policy_files
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from recsys_rl.training.agents.base import FeedAgent
 
 if TYPE_CHECKING:
-    from recsys_rl.agents.allocation import SLMGACAgent
+    from recsys_rl.training.agents.allocation import SLMGACAgent
 
 POLICY_SCHEMA_VERSION = 1
 
@@ -205,7 +205,7 @@ class NumpyGaussianActor:
 def numpy_actor(policy: SavedFeedPolicy, *, probes: int = 64, tolerance: float = 1e-4) -> NumpyGaussianActor:
     """The policy's actor as numpy, refused (PolicyLoadError) unless it reproduces the SavedModel's mean
     and log-densities on random states and actions: a serving shortcut must never become a skew."""
-    from recsys_rl.agents.networks import LOG_STD_RANGE  # the clip the network applies to log_std
+    from recsys_rl.training.agents.networks import LOG_STD_RANGE  # the clip the network applies to log_std
 
     # "main_actor/actor_0/kernel:0" -> "actor_0/kernel"; the normaliser's "mean", "std" and "log_std" are bare
     named = {v.name.removesuffix(":0"): v.numpy().astype(np.float64) for v in policy.model.model_variables}

@@ -38,8 +38,11 @@ from feast.repo_operations import get_repo_files
 from feast.types import Int64
 from pydantic import ValidationError
 
+from recsys_rl import feature_repo
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
+
+DEFAULT_REPO = str(feature_repo.REPO_DIR)
 
 #: Profile name -> the file in the feature repo that configures it.
 PROFILES: dict[str, str] = {"sqlite": "feature_store.yaml", "redis": "feature_store.redis.yaml"}
@@ -85,7 +88,7 @@ class MaterializedView:
 class MaterializeConfig:
     """Apply a feature repo and materialise its offline data into one profile's online store (DESIGN 6)."""
 
-    repo: str = "features"  # Feast repo: definitions plus one feature_store*.yaml per profile
+    repo: str = DEFAULT_REPO  # Feast repo: definitions plus one feature_store*.yaml per profile
     profile: str = "sqlite"  # sqlite: embedded online store file; redis: the production online store
     offline: str | None = None  # offline root (WriteFeatureAggregates' output); None: the repo's default
     state_dir: str | None = None  # where the registry and SQLite file go; None: the repo (data/, gitignored)
@@ -196,7 +199,7 @@ def load_repo_config(
 
 
 def open_store(
-    repo: str | Path = "features",
+    repo: str | Path = DEFAULT_REPO,
     profile: str = "sqlite",
     *,
     state_dir: str | Path | None = None,
@@ -228,7 +231,7 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = previous
 
 
-def load_definitions(repo: str | Path = "features", offline_root: str | Path | None = None) -> Definitions:
+def load_definitions(repo: str | Path = DEFAULT_REPO, offline_root: str | Path | None = None) -> Definitions:
     """Run the repo's definition files (as ``feast apply`` would) with the given offline root.
 
     Each call executes the files afresh, without touching ``sys.modules``, so two stores in one process
@@ -269,7 +272,7 @@ def check_offline_data(store: FeatureStore, definitions: Definitions) -> None:
         if not (path.is_dir() and any(path.glob("*.parquet"))):
             raise FeatureStoreError(
                 f"no offline data for feature view {view.name!r}: {path} has no Parquet files; "
-                "write them with the feature pipeline (pipelines.feature_aggregates) first"
+                "write them with the feature pipeline (recsys_rl.pipelines.feature_aggregates) first"
             )
 
 
