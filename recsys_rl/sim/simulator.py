@@ -164,11 +164,19 @@ class Simulator:
 
     def __init__(self, config: SimConfig, seed: int, episode_seed: int = 0) -> None:
         """``seed`` fixes the world; ``episode_seed`` the users' draws on it, so that ground truth can
-        replay the world of a logged run with episodes independent of the logged ones."""
+        replay the world of a logged run with episodes independent of the logged ones.
+
+        The two come from distinct spawn keys of one ``SeedSequence``: the world is child 0, the episodes
+        of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out). Entropy
+        lists are not enough, since ``SeedSequence([seed, 0])`` equals ``SeedSequence([seed])``: day 0's
+        return draws would reuse the numbers that assigned the activity groups.
+        """
         self.config = config
         self.seed = seed
-        self.world = World.generate(config, np.random.default_rng(np.random.SeedSequence([seed])))
-        self.rng = np.random.default_rng(np.random.SeedSequence([seed, episode_seed]))
+        world = np.random.SeedSequence(seed, spawn_key=(0,))
+        episodes = np.random.SeedSequence(seed, spawn_key=(1, episode_seed))
+        self.world = World.generate(config, np.random.default_rng(world))
+        self.rng = np.random.default_rng(episodes)
         self.history = UserHistory.fresh(config.n_users)
         self.day = 0
         self._next_request = 0

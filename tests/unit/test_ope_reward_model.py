@@ -87,7 +87,13 @@ def test_the_model_is_exact_for_rewards_in_its_feature_space(logged):
     stochastic = fit_reward_model(exact, TARGET, folds=3, ridge=1e-7, samples=8, seed=0)
     analytic = _exact_rewards(logged.states, TARGET.mean(logged.states))
     analytic[:, 1] += 2.0 * TARGET.sigma[1] ** 2
-    np.testing.assert_allclose(stochastic.v_target.mean(axis=0), analytic.mean(axis=0), rtol=2e-3)
+    # the model averages 8 sampled actions per row: allow four Monte Carlo standard errors of that mean,
+    # from the spread of the draws at each state (the states themselves are fixed)
+    rng = np.random.default_rng(1)
+    draws = np.stack([_exact_rewards(logged.states, TARGET.act(logged.states, rng)[0]) for _ in range(64)])
+    standard_error = np.sqrt(draws.var(axis=0, ddof=1).mean(axis=0) / (8 * logged.rows))
+    error = np.abs(stochastic.v_target.mean(axis=0) - analytic.mean(axis=0))
+    assert np.all(error < 4.0 * standard_error), (error, standard_error)
 
 
 def test_folds_follow_sessions(logged):

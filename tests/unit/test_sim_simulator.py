@@ -114,3 +114,20 @@ def test_unhappy_users_return_less():
 def test_invalid_sim_config_is_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SimConfig(**kwargs)
+
+
+def test_each_activity_group_returns_on_day_zero_at_its_configured_rate():
+    # Day 0 has every user at the reference satisfaction, so a user returns with exactly return_base of
+    # their group. A random stream shared between the world and the day's draws breaks this (the draws
+    # that assigned the groups decided the returns: no low-active user ever came back on day 0).
+    config = SimConfig(n_users=8_000)
+    sim = Simulator(config, seed=7)
+    day = sim.run_day(FEED, LIVE)
+    groups = sim.world.users.group
+    returned = np.zeros(config.n_users, bool)
+    returned[day.feed.user] = True
+    for group, base in enumerate(config.return_base):
+        members = groups == group
+        rate = returned[members].mean()
+        margin = 4.0 * np.sqrt(base * (1.0 - base) / members.sum())
+        assert abs(rate - base) < margin, (group, rate, base)
