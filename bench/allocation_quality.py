@@ -34,9 +34,9 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 
 # isort: split
 from common import bench_parser, git_commit, write_result
-from recsys_rl.pipelines.simulated import simulated_dataset
 
 from recsys_rl.kafka import open_broker
+from recsys_rl.pipelines.simulated import simulated_dataset
 from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,

@@ -28,12 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from common import bench_parser, repeat_rate, write_result
-from recsys_rl.pipelines.transition_io import parquet_schema
 
 from recsys_rl.ope import estimators as single
 from recsys_rl.ope.logged import LoggedSteps, target_log_prob
 from recsys_rl.ope.offline_evaluation import SINGLE_DECISION, OPESettings, evaluate_policy_offline
 from recsys_rl.ope.reward_model import fit_reward_model
+from recsys_rl.pipelines.transition_io import parquet_schema
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator

@@ -28,11 +28,11 @@ import uuid
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 from common import bench_parser, repeat_rate, write_result
 from kafka import KafkaConsumer, TopicPartition
-from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions, pipeline_options
 
 from recsys_rl.kafka import open_broker
 from recsys_rl.kafka.connection import quiet_kafka_logging
 from recsys_rl.kafka.reader import high_watermarks
+from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions, pipeline_options
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 TARGET_EVENTS_PER_S = 20_000

@@ -26,7 +26,6 @@ from pathlib import Path
 import grpc
 from common import bench_parser, write_result
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from recsys_rl.pipelines.simulated import simulated_dataset
 
 from recsys_rl import registry
 from recsys_rl.kafka import open_broker
@@ -34,6 +33,7 @@ from recsys_rl.kafka.broker import free_port
 from recsys_rl.kafka.reader import high_watermarks
 from recsys_rl.ope.evaluate import EvaluateConfig, run_evaluation
 from recsys_rl.ope.gate import GateConfig
+from recsys_rl.pipelines.simulated import simulated_dataset
 from recsys_rl.training.train import TrainConfig, train
 
 TARGET_P99_MS = 10.0

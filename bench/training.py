@@ -24,9 +24,9 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 import tensorflow as tf
 from common import bench_parser, repeat_rate, write_result
-from recsys_rl.pipelines.simulated import simulated_dataset
 
 from recsys_rl.kafka import open_broker
+from recsys_rl.pipelines.simulated import simulated_dataset
 from recsys_rl.training.agents.base import AgentConfig, FeedAgent
 from recsys_rl.training.agents.data import (
     TransitionDataset,

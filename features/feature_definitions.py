@@ -14,6 +14,7 @@ from pathlib import Path
 
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
 from feast.types import Float64, Int64
+
 from recsys_rl.pipelines.feature_aggregates import (
     AUTHOR_STATS,
     ITEM_STATS,
@@ -21,7 +22,6 @@ from recsys_rl.pipelines.feature_aggregates import (
     USER_ENGAGEMENT,
     FeatureTable,
 )
-
 from recsys_rl.state import FEATURE_VERSION
 
 OFFLINE_ROOT_ENV = "RECSYS_RL_FEATURES_OFFLINE"

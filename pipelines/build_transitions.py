@@ -22,6 +22,10 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from recsys_rl.errors import OperationalError
+from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.pipelines.dataset import (
     DEAD_LETTER_FILE,
     DatasetPaths,
@@ -33,10 +37,6 @@ from recsys_rl.pipelines.dataset import (
 from recsys_rl.pipelines.episodes import EpisodeConfig
 from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets, plan_replay
 from recsys_rl.pipelines.transitions import build_pipeline
-
-from recsys_rl.errors import OperationalError
-from recsys_rl.kafka.producer import EventProducer
-from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 
 PUBLISHED_MARKER = "dead-letters.published.json"
 # The runner when the arguments name none. Beam's DirectRunner first tries Prism, a Go runner it

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
-from recsys_rl.pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
 
 from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
 from recsys_rl.errors import OperationalError
+from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
+from recsys_rl.pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
 from recsys_rl.state import FEATURE_VERSION
 
 ACCOUNTING_FILE = "accounting.jsonl"  # fate counts from the pipeline; folded into the manifest

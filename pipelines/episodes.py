@@ -21,9 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from recsys_rl.pipelines.event_validation import Rejection, check_decision_read, check_feedback_read
-
 from recsys_rl import contracts, signals
+from recsys_rl.pipelines.event_validation import Rejection, check_decision_read, check_feedback_read
 
 DECISION, FEEDBACK = 0, 1
 SURFACE_SIGNALS: dict[str, tuple[str, ...]] = {

@@ -32,8 +32,8 @@ import pandas as pd
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
-from recsys_rl.pipelines.whole_files import WriteWholeFiles, parquet_file
 
+from recsys_rl.pipelines.whole_files import WriteWholeFiles, parquet_file
 from recsys_rl.state import ACTIVITY_GROUPS
 
 TIMESTAMP_COLUMN = "event_timestamp"

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from recsys_rl.pipelines.build_transitions import BuildResult, BuildTransitionsConfig, build_transitions
-
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 

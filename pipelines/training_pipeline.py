@@ -33,9 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
-from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets
-
 from recsys_rl import registry
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.config import load_config
@@ -43,6 +40,8 @@ from recsys_rl.errors import OperationalError
 from recsys_rl.feature_store import MaterializeConfig
 from recsys_rl.ope.blessing import utc_now
 from recsys_rl.ope.gate import GateConfig
+from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
+from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets
 from recsys_rl.training.agents.algorithms import surface_of
 
 Progress = Callable[[str, dict[str, Any]], None]

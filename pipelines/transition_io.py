@@ -15,6 +15,7 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+
 from recsys_rl.pipelines.episodes import SURFACE_SIGNALS, float32_bytes
 from recsys_rl.pipelines.whole_files import parquet_file, tfrecord_file
 

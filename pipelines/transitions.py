@@ -18,6 +18,7 @@ from collections.abc import Iterable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
+
 from recsys_rl.pipelines.dataset import ACCOUNTING_FILE, BUILT_PREFIX, DEAD_LETTER_FILE, FEATURES_DIR
 from recsys_rl.pipelines.episodes import (
     DECISION,

@@ -23,13 +23,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from recsys_rl.serving.metrics import ServingMetrics
-
 from recsys_rl import contracts
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import DeliveryError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.logs import get_logger, log_event
+from recsys_rl.serving.metrics import ServingMetrics
 
 _CONNECT_TIMEOUT_S = 2.0
 _RETRY_PAUSE_S = 0.05

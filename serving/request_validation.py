@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from recsys_rl.serving import wire
 
 from recsys_rl import contracts, signals
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.serving import wire
 
 MAX_ID_LENGTH = 128
 MAX_PAGE_INDEX = 10_000

@@ -21,10 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from recsys_rl.serving.policies import Decider
-
 from recsys_rl.errors import OperationalError
 from recsys_rl.registry import Routing, VersionInfo, arm_for_user, read_routing, resolve_routing
+from recsys_rl.serving.policies import Decider
 
 #: Loads a policy directory of a registry version into a Decider; raises OperationalError if it cannot.
 Loader = Callable[[Path, str], Decider]

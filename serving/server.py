@@ -17,6 +17,11 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
+
+from recsys_rl.config import ConfigError
+from recsys_rl.contracts import serving_pb2, serving_pb2_grpc
+from recsys_rl.errors import OperationalError
+from recsys_rl.logs import get_logger, log_event
 from recsys_rl.serving.auth import AdminTokenInterceptor, read_token
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.metrics import ServingMetrics
@@ -31,11 +36,6 @@ from recsys_rl.serving.reflection import enable_reflection
 from recsys_rl.serving.routing import PolicyHolder, RoutingWatcher
 from recsys_rl.serving.service import Handlers
 from recsys_rl.serving.settings import ServeConfig
-
-from recsys_rl.config import ConfigError
-from recsys_rl.contracts import serving_pb2, serving_pb2_grpc
-from recsys_rl.errors import OperationalError
-from recsys_rl.logs import get_logger, log_event
 
 _SERVICES = serving_pb2.DESCRIPTOR.services_by_name
 RANKING = _SERVICES["RankingService"].full_name

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 import grpc
 import numpy as np
+
+from recsys_rl import contracts
+from recsys_rl.fusion import fusion_scores, top_k
+from recsys_rl.logs import get_logger
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.online_features import UserFeatureReader
@@ -23,10 +27,6 @@ from recsys_rl.serving.request_validation import InvalidRequest, validate_alloca
 from recsys_rl.serving.routing import PolicyHolder
 from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.serving.wire import record_candidates
-
-from recsys_rl import contracts
-from recsys_rl.fusion import fusion_scores, top_k
-from recsys_rl.logs import get_logger
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 #: Time kept back from the client's deadline for inference and the answer, when budgeting the lookup.

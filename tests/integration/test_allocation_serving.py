@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
-from recsys_rl.serving.server import start_server
-from recsys_rl.serving.settings import ServeConfig
 
 from recsys_rl import contracts, registry
 from recsys_rl.cli.main import main
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.ope.blessing import read_blessing
+from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
+from recsys_rl.serving.server import start_server
+from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.signals import LIVE_SIGNALS
 from recsys_rl.state import LIVE_STATE_FEATURES
 

@@ -8,14 +8,14 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-import recsys_rl.pipelines.build_transitions as build_module
-from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
-from recsys_rl.pipelines.dataset import read_manifest, verify
-from recsys_rl.pipelines.kafka_source import plan_replay
 
+import recsys_rl.pipelines.build_transitions as build_module
 from recsys_rl import contracts
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import read_range
+from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
+from recsys_rl.pipelines.dataset import read_manifest, verify
+from recsys_rl.pipelines.kafka_source import plan_replay
 from recsys_rl.sim.events import EventIds
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation, simulated_days
 

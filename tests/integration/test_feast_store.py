@@ -17,7 +17,6 @@ import apache_beam as beam
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from recsys_rl.pipelines.feature_aggregates import USER_ENGAGEMENT, WriteFeatureAggregates
 
 from recsys_rl.cli import features as features_cmd
 from recsys_rl.cli.options import OneLineParser
@@ -34,6 +33,7 @@ from recsys_rl.feature_store import (
     redis_connection_string,
 )
 from recsys_rl.kafka.broker import free_port
+from recsys_rl.pipelines.feature_aggregates import USER_ENGAGEMENT, WriteFeatureAggregates
 
 pytestmark = pytest.mark.integration
 

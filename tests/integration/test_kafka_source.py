@@ -18,6 +18,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
+
+from recsys_rl.kafka import Broker, ReadError
+from recsys_rl.kafka.connection import connect
+from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.pipelines.kafka_source import (
     KafkaBatch,
     KafkaRecord,
@@ -28,11 +33,6 @@ from recsys_rl.pipelines.kafka_source import (
     committed_offsets,
     plan_replay,
 )
-
-from recsys_rl.kafka import Broker, ReadError
-from recsys_rl.kafka.connection import connect
-from recsys_rl.kafka.producer import EventProducer
-from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 
 pytestmark = pytest.mark.integration
 

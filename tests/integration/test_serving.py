@@ -22,9 +22,6 @@ import pytest
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
-from recsys_rl.serving.server import RunningServer, start_server
-from recsys_rl.serving.settings import ServeConfig
 from registry_fakes import make_report
 
 from recsys_rl import contracts, registry
@@ -33,6 +30,9 @@ from recsys_rl.fusion import FEED_ACTION_NAMES, fusion_scores, top_k
 from recsys_rl.kafka import EmbeddedBroker
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
+from recsys_rl.serving.server import RunningServer, start_server
+from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.state import FEED_STATE_FEATURES
 
 pytestmark = pytest.mark.integration
@@ -512,9 +512,9 @@ def _view(item: str, minute: int, watch: float, click: int) -> dict:
 def redis_features(redis_server, tmp_path_factory) -> Path:
     """user-1's day of views, aggregated by the feature pipeline and materialised into Redis."""
     import apache_beam as beam
-    from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
 
     from recsys_rl.feature_store import MaterializeConfig, materialize_repo
+    from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
 
     root = tmp_path_factory.mktemp("serve-features")
     facts = [_view(f"v{i}", 60 + i, watch=20.0, click=i % 2) for i in range(10)]

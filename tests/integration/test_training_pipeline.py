@@ -7,13 +7,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from recsys_rl.pipelines import training_pipeline
-from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig
-from recsys_rl.pipelines.training_pipeline import PipelineConfig, PipelineLockedError, run_pipeline
 
 from recsys_rl.cli.main import main
 from recsys_rl.ope import evaluate as evaluation
 from recsys_rl.ope.gate import GateConfig
+from recsys_rl.pipelines import training_pipeline
+from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig
+from recsys_rl.pipelines.training_pipeline import PipelineConfig, PipelineLockedError, run_pipeline
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 pytestmark = pytest.mark.integration

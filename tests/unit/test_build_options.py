@@ -2,6 +2,7 @@
 
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
 from recsys_rl.pipelines.build_transitions import EMBEDDED_RUNNER, pipeline_options
 
 

@@ -12,6 +12,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline  # module import: pytest would collect TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
+
 from recsys_rl.pipelines.feature_aggregates import (
     AUTHOR_STATS,
     FEATURE_TABLES,

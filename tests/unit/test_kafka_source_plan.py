@@ -12,6 +12,7 @@ import pytest
 from apache_beam.internal import pickler
 from hypothesis import given
 from hypothesis import strategies as st
+
 from recsys_rl.pipelines.kafka_source import (
     KafkaBatch,
     KafkaBatchCoder,

@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from recsys_rl.pipelines.transition_io import parquet_schema
 
 from recsys_rl import signals
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST
 from recsys_rl.ope.logged import LoggedSteps, group_label, target_log_prob
+from recsys_rl.pipelines.transition_io import parquet_schema
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator

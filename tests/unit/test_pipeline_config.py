@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from recsys_rl.pipelines.training_pipeline import load_pipeline_config
 
 from recsys_rl.cli.main import main
 from recsys_rl.config import ConfigError
+from recsys_rl.pipelines.training_pipeline import load_pipeline_config
 
 INGEST = {"bootstrap_servers": "127.0.0.1:9092", "group": "g", "out": "datasets"}
 BASE = {"work_dir": "work", "registry": "registry", "ingest": INGEST}

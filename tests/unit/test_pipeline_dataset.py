@@ -5,6 +5,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from recsys_rl.pipelines.dataset import (
     AccountingError,
     DatasetPaths,

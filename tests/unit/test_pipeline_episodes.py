@@ -5,6 +5,8 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+
+from recsys_rl import contracts, signals
 from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
@@ -14,8 +16,6 @@ from recsys_rl.pipelines.episodes import (
     decode_event,
 )
 from recsys_rl.pipelines.feature_aggregates import FACT_FIELDS, ITEM_TYPES
-
-from recsys_rl import contracts, signals
 from recsys_rl.sim.events import EventIds
 from recsys_rl.sim.simulate import SimulateConfig, day_messages, simulated_days
 

@@ -10,6 +10,8 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
+
+from recsys_rl import contracts
 from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
@@ -22,8 +24,6 @@ from recsys_rl.pipelines.kafka_source import KafkaBatch, KafkaRecord
 from recsys_rl.pipelines.transition_io import ShardTransitions
 from recsys_rl.pipelines.transitions import KafkaToTransitions
 from recsys_rl.pipelines.whole_files import WriteWholeFiles
-
-from recsys_rl import contracts
 from recsys_rl.sim.simulate import SimulateConfig, day_messages, simulated_days
 
 CONFIG = SimulateConfig(users=40, seed=21)

@@ -3,9 +3,9 @@
 import math
 
 import pytest
-from recsys_rl.pipelines.event_validation import check_decision, check_feedback
 
 from recsys_rl import contracts, signals
+from recsys_rl.pipelines.event_validation import check_decision, check_feedback
 from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 T0 = 1_767_225_600_000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.service import Abort, Handlers
 from recsys_rl.serving.settings import ServeConfig

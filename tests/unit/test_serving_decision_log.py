@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from recsys_rl.serving.decision_log import DecisionLog
-from recsys_rl.serving.metrics import ServingMetrics
-
 from recsys_rl import contracts
 from recsys_rl.kafka.broker import free_port
+from recsys_rl.serving.decision_log import DecisionLog
+from recsys_rl.serving.metrics import ServingMetrics
 
 OUTCOMES = "recsys_decision_log_records_total"
 

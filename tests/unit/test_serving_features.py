@@ -6,10 +6,10 @@ import threading
 import time
 
 import pytest
-from recsys_rl.serving.online_features import UserFeatureReader
-from recsys_rl.serving.online_state import UserFeatures
 
 import recsys_rl.feature_store
+from recsys_rl.serving.online_features import UserFeatureReader
+from recsys_rl.serving.online_state import UserFeatures
 
 
 class SlowStore:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from recsys_rl.serving.policies import feed_fallback, request_seed, seeded_generator
 
+from recsys_rl.serving.policies import feed_fallback, request_seed, seeded_generator
 from recsys_rl.state import FEED_STATE_FEATURES
 
 

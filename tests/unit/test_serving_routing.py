@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from recsys_rl.serving.policies import feed_fallback
-from recsys_rl.serving.routing import PolicyHolder
 from registry_fakes import make_report, make_run
 
 from recsys_rl import registry
 from recsys_rl.errors import OperationalError
 from recsys_rl.registry import arm_for_user
+from recsys_rl.serving.policies import feed_fallback
+from recsys_rl.serving.routing import PolicyHolder
 
 
 class FakeLoader:

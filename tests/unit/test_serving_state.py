@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from recsys_rl.serving.online_state import UserFeatures, feed_state, live_state, user_group
 
 from recsys_rl.contracts import serving_pb2
+from recsys_rl.serving.online_state import UserFeatures, feed_state, live_state, user_group
 from recsys_rl.sim.history import UserHistory
 from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
+
+from recsys_rl import contracts
+from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.serving.request_validation import (
     LIVE_PREDICTION_NAMES,
     InvalidRequest,
     validate_allocate,
     validate_rank,
 )
-
-from recsys_rl import contracts
-from recsys_rl.fusion import FEED_ACTION_NAMES
 
 LIMITS = {"max_candidates": 5, "max_page_size": 3}
 

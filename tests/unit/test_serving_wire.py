@@ -6,10 +6,10 @@ import struct
 
 import numpy as np
 import pytest
-from recsys_rl.serving import wire
-from recsys_rl.serving.request_validation import rank_candidates
 
 from recsys_rl import contracts
+from recsys_rl.serving import wire
+from recsys_rl.serving.request_validation import rank_candidates
 
 
 def request(n: int = 20, seed: int = 0) -> contracts.RankRequest:

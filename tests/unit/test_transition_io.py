@@ -5,6 +5,8 @@ import random
 
 import numpy as np
 import pytest
+
+from recsys_rl import contracts, signals
 from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
 from recsys_rl.pipelines.transition_io import (
     parquet_schema,
@@ -13,8 +15,6 @@ from recsys_rl.pipelines.transition_io import (
     shard_of,
     to_example,
 )
-
-from recsys_rl import contracts, signals
 
 
 def _row(surface: str = "feed") -> dict:
