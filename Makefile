@@ -47,6 +47,7 @@ bench: install
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
 	$(BIN)/python bench/feed_headroom.py --full --out bench/results/feed_headroom.json
 	$(BIN)/python bench/serving.py --full --out bench/results/serving.json
+	$(BIN)/python bench/feature_reads.py --full --out bench/results/feature_reads.json
 
 bench-quick: install
 	$(BIN)/python bench/simulator.py --quick --out bench/results/simulator.json
@@ -57,6 +58,7 @@ bench-quick: install
 	$(BIN)/python bench/ope.py --quick --out bench/results/ope.json
 	$(BIN)/python bench/feed_headroom.py --quick --out bench/results/feed_headroom.json
 	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json
+	$(BIN)/python bench/feature_reads.py --quick --out bench/results/feature_reads.json
 
 # Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
 kafka-jars: $(KAFKA_LIBS)/.complete

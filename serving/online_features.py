@@ -1,17 +1,22 @@
 """Online user features within a latency budget, with a fallback that never stalls a request.
 
-Feast reads block (a Redis client retries a refused connection for seconds), so lookups run on a
-small thread pool and the request waits at most its budget. At most ``max_in_flight`` lookups run at
-once: while the store hangs, later requests skip the lookup at once instead of queueing behind
-stuck ones. Feast is imported only when a store is configured (it is slow to import, and its import
-switches prometheus_client into multiprocess mode; see recsys_rl.serving.metrics). Every fallback says why
-(``MISSING_REASONS``), for the metrics; the decision record carries ``features_missing``.
+Feast reads block (a Redis client retries a refused connection for seconds), so they run on a few
+reader threads and a request waits at most its budget. A Feast online read costs milliseconds of Python
+(request planning and type checks) whatever the number of users in it, more than a request's whole
+budget on a busy machine, so the readers batch: every user waiting for a read when a reader comes free
+goes into its one ``get_online_features`` call (up to ``batch_size``). Under load the batches grow and
+the cost per user falls, where one read per user would queue behind itself.
 
-A Feast online read costs milliseconds of Python (request planning and type checks) before the store
-is even asked, more than a request's whole budget on a busy machine. The rows it returns change once a
-day, when the pipeline materialises, so each answer is kept for ``cache_s`` seconds: a lookup that
-missed its budget still finishes in the background and fills the cache, and the user's next request
-(the next page of the session) is answered from memory.
+Every lookup that is not answered from memory queues a read, whether or not the request can wait for
+it: the read finishes in the background and fills the cache, and the user's next request (the next
+page of the session) is answered from memory. The rows change once a day, when the pipeline
+materialises, so each answer is kept for ``cache_s`` seconds. ``prefetch`` queues reads for users who
+are about to arrive without waiting for them. Only while the store hangs does the queue fill up: beyond
+``max_pending`` users a lookup falls back at once instead of queueing behind the stuck reads.
+
+Feast is imported only when a store is configured (it is slow to import, and its import switches
+prometheus_client into multiprocess mode; see recsys_rl.serving.metrics). Every fallback says why
+(``MISSING_REASONS``), for the metrics; the decision record carries ``features_missing``.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,7 +37,6 @@ if TYPE_CHECKING:
     from feast import FeatureStore
 
 MISSING_REASONS = ("no_store", "unknown_user", "timeout", "busy", "error")
-_FAILED = object()  # a read that raised: nothing to cache
 
 
 @dataclass(frozen=True)
@@ -45,18 +50,34 @@ def _answer(user: UserFeatures | None) -> Lookup:
 
 
 class UserFeatureReader:
+    """Cached, batched reads of users' online rows; see the module docstring for the guarantees."""
+
     def __init__(
-        self, store: FeatureStore | None, max_in_flight: int, cache_s: float = 60.0, cache_size: int = 100_000
+        self,
+        store: FeatureStore | None,
+        readers: int = 2,
+        cache_s: float = 60.0,
+        cache_size: int = 100_000,
+        batch_size: int = 64,
+        max_pending: int = 4_096,
     ) -> None:
         self._store = store
-        self._slots = threading.BoundedSemaphore(max_in_flight)
-        self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="features") if store else None
         self._cache_s, self._cache_size = cache_s, cache_size
+        self._batch_size, self._max_pending = batch_size, max_pending
         self._cache: OrderedDict[str, tuple[float, UserFeatures | None]] = (
             OrderedDict()
         )  # id -> (expiry, row)
-        self._pending: dict[str, Future] = {}  # reads under way, by user id
-        self._cache_lock = threading.Lock()
+        self._pending: dict[str, Future] = {}  # users queued or being read, by id
+        self._queue: deque[str] = deque()  # users waiting for a reader, oldest first
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._closed = False
+        self._readers = [
+            threading.Thread(target=self._read_batches, name=f"features-{i}", daemon=True)
+            for i in range(readers if store is not None else 0)
+        ]
+        for thread in self._readers:
+            thread.start()
 
     def warm_up(self) -> None:
         """Load Feast's registry before the first request needs it (the first read otherwise pays for it)."""
@@ -68,21 +89,19 @@ class UserFeatureReader:
                 online_user_features(self._store, ["warm-up"])
 
     def lookup(self, user_id: str, budget_s: float) -> Lookup:
-        if self._store is None or self._pool is None:
+        if self._store is None:
             return Lookup(None, "no_store")
-        with self._cache_lock:
+        with self._lock:
             cached = self._fresh(user_id)
-            future = self._pending.get(user_id)  # a read of this user already under way: wait for it
-        if cached is not None:
-            return _answer(cached[1])
-        if future is None:
-            if not self._slots.acquire(blocking=False):
-                return Lookup(None, "busy")
-            try:
-                future = self._start_read(user_id)
-            except RuntimeError:  # the pool is shut down: the server is stopping
-                self._slots.release()
-                return Lookup(None, "error")
+            if cached is not None:
+                return _answer(cached[1])
+            future = self._pending.get(user_id)  # a read of this user already queued: wait for it
+            if future is None:
+                if self._closed:  # the server is stopping
+                    return Lookup(None, "error")
+                if len(self._pending) >= self._max_pending:
+                    return Lookup(None, "busy")
+                future = self._enqueue(user_id)
         try:
             user = future.result(timeout=max(budget_s, 0.0))
         except FutureTimeout:
@@ -91,45 +110,83 @@ class UserFeatureReader:
             return Lookup(None, "error")
         return _answer(user)
 
-    def _start_read(self, user_id: str) -> Future:
-        with self._cache_lock:
-            future = self._pending.get(user_id)
-            if future is None:
-                future = self._pending[user_id] = self._pool.submit(self._read, user_id)
-                return future
-        self._slots.release()  # another request started the same read meanwhile
+    def prefetch(self, user_ids: Iterable[str]) -> int:
+        """Queue reads of users not cached or queued yet, without waiting; returns how many were queued."""
+        if self._store is None:
+            return 0
+        queued = 0
+        with self._lock:
+            for user_id in user_ids:
+                if self._closed or len(self._pending) >= self._max_pending:
+                    break
+                if user_id not in self._pending and self._fresh(user_id) is None:
+                    self._enqueue(user_id)
+                    queued += 1
+        return queued
+
+    def pending(self) -> int:
+        """Users queued for a read or being read now."""
+        with self._lock:
+            return len(self._pending)
+
+    def _enqueue(self, user_id: str) -> Future:
+        """A read of ``user_id`` for the next free reader; the caller holds the lock."""
+        future: Future = Future()
+        self._pending[user_id] = future
+        self._queue.append(user_id)
+        self._work.notify()
         return future
 
     def _fresh(self, user_id: str) -> tuple[float, UserFeatures | None] | None:
-        """The cached entry of ``user_id`` if it has not expired; the caller holds the cache lock."""
+        """The cached entry of ``user_id`` if it has not expired; the caller holds the lock."""
         entry = self._cache.get(user_id)
         if entry is None or entry[0] <= time.monotonic():
             return None
         self._cache.move_to_end(user_id)
         return entry
 
-    def _remember(self, user_id: str, user: UserFeatures | None) -> None:
-        with self._cache_lock:
-            self._pending.pop(user_id, None)
-            if user is _FAILED:
-                return
-            self._cache[user_id] = (time.monotonic() + self._cache_s, user)
-            self._cache.move_to_end(user_id)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-
-    def _read(self, user_id: str) -> UserFeatures | None:
+    def _read_batches(self) -> None:
         from recsys_rl.feature_store import online_user_features  # imported with the store, by open_store
 
-        user = _FAILED
-        try:
-            frame = online_user_features(self._store, [user_id], include_event_timestamps=True)
-            user = UserFeatures.from_row(frame.iloc[0].to_dict())
-            return user
-        finally:
-            self._remember(user_id, user)  # also when the request gave up waiting: the next one finds it
-            self._slots.release()  # when the read ends, not when the request stops waiting for it
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._work.wait()
+                if self._closed:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._batch_size))]
+            try:
+                frame = online_user_features(self._store, batch, include_event_timestamps=True)
+                users = [UserFeatures.from_row(row) for row in frame.to_dict("records")]
+            except Exception as err:  # the waiting requests fall back; nothing is cached
+                self._settle(batch, None, err)
+            else:
+                self._settle(batch, users, None)
+
+    def _settle(
+        self, batch: list[str], users: list[UserFeatures | None] | None, error: Exception | None
+    ) -> None:
+        with self._lock:
+            futures = [self._pending.pop(user_id) for user_id in batch]
+            if users is not None and self._cache_s > 0:
+                expiry = time.monotonic() + self._cache_s
+                for user_id, user in zip(batch, users, strict=True):
+                    self._cache[user_id] = (expiry, user)
+                    self._cache.move_to_end(user_id)
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        for i, future in enumerate(futures):
+            if users is not None:
+                future.set_result(users[i])
+            else:
+                future.set_exception(error)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the readers; requests still waiting fall back (a read in progress is not interrupted)."""
+        with self._lock:
+            self._closed = True
+            abandoned = [self._pending.pop(user_id) for user_id in self._queue]
+            self._queue.clear()
+            self._work.notify_all()
+        for future in abandoned:
+            future.set_exception(RuntimeError("the feature reader is closed"))

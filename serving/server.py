@@ -96,7 +96,13 @@ def _open_features(config: ServeConfig) -> UserFeatureReader:
             state_dir=config.feature_state_dir,
             redis=config.redis,
         )
-    return UserFeatureReader(store, config.feature_lookups_in_flight, config.feature_cache_s)
+    return UserFeatureReader(
+        store,
+        readers=config.feature_readers,
+        cache_s=config.feature_cache_s,
+        batch_size=config.feature_batch_size,
+        max_pending=config.feature_max_pending,
+    )
 
 
 def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServer:

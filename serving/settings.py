@@ -25,7 +25,14 @@ class ServeConfig:
     feature_state_dir: str | None = None
     redis: str | None = None  # redis profile connection; None: env RECSYS_RL_REDIS_CONNECTION_STRING
     feature_budget_ms: float = 5.0  # a lookup slower than this falls back to defaults for that request
-    feature_lookups_in_flight: int = 4  # lookups beyond this many at once fall back at once
+    # Sized by bench/feature_reads.py: a Feast read is mostly GIL-bound Python (3.4 ms for 1 user, 6.6 ms
+    # for 64, 10 ms for 128 on the SQLite profile). Two readers let one plan while the other waits on the
+    # store; 64 users cost 0.1 ms each, and a batch of 128 would outlast twice the default 5 ms budget.
+    feature_readers: int = 2  # threads reading the store, each one batch of waiting users at a time
+    feature_batch_size: int = 64  # users in one online read at most
+    feature_max_pending: int = (
+        4_096  # users queued for a read; beyond, lookups fall back at once (hung store)
+    )
     feature_cache_s: float = 60.0  # a user's row is reused this long (rows change once a day); 0: off
     # policies and routing
     explore: bool = True  # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode
@@ -57,7 +64,9 @@ class ServeConfig:
             "max_concurrent_rpcs",
             "log_queue_size",
             "log_in_flight",
-            "feature_lookups_in_flight",
+            "feature_readers",
+            "feature_batch_size",
+            "feature_max_pending",
             "max_candidates",
             "max_page_size",
             "max_message_bytes",

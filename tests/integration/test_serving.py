@@ -543,7 +543,8 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
         feature_state_dir=str(redis_features),
         redis=redis_server.url,
         feature_budget_ms=1_000.0,  # generous: the test is about the fallback, not about speed
-        feature_lookups_in_flight=1,
+        feature_readers=1,
+        feature_max_pending=1,  # one user queued while Redis hangs; any other falls back at once
         feature_cache_s=0.0,  # every request reads the store, so that the pause shows in each
         bootstrap_servers=embedded_kafka.bootstrap_servers,
         decisions_topic=topics[0],
@@ -580,8 +581,8 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
             stub.Rank(request(f"paused-{i}", user)) for i, user in enumerate(["user-1", "user-1", "user-2"])
         ]
         assert all(a.item_ids for a in answers)  # answered anyway, with default features
-        # The first lookup waited out its budget and still holds the only lookup slot. The same user's
-        # next request waits for that same read (and times out too); another user's skips at once.
+        # The first lookup waited out its budget and its read still fills the only queue place. The same
+        # user's next request waits for that same read (and times out too); another user's skips at once.
         assert server.metrics.value(missing, reason="timeout") == 2
         assert server.metrics.value(missing, reason="busy") == 1
         wait_for(lambda: served_with_features(stub), "a lookup after the pause", attempts=200)

@@ -1,10 +1,12 @@
-"""The user-feature reader: a lookup that misses its budget still fills the cache for the next request."""
+"""The user-feature reader: batched reads, and every lookup that misses its budget still fills the cache."""
 
 from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import pandas as pd
 import pytest
 
 import recsys_rl.feature_store
@@ -13,20 +15,27 @@ from recsys_rl.serving.online_state import UserFeatures
 
 
 class SlowStore:
-    """Stands in for Feast's online read: each read blocks until released and is counted."""
+    """Stands in for Feast's online read: each call blocks until released; calls and their users are kept."""
 
     def __init__(self) -> None:
-        self.reads: list[str] = []
+        self.calls: list[list[str]] = []
         self.release = threading.Event()
+        self.fail = False
+
+    @property
+    def reads(self) -> list[str]:
+        return [user for call in self.calls for user in call]
 
     def read(self, store, user_ids, include_event_timestamps=False):
-        import pandas as pd
-
-        self.reads.extend(user_ids)
+        self.calls.append(list(user_ids))
         self.release.wait(5.0)
-        known = user_ids[0] != "u-new"
-        row = {"user_id": user_ids[0], "activity_group": 1 if known else None, "views": 7 if known else None}
-        return pd.DataFrame([row])
+        if self.fail:
+            raise OSError("the store is down")
+        rows = [
+            {"user_id": u, "activity_group": None if u.startswith("u-new") else 1, "views": 7}
+            for u in user_ids
+        ]
+        return pd.DataFrame(rows)
 
 
 @pytest.fixture
@@ -48,8 +57,14 @@ def _wait_for(condition, timeout_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+def _burst(reader: UserFeatureReader, users: list[str], budget_s: float) -> list[str | None]:
+    """Concurrent lookups, one per user, as 32 callers would send them; the fallback reason of each."""
+    with ThreadPoolExecutor(32) as pool:
+        return [r.missing for r in pool.map(lambda u: reader.lookup(u, budget_s), users)]
+
+
 def test_a_late_read_is_served_from_the_cache_next_time(slow_store: SlowStore) -> None:
-    reader = UserFeatureReader(object(), max_in_flight=2, cache_s=60.0)
+    reader = UserFeatureReader(object(), readers=2, cache_s=60.0)
     first = reader.lookup("u1", budget_s=0.01)
     assert first.user is None and first.missing == "timeout"
     slow_store.release.set()
@@ -57,16 +72,90 @@ def test_a_late_read_is_served_from_the_cache_next_time(slow_store: SlowStore) -
     second = reader.lookup("u1", budget_s=0.0)
     assert second.user == ("u1", 1, 7) and slow_store.reads == ["u1"]  # the store was read once
     # an unknown user is remembered as unknown, and not read again either
-    slow_store.reads.clear()
+    slow_store.calls.clear()
     assert reader.lookup("u-new", budget_s=1.0).missing == "unknown_user"
     assert reader.lookup("u-new", budget_s=1.0).missing == "unknown_user"
     assert slow_store.reads == ["u-new"]
     reader.close()
 
 
+def test_a_cold_burst_that_misses_its_budget_fills_the_cache_for_the_next_one(slow_store: SlowStore) -> None:
+    # What went wrong before: with 4 lookups in flight, a refused lookup never started a read, so 96 cold
+    # users all fell back and a second burst of the same users still fell back 89 times.
+    reader = UserFeatureReader(object(), readers=2)
+    users = [f"u{i}" for i in range(96)]
+    assert _burst(reader, users, budget_s=0.005) == ["timeout"] * 96
+    slow_store.release.set()
+    _wait_for(lambda: reader.pending() == 0)
+    assert _burst(reader, users, budget_s=0.005) == [None] * 96
+    assert sorted(slow_store.reads) == sorted(users)  # each user read once
+    reader.close()
+
+
+def test_users_waiting_while_a_reader_is_busy_share_one_store_call(slow_store: SlowStore) -> None:
+    reader = UserFeatureReader(object(), readers=1, batch_size=20)
+    assert reader.lookup("first", budget_s=0.0).missing == "timeout"
+    _wait_for(lambda: slow_store.calls == [["first"]])  # the only reader is now blocked on it
+    assert _burst(reader, [f"u{i}" for i in range(50)], budget_s=0.0) == ["timeout"] * 50
+    slow_store.release.set()
+    _wait_for(lambda: reader.pending() == 0)
+    # the 50 that queued meanwhile took three calls of at most batch_size users, oldest first
+    assert [len(call) for call in slow_store.calls] == [1, 20, 20, 10]
+    assert sorted(slow_store.reads[1:]) == sorted(f"u{i}" for i in range(50))
+    reader.close()
+
+
+def test_a_full_queue_falls_back_at_once_without_queueing(slow_store: SlowStore) -> None:
+    reader = UserFeatureReader(object(), readers=1, max_pending=3)
+    assert [reader.lookup(f"u{i}", budget_s=0.0).missing for i in range(5)] == ["timeout"] * 3 + ["busy"] * 2
+    assert reader.lookup("u0", budget_s=0.0).missing == "timeout"  # already queued: waits for that read
+    slow_store.release.set()
+    _wait_for(lambda: reader.pending() == 0)
+    assert reader.lookup("u0", budget_s=0.0).missing is None
+    assert reader.lookup("u4", budget_s=1.0).missing is None and slow_store.reads[-1] == "u4"
+    reader.close()
+
+
+def test_prefetch_reads_ahead_of_the_request(slow_store: SlowStore) -> None:
+    slow_store.release.set()
+    reader = UserFeatureReader(object(), readers=1)
+    assert reader.prefetch(["u1", "u2", "u1"]) == 2
+    _wait_for(lambda: reader.pending() == 0)
+    assert reader.prefetch(["u1", "u2"]) == 0  # cached now
+    assert reader.lookup("u2", budget_s=0.0).user == ("u2", 1, 7)
+    assert len(slow_store.reads) == 2
+    reader.close()
+
+
+def test_a_failed_read_falls_back_and_is_not_cached(slow_store: SlowStore) -> None:
+    slow_store.release.set()
+    slow_store.fail = True
+    reader = UserFeatureReader(object(), readers=1)
+    assert reader.lookup("u1", budget_s=1.0).missing == "error"
+    slow_store.fail = False
+    assert reader.lookup("u1", budget_s=1.0).missing is None
+    assert slow_store.reads == ["u1", "u1"]
+    reader.close()
+
+
+def test_closing_releases_queued_lookups(slow_store: SlowStore) -> None:
+    reader = UserFeatureReader(object(), readers=1)
+    assert reader.lookup("first", budget_s=0.0).missing == "timeout"
+    _wait_for(lambda: slow_store.calls == [["first"]])
+    results: list[str | None] = []
+    waiting = threading.Thread(target=lambda: results.append(reader.lookup("queued", budget_s=5.0).missing))
+    waiting.start()
+    _wait_for(lambda: reader.pending() == 2)  # "first", being read, and "queued"
+    reader.close()
+    waiting.join(2.0)
+    assert results == ["error"]
+    assert reader.lookup("later", budget_s=1.0).missing == "error"
+    slow_store.release.set()
+
+
 def test_entries_expire_and_the_oldest_go_first(slow_store: SlowStore) -> None:
     slow_store.release.set()
-    reader = UserFeatureReader(object(), max_in_flight=2, cache_s=0.2, cache_size=2)
+    reader = UserFeatureReader(object(), readers=2, cache_s=0.2, cache_size=2)
     for user in ("u1", "u2", "u3"):
         assert reader.lookup(user, budget_s=1.0).user is not None
     assert reader.lookup("u1", budget_s=1.0).user is not None  # u1 was evicted: read again
@@ -79,7 +168,7 @@ def test_entries_expire_and_the_oldest_go_first(slow_store: SlowStore) -> None:
 
 def test_without_a_cache_every_lookup_reads(slow_store: SlowStore) -> None:
     slow_store.release.set()
-    reader = UserFeatureReader(object(), max_in_flight=2, cache_s=0.0)
+    reader = UserFeatureReader(object(), readers=2, cache_s=0.0)
     for _ in range(3):
         assert reader.lookup("u1", budget_s=1.0).user is not None
     assert slow_store.reads == ["u1"] * 3
