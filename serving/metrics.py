@@ -46,6 +46,11 @@ class ServingMetrics:
             ["reason"],
             registry=r,
         )
+        self.feature_reads_pending = Gauge(
+            "recsys_serving_feature_reads_pending",
+            "users queued for an online feature read or being read (grows only while the store is slow)",
+            registry=r,
+        )
         self.log_queue_depth = Gauge(
             "recsys_decision_log_queue_depth", "decision records waiting for Kafka", registry=r
         )

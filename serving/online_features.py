@@ -10,8 +10,8 @@ the cost per user falls, where one read per user would queue behind itself.
 Every lookup that is not answered from memory queues a read, whether or not the request can wait for
 it: the read finishes in the background and fills the cache, and the user's next request (the next
 page of the session) is answered from memory. The rows change once a day, when the pipeline
-materialises, so each answer is kept for ``cache_s`` seconds. ``prefetch`` queues reads for users who
-are about to arrive without waiting for them. Only while the store hangs does the queue fill up: beyond
+materialises, so each answer is kept for ``cache_s`` seconds, and ``warm_up`` fills the cache with the
+users expected next before the server reports ready. Only while the store hangs does the queue fill up: beyond
 ``max_pending`` users a lookup falls back at once instead of queueing behind the stuck reads.
 
 Feast is imported only when a store is configured (it is slow to import, and its import switches
@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -79,14 +79,36 @@ class UserFeatureReader:
         for thread in self._readers:
             thread.start()
 
-    def warm_up(self) -> None:
-        """Load Feast's registry before the first request needs it (the first read otherwise pays for it)."""
-        if self._store is not None:
-            from recsys_rl.feature_store import FeatureStoreError, online_user_features
+    def warm_up(self, user_ids: Iterable[str] = (), timeout_s: float = 60.0) -> int:
+        """Load Feast's registry, then read ``user_ids`` into the cache; returns how many it read.
 
-            # a store that is down now is the per-request fallback's business
-            with contextlib.suppress(FeatureStoreError):
-                online_user_features(self._store, ["warm-up"])
+        For the users a load balancer is about to send (yesterday's active users of this shard): their
+        first page is then answered from memory instead of waiting on a cold read. The reads go through
+        the batching readers, ``max_pending`` users at a time; users the store does not know are cached
+        as unknown. Gives up after ``timeout_s`` (a hung store), leaving the rest to the first requests.
+        """
+        if self._store is None:
+            return 0
+        from recsys_rl.feature_store import FeatureStoreError, online_user_features
+
+        # a store that is down now is the per-request fallback's business
+        with contextlib.suppress(FeatureStoreError):
+            online_user_features(self._store, ["warm-up"])
+        deadline = time.monotonic() + timeout_s
+        ids = list(dict.fromkeys(user_ids))
+        cached = 0
+        for start in range(0, len(ids), self._max_pending):
+            with self._lock:
+                futures = [
+                    self._pending.get(user_id) or self._enqueue(user_id)
+                    for user_id in ids[start : start + self._max_pending]
+                    if self._fresh(user_id) is None and not self._closed
+                ]
+            done, _ = wait(futures, timeout=max(deadline - time.monotonic(), 0.0))
+            cached += sum(1 for future in done if future.exception() is None)
+            if len(done) < len(futures):
+                break
+        return cached
 
     def lookup(self, user_id: str, budget_s: float) -> Lookup:
         if self._store is None:
@@ -109,20 +131,6 @@ class UserFeatureReader:
         except Exception:  # any store failure, known (FeatureStoreError) or not, must not fail the request
             return Lookup(None, "error")
         return _answer(user)
-
-    def prefetch(self, user_ids: Iterable[str]) -> int:
-        """Queue reads of users not cached or queued yet, without waiting; returns how many were queued."""
-        if self._store is None:
-            return 0
-        queued = 0
-        with self._lock:
-            for user_id in user_ids:
-                if self._closed or len(self._pending) >= self._max_pending:
-                    break
-                if user_id not in self._pending and self._fresh(user_id) is None:
-                    self._enqueue(user_id)
-                    queued += 1
-        return queued
 
     def pending(self) -> int:
         """Users queued for a read or being read now."""

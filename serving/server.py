@@ -105,6 +105,21 @@ def _open_features(config: ServeConfig) -> UserFeatureReader:
     )
 
 
+def _warm_users(path: str | None) -> list[str]:
+    """The ``user_id`` column of a Parquet file or directory: users whose rows are read before serving."""
+    if path is None:
+        return []
+    import pyarrow.dataset as pads
+
+    try:
+        table = pads.dataset(path, format="parquet").to_table(columns=["user_id"])
+    except (OSError, ValueError) as err:  # a missing path; not Parquet, or no user_id column (ArrowInvalid)
+        raise ConfigError(
+            f"feature_warm_users {path!r} should be Parquet with a user_id column: {err}"
+        ) from None
+    return list(dict.fromkeys(table.column("user_id").to_pylist()))
+
+
 def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServer:
     """Start serving ``config``; with ``wait_ready``, return once health says SERVING."""
     log = get_logger("serve")
@@ -114,8 +129,10 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         credentials = grpc.ssl_server_credentials(
             [(_read_pem(config.tls_key, "tls_key"), _read_pem(config.tls_cert, "tls_cert"))]
         )
+    warm_users = _warm_users(config.feature_warm_users)
     metrics = ServingMetrics()
     features = _open_features(config)
+    metrics.feature_reads_pending.set_function(features.pending)
     decision_log = DecisionLog(
         config.bootstrap_servers,
         metrics,
@@ -174,7 +191,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     watcher = RoutingWatcher(list(holders.values()), config.reload_interval_s)
 
     def first_load() -> None:
-        features.warm_up()
+        warmed = features.warm_up(warm_users)
         for holder in holders.values():
             holder.refresh()
         ready.set()
@@ -184,6 +201,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
             log,
             "ready",
             port=port,
+            warm_users=warmed,
             **{s: (h.current.stable or h.current.fallback).version for s, h in holders.items()},
         )
         watcher.start()

@@ -33,6 +33,7 @@ class ServeConfig:
     feature_max_pending: int = (
         4_096  # users queued for a read; beyond, lookups fall back at once (hung store)
     )
+    feature_warm_users: str | None = None  # Parquet (user_id column) of users to read before serving
     feature_cache_s: float = 60.0  # a user's row is reused this long (rows change once a day); 0: off
     # policies and routing
     explore: bool = True  # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode

@@ -22,6 +22,7 @@ _OPTIONS = (
     "feature_repo",
     "feature_profile",
     "feature_state_dir",
+    "feature_warm_users",
     "redis",
     "metrics_port",
     "explore",
@@ -49,6 +50,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--feature-repo", metavar="DIR", help="Feast repo for online user features")
     p.add_argument("--feature-profile", help="Feast profile: sqlite or redis (default sqlite)")
     p.add_argument("--feature-state-dir", metavar="DIR", help="Feast state directory (registry, SQLite)")
+    p.add_argument(
+        "--feature-warm-users",
+        metavar="PARQUET",
+        help="users to read into the feature cache before serving: a Parquet file or directory with a "
+        "user_id column, e.g. a dataset's features/user_engagement (the users this server will see)",
+    )
     p.add_argument("--redis", metavar="HOST:PORT", help="Redis online store for the redis profile")
     p.add_argument("--metrics-port", type=non_negative_int, help="Prometheus /metrics port (default off)")
     p.add_argument(

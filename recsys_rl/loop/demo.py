@@ -132,6 +132,8 @@ def _run_lines(name: str, record: dict[str, Any]) -> list[str]:
 
 
 def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSummary:
+    from recsys_rl.pipelines.dataset import FEATURES_DIR
+    from recsys_rl.pipelines.feature_aggregates import USER_ENGAGEMENT
     from recsys_rl.pipelines.training_pipeline import load_pipeline_config, run_pipeline
 
     started = time.perf_counter()
@@ -158,7 +160,12 @@ def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSu
         runs = [pipeline_run(0)]
         say("[3/5] starting `recsys-rl serve` and driving day 1 through it over gRPC")
         decisions = topics["decisions_topic"]
-        with _server(config, out, servers, decisions) as target, grpc.insecure_channel(target) as channel:
+        dataset = Path(runs[0]["steps"]["ingest"]["outputs"]["dataset"])
+        yesterday = dataset / FEATURES_DIR / USER_ENGAGEMENT.name
+        with (
+            _server(config, out, servers, decisions, yesterday) as target,
+            grpc.insecure_channel(target) as channel,
+        ):
             traffic = drive_day(
                 simulation[0],
                 channel,
@@ -231,8 +238,13 @@ def _write_pipeline_config(
 
 
 @contextmanager
-def _server(config: DemoConfig, out: Path, servers: str, decisions_topic: str) -> Iterator[str]:
-    """``recsys-rl serve`` as a child process; yields its address, stops it (flushing its log) on exit."""
+def _server(
+    config: DemoConfig, out: Path, servers: str, decisions_topic: str, warm_users: Path
+) -> Iterator[str]:
+    """``recsys-rl serve`` as a child process; yields its address, stops it (flushing its log) on exit.
+
+    Its feature cache is warmed with yesterday's users, as a load balancer's shard would be.
+    """
     log_path = out / "serve.log"
     command = [
         sys.executable,
@@ -251,6 +263,8 @@ def _server(config: DemoConfig, out: Path, servers: str, decisions_topic: str) -
         str(Path(config.feature_repo).resolve()),
         "--feature-state-dir",
         str(out / "feast"),
+        "--feature-warm-users",
+        str(warm_users),
     ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)

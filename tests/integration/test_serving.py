@@ -26,10 +26,12 @@ from registry_fakes import make_report
 
 from recsys_rl import contracts, registry
 from recsys_rl.cli.main import main
+from recsys_rl.config import ConfigError
 from recsys_rl.fusion import FEED_ACTION_NAMES, fusion_scores, top_k
 from recsys_rl.kafka import EmbeddedBroker
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.serving.online_features import MISSING_REASONS
 from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
 from recsys_rl.serving.server import RunningServer, start_server
 from recsys_rl.serving.settings import ServeConfig
@@ -533,6 +535,13 @@ def redis_features(redis_server, tmp_path_factory) -> Path:
     return root / "state"
 
 
+def features_missing(server: RunningServer) -> float:
+    """Requests the server answered with default features, whatever the reason."""
+    return sum(
+        server.metrics.value("recsys_serving_features_missing_total", reason=r) for r in MISSING_REASONS
+    )
+
+
 def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_defaults(
     redis_features, redis_server, topics, embedded_kafka, tmp_path, serve
 ):
@@ -559,23 +568,18 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
 
     client = redis.Redis(host=redis_server.host, port=redis_server.port)
 
-    def total_missing() -> float:
-        return sum(
-            server.metrics.value(missing, reason=r) for r in ("timeout", "busy", "error", "unknown_user")
-        )
-
     recovered: list[str] = []
 
     def served_with_features(stub) -> bool:
-        before = total_missing()
+        before = features_missing(server)
         recovered.append(f"recovered-{len(recovered)}")
         stub.Rank(request(recovered[-1]))
-        return total_missing() == before
+        return features_missing(server) == before
 
     with channel(server) as ch:
         stub = ranking(ch)
         stub.Rank(request("known"))
-        assert total_missing() == 0
+        assert features_missing(server) == 0
         client.execute_command("CLIENT", "PAUSE", "5000", "ALL")  # Redis stops answering for 5 s
         answers = [
             stub.Rank(request(f"paused-{i}", user)) for i, user in enumerate(["user-1", "user-1", "user-2"])
@@ -601,3 +605,32 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
         record = logged[f"paused-{i}"]
         assert record.features_missing and record.user_group == 3  # defaults: low_active_or_unknown
         assert record.state[index["returned_yesterday"]] == 0.0
+
+
+def test_warm_users_are_read_before_serving_so_their_first_page_has_features(
+    redis_features, redis_server, tmp_path, serve
+):
+    users = redis_features.parent / "offline" / "user_engagement"  # the day's users, as the pipeline wrote
+    server = serve(
+        registry=str(tmp_path / "none"),
+        feature_repo=str(FEATURE_REPO),
+        feature_profile="redis",
+        feature_state_dir=str(redis_features),
+        redis=redis_server.url,
+        feature_warm_users=str(users),
+        feature_budget_ms=0.001,  # no time for a read: only a warmed cache can answer
+    )
+    with channel(server) as ch:
+        stub = ranking(ch)
+        stub.Rank(rank_request("warm", "user-1"))
+        assert features_missing(server) == 0  # answered from the warmed cache
+        stub.Rank(rank_request("cold", "user-2"))  # not in the store, not warmed: no time to ask
+        assert features_missing(server) == 1
+
+
+def test_warm_users_that_cannot_be_read_stop_the_server_from_starting(tmp_path, serve):
+    with pytest.raises(ConfigError, match=r"feature_warm_users .*missing.* should be Parquet with a user_id"):
+        serve(feature_warm_users=str(tmp_path / "missing"))
+    (tmp_path / "users.parquet").write_bytes(b"not parquet")
+    with pytest.raises(ConfigError, match=r"should be Parquet with a user_id column"):
+        serve(feature_warm_users=str(tmp_path / "users.parquet"))

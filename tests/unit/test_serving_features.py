@@ -28,7 +28,8 @@ class SlowStore:
 
     def read(self, store, user_ids, include_event_timestamps=False):
         self.calls.append(list(user_ids))
-        self.release.wait(5.0)
+        if user_ids != ["warm-up"]:  # the registry load at warm-up answers at once
+            self.release.wait(5.0)
         if self.fail:
             raise OSError("the store is down")
         rows = [
@@ -47,7 +48,7 @@ def slow_store(monkeypatch) -> SlowStore:
 
 
 def _from_row(cls, row):
-    return None if row["activity_group"] is None else (row["user_id"], row["activity_group"], row["views"])
+    return None if pd.isna(row["activity_group"]) else (row["user_id"], row["activity_group"], row["views"])
 
 
 def _wait_for(condition, timeout_s: float = 5.0) -> None:
@@ -116,14 +117,23 @@ def test_a_full_queue_falls_back_at_once_without_queueing(slow_store: SlowStore)
     reader.close()
 
 
-def test_prefetch_reads_ahead_of_the_request(slow_store: SlowStore) -> None:
+def test_warm_up_reads_the_expected_users_before_the_first_request(slow_store: SlowStore) -> None:
     slow_store.release.set()
+    reader = UserFeatureReader(object(), readers=1, batch_size=2, max_pending=3)
+    # more users than the queue holds: they go through it in turns; duplicates are read once
+    assert reader.warm_up(["u1", "u2", "u1", "u3", "u4", "u-new"]) == 5
+    assert slow_store.calls[0] == ["warm-up"]  # Feast's registry is loaded first
+    assert sorted(slow_store.reads[1:]) == ["u-new", "u1", "u2", "u3", "u4"]
+    assert reader.lookup("u4", budget_s=0.0).user == ("u4", 1, 7)
+    assert reader.lookup("u-new", budget_s=0.0).missing == "unknown_user"
+    assert reader.warm_up(["u1"]) == 0 and len(slow_store.reads) == 7  # cached: not read again
+    reader.close()
+
+
+def test_warm_up_gives_up_on_a_hung_store(slow_store: SlowStore) -> None:
     reader = UserFeatureReader(object(), readers=1)
-    assert reader.prefetch(["u1", "u2", "u1"]) == 2
-    _wait_for(lambda: reader.pending() == 0)
-    assert reader.prefetch(["u1", "u2"]) == 0  # cached now
-    assert reader.lookup("u2", budget_s=0.0).user == ("u2", 1, 7)
-    assert len(slow_store.reads) == 2
+    assert reader.warm_up(["u1", "u2"], timeout_s=0.2) == 0  # waiting out the hang would have read both
+    slow_store.release.set()
     reader.close()
 
 
