@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from recsys_rl import contracts, signals
-from recsys_rl.state import ACTIVITY_GROUPS, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from recsys_rl.state import ACTIVITY_GROUPS, FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 #: Longest believable single view; anything above is a client clock or unit bug.
 MAX_VIEW_SECONDS = 6 * 3600.0
@@ -97,6 +97,22 @@ def check_decision_read(
         return Rejection(
             "out_of_range",
             f"DecisionRecord.action of an allocation should be 0 or 1, but is {action[0]}",
+        )
+    if record.feature_version != FEATURE_VERSION:
+        return Rejection(
+            "out_of_range",
+            f"DecisionRecord.feature_version should be {FEATURE_VERSION!r} (the state's names, order and "
+            f"scaling), but is {record.feature_version!r}",
+        )
+    reason = record.features_missing_reason
+    if record.features_missing != bool(reason) or (
+        reason and reason not in contracts.FEATURES_MISSING_REASONS
+    ):
+        return Rejection(
+            "out_of_range",
+            "DecisionRecord.features_missing_reason should be one of "
+            f"{list(contracts.FEATURES_MISSING_REASONS)} exactly when features_missing is set, but is "
+            f"{reason!r} with features_missing={record.features_missing}",
         )
     if record.user_group >= len(ACTIVITY_GROUPS):
         return Rejection(

@@ -54,6 +54,11 @@ ROUTING_ARMS: dict[str, int] = {
     "behaviour": events_pb2.ROUTING_ARM_BEHAVIOUR,
 }
 
+#: Why a decision's state was built from default user features (``DecisionRecord.features_missing_reason``):
+#: no feature store configured, a user the store does not know, a read slower than the request's budget,
+#: too many reads queued (a hung store), or a failed read.
+FEATURES_MISSING_REASONS: tuple[str, ...] = ("no_store", "unknown_user", "timeout", "busy", "error")
+
 #: Which field of the feedback ``Signals`` message carries each registry signal. The displaced
 #: short-video time of a live insertion is counterfactual, so no client can report it.
 FEEDBACK_SIGNAL_FIELDS: dict[str, str] = {
@@ -139,6 +144,7 @@ def feedback_signal_values(event: FeedbackEvent) -> dict[str, float]:
 
 __all__ = [
     "EVENTS_SCHEMA_VERSION",
+    "FEATURES_MISSING_REASONS",
     "FEEDBACK_SIGNAL_FIELDS",
     "ITEM_TYPES",
     "ROUTING_ARMS",

@@ -16,7 +16,7 @@ users expected next before the server reports ready. Only while the store hangs 
 
 Feast is imported only when a store is configured (it is slow to import, and its import switches
 prometheus_client into multiprocess mode; see recsys_rl.serving.metrics). Every fallback says why
-(``MISSING_REASONS``), for the metrics; the decision record carries ``features_missing``.
+(``contracts.FEATURES_MISSING_REASONS``), in the metrics and in the decision record.
 """
 
 from __future__ import annotations
@@ -36,13 +36,11 @@ from recsys_rl.serving.online_state import UserFeatures
 if TYPE_CHECKING:
     from feast import FeatureStore
 
-MISSING_REASONS = ("no_store", "unknown_user", "timeout", "busy", "error")
-
 
 @dataclass(frozen=True)
 class Lookup:
     user: UserFeatures | None
-    missing: str | None  # None when the store answered with the user's row; else one of MISSING_REASONS
+    missing: str | None  # None when the store answered with the user's row; else the reason
 
 
 def _answer(user: UserFeatures | None) -> Lookup:

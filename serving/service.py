@@ -112,13 +112,13 @@ class Handlers:
             budget = min(budget, remaining - _DEADLINE_RESERVE_S)
         return budget
 
-    def _state(self, request, context: grpc.ServicerContext) -> tuple[np.ndarray, bool, int]:
-        """(feed state, features_missing, event time ms) of a Rank or Allocate request."""
+    def _state(self, request, context: grpc.ServicerContext) -> tuple[np.ndarray, str | None, int]:
+        """(feed state, why features are missing or None, event time ms) of a Rank or Allocate request."""
         lookup = self._features.lookup(request.user_id, self._budget_s(context))
         if lookup.missing is not None:
             self._metrics.features_missing.labels(lookup.missing).inc()
         time_ms = event_time_ms(request.context, time.time_ns() // 1_000_000)
-        return feed_state(lookup.user, request.context, time_ms), lookup.missing is not None, time_ms
+        return feed_state(lookup.user, request.context, time_ms), lookup.missing, time_ms
 
     @staticmethod
     def _still_wanted(context: grpc.ServicerContext) -> None:
@@ -127,7 +127,7 @@ class Handlers:
             raise Abort(grpc.StatusCode.CANCELLED, "the client went away before the answer")
 
     def _record(
-        self, request, surface: str, state: np.ndarray, missing: bool, time_ms: int, decision: Decision
+        self, request, surface: str, state: np.ndarray, missing: str | None, time_ms: int, decision: Decision
     ) -> contracts.DecisionRecord:
         return contracts.DecisionRecord(
             schema_version=contracts.EVENTS_SCHEMA_VERSION,
@@ -144,7 +144,8 @@ class Handlers:
             log_propensity=decision.log_propensity,
             policy_version=decision.decider.version,
             routing_arm=contracts.ROUTING_ARMS[decision.arm],
-            features_missing=missing,
+            features_missing=missing is not None,
+            features_missing_reason=missing or "",
             session_id=request.context.session_id,
         )
 

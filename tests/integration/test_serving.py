@@ -31,7 +31,6 @@ from recsys_rl.fusion import FEED_ACTION_NAMES, fusion_scores, top_k
 from recsys_rl.kafka import EmbeddedBroker
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
-from recsys_rl.serving.online_features import MISSING_REASONS
 from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
 from recsys_rl.serving.server import RunningServer, start_server
 from recsys_rl.serving.settings import ServeConfig
@@ -538,7 +537,8 @@ def redis_features(redis_server, tmp_path_factory) -> Path:
 def features_missing(server: RunningServer) -> float:
     """Requests the server answered with default features, whatever the reason."""
     return sum(
-        server.metrics.value("recsys_serving_features_missing_total", reason=r) for r in MISSING_REASONS
+        server.metrics.value("recsys_serving_features_missing_total", reason=r)
+        for r in contracts.FEATURES_MISSING_REASONS
     )
 
 
@@ -597,6 +597,7 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
     for request_id in ("known", recovered[-1]):
         record = logged[request_id]
         assert not record.features_missing and record.user_group == 0  # high_active, from the store
+        assert record.features_missing_reason == ""
         assert record.state[index["returned_yesterday"]] == 1.0
         # 10 views, 5 clicks, 200 s on top of the priors (recsys_rl.state.history_features)
         assert record.state[index["hist_click_rate"]] == pytest.approx((5 + 9) / 30, rel=1e-5)
@@ -604,6 +605,7 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
     for i in range(3):
         record = logged[f"paused-{i}"]
         assert record.features_missing and record.user_group == 3  # defaults: low_active_or_unknown
+        assert record.features_missing_reason == ("busy" if i == 2 else "timeout")
         assert record.state[index["returned_yesterday"]] == 0.0
 
 

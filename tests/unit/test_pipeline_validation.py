@@ -6,7 +6,7 @@ import pytest
 
 from recsys_rl import contracts, signals
 from recsys_rl.pipelines.event_validation import check_decision, check_feedback
-from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 T0 = 1_767_225_600_000
 
@@ -20,6 +20,7 @@ def feed_decision() -> contracts.DecisionRecord:
         event_time_ms=T0,
         state=[0.0] * len(FEED_STATE_FEATURES),
         feature_names=FEED_STATE_FEATURES,
+        feature_version=FEATURE_VERSION,
         user_group=1,
         action=[0.0] * len(signals.FEED_SIGNALS),
         log_propensity=-2.0,
@@ -49,6 +50,9 @@ def feedback() -> contracts.FeedbackEvent:
 
 def test_valid_records_pass():
     assert check_decision(feed_decision()) is None
+    fallback = feed_decision()
+    fallback.features_missing, fallback.features_missing_reason = True, "unknown_user"
+    assert check_decision(fallback) is None
     assert check_decision(live_decision()) is None
     assert check_feedback(feedback()) is None
 
@@ -100,6 +104,37 @@ def _set(**fields):
         ),
         pytest.param(
             feed_decision, _set(action=[0.0]), "out_of_range", "action of a feed decision", id="short-action"
+        ),
+        pytest.param(
+            feed_decision,
+            _set(feature_version="state-v0"),
+            "out_of_range",
+            "feature_version should be 'state-v1' (the state's names, order and scaling), but is 'state-v0'",
+            id="old-feature-version",
+        ),
+        pytest.param(
+            feed_decision, _set(feature_version=""), "out_of_range", "but is ''", id="no-feature-version"
+        ),
+        pytest.param(
+            feed_decision,
+            _set(features_missing=True),
+            "out_of_range",
+            "features_missing_reason should be one of",
+            id="missing-without-reason",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(features_missing_reason="timeout"),
+            "out_of_range",
+            "but is 'timeout' with features_missing=False",
+            id="reason-without-missing",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(features_missing=True, features_missing_reason="gremlins"),
+            "out_of_range",
+            "but is 'gremlins'",
+            id="unknown-reason",
         ),
         pytest.param(
             feed_decision,
