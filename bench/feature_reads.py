@@ -46,6 +46,7 @@ def _fact(user: int) -> dict[str, Any]:
     return {
         "user_id": f"user-{user}",
         "user_group": user % 4,
+        "features_missing": False,
         "item_id": f"v{user}",
         "author_id": "a1",
         "item_type": "video",

@@ -19,6 +19,7 @@ from recsys_rl.pipelines.feature_aggregates import (
     AUTHOR_STATS,
     ITEM_STATS,
     TIMESTAMP_COLUMN,
+    USER_ACTIVITY,
     USER_ENGAGEMENT,
     FeatureTable,
 )
@@ -63,56 +64,67 @@ author = Entity(
 # --- Sources: the Parquet the feature pipeline writes ------------------------------------------------
 
 user_engagement_daily = _daily_source(USER_ENGAGEMENT)
+user_activity_daily = _daily_source(USER_ACTIVITY)
 item_stats_daily = _daily_source(ITEM_STATS)
 author_stats_daily = _daily_source(AUTHOR_STATS)
 
 # --- Feature views ------------------------------------------------------------------------------------
 
-# The user part of the policy state: activity group and recent engagement. A week's ttl: last week's
+
+def _daily_view(
+    table: FeatureTable, entity: Entity, source: FileSource, ttl_days: int, what: str
+) -> FeatureView:
+    # online: serving reads them; the ttl says how old a day may be and still describe the entity
+    return FeatureView(
+        name=table.name,
+        entities=[entity],
+        ttl=timedelta(days=ttl_days),
+        schema=_fields(table),
+        online=True,
+        source=source,
+        description=what,
+        tags=_LINEAGE,
+    )
+
+
+# The user part of the policy state: recent engagement, and the activity group. A week's ttl: last week's
 # habits still describe a returning user, while after a longer absence the serving defaults for an
 # unknown user are the better guess.
-user_engagement_view = FeatureView(
-    name=USER_ENGAGEMENT.name,
-    entities=[user],
-    ttl=timedelta(days=7),
-    schema=_fields(USER_ENGAGEMENT),
-    online=True,
-    source=user_engagement_daily,
-    description="a user's activity group and engagement over their last finished day",
-    tags=_LINEAGE,
+user_engagement_view = _daily_view(
+    USER_ENGAGEMENT, user, user_engagement_daily, 7, "a user's engagement over their last finished day"
+)
+# Its own view: only days with a decision made on the user's stored features have a row (a decision on
+# default features logs the default group), so a fallback day never overwrites the known group.
+user_activity_view = _daily_view(
+    USER_ACTIVITY,
+    user,
+    user_activity_daily,
+    7,
+    "a user's activity group on their last finished day that had one",
 )
 
 # Candidate statistics for ranking. Two days' ttl: a short video's popularity fades within days, and
 # stale counts would keep promoting last week's hits.
-item_stats_view = FeatureView(
-    name=ITEM_STATS.name,
-    entities=[item],
-    ttl=timedelta(days=2),
-    schema=_fields(ITEM_STATS),
-    online=True,
-    source=item_stats_daily,
-    description="an item's views and engagement rates over its last finished day",
-    tags=_LINEAGE,
+item_stats_view = _daily_view(
+    ITEM_STATS, item, item_stats_daily, 2, "an item's views and engagement rates over its last finished day"
 )
 
 # The pull of a candidate's author. A week's ttl: an author's audience changes more slowly than one item's.
-author_stats_view = FeatureView(
-    name=AUTHOR_STATS.name,
-    entities=[author],
-    ttl=timedelta(days=7),
-    schema=_fields(AUTHOR_STATS),
-    online=True,
-    source=author_stats_daily,
-    description="views of an author's items and the follow rate over the author's last finished day",
-    tags=_LINEAGE,
+author_stats_view = _daily_view(
+    AUTHOR_STATS,
+    author,
+    author_stats_daily,
+    7,
+    "views of an author's items and the follow rate over the author's last finished day",
 )
 
 # --- Feature services: what one model version reads; add _v2 rather than change these ----------------
 
 # The user features behind the feed and live-allocation state (recsys_rl.state, tagged with its version).
-user_state_v1 = FeatureService(
-    name="user_state_v1",
-    features=[user_engagement_view],
+# v2: the activity group moved to its own view (v1 read it from user_engagement).
+user_state_v2 = FeatureService(
+    name="user_state_v2",
+    features=[user_engagement_view, user_activity_view],
     description="user features the policy state is built from",
     tags={"state_feature_version": FEATURE_VERSION},
 )

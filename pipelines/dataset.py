@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,7 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
             "signals": list(signal_names),
             "feature_names": list(STATE_FEATURES[surface]),
             "rows": rows,
+            "features_missing": _features_missing([p for p in shards if p.suffix == PARQUET_SUFFIX]),
             "tfrecord_shards": [p.name for p in shards if p.suffix == TFRECORD_SUFFIX],
             "parquet_shards": [p.name for p in shards if p.suffix == PARQUET_SUFFIX],
         }
@@ -137,6 +139,15 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
     write_json_atomic(staging / MANIFEST, manifest)
     os.rename(staging, paths.final)  # fails rather than replace an existing dataset
     return manifest
+
+
+def _features_missing(parquet_shards: list[Path]) -> dict[str, Any]:
+    """How many of a surface's transitions were decided on default user features, and why."""
+    reasons: Counter[str] = Counter()
+    for path in parquet_shards:
+        reasons.update(pq.read_table(path, columns=["features_missing_reason"]).column(0).to_pylist())
+    del reasons[""]  # the store answered
+    return {"rows": sum(reasons.values()), "by_reason": dict(sorted(reasons.items()))}
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

@@ -73,6 +73,7 @@ class Decision(NamedTuple):
     log_propensity: float
     policy_version: str
     displaced_watch_s: float  # live insertions: the logged prediction of the video watch displaced; else 0
+    features_missing_reason: str  # why the state was built from default user features; "" when it was not
 
 
 class Feedback(NamedTuple):
@@ -164,6 +165,7 @@ def _decision_fields(
         record.log_propensity,
         record.policy_version,
         displaced,
+        record.features_missing_reason,
     )
 
 
@@ -347,6 +349,8 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
                 "action": float32_list(decision.action),
                 "log_propensity": decision.log_propensity,
                 "policy_version": decision.policy_version,
+                "features_missing": bool(decision.features_missing_reason),
+                "features_missing_reason": decision.features_missing_reason,
                 "done": following is None,
                 "reward": _rewards(request, surface),
                 "feedback_count": len(request.feedback),
@@ -359,6 +363,8 @@ def _view_fact(user_id: str, decision: Decision, event: Feedback) -> dict:
     return {
         "user_id": user_id,
         "user_group": decision.user_group,
+        # a group read off default features says nothing about the user: it must not become their stored one
+        "features_missing": bool(decision.features_missing_reason),
         "item_id": event.item_id,
         "author_id": event.author_id,
         "item_type": event.item_type,

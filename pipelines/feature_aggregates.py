@@ -55,6 +55,7 @@ _SIGNAL_FIELDS = (
 FACT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "user_id": str,
     "user_group": int,
+    "features_missing": bool,  # the decision's state came from default features: its group is not the user's
     "item_id": str,
     "author_id": str,
     "item_type": str,
@@ -111,7 +112,6 @@ USER_ENGAGEMENT = FeatureTable(
     "user_engagement",
     "user_id",
     (
-        FeatureColumn("activity_group", "int64", f"activity group at the day's last view ({_GROUP_NAMES})"),
         _views("short-video views"),
         _rate("click_rate", "clicks", per=_VIDEO_VIEW),
         _rate("like_rate", "likes", per=_VIDEO_VIEW),
@@ -120,6 +120,20 @@ USER_ENGAGEMENT = FeatureTable(
         _rate("hate_rate", "'not interested' marks", per=_VIDEO_VIEW),
         FeatureColumn("live_views", "int64", "live-stream views in the UTC day"),
         _rate("live_watch_s_per_live_view", "live watch seconds", per="live view"),
+    ),
+)
+# Apart from the engagement, because only some views may set it: a decision served on default features
+# logs the default group ("low active or unknown"), which says nothing about the user. A day whose views
+# were all served that way writes no row, so the user keeps the group of their last day that had one.
+USER_ACTIVITY = FeatureTable(
+    "user_activity",
+    "user_id",
+    (
+        FeatureColumn(
+            "activity_group",
+            "int64",
+            f"activity group at the day's last view decided on the user's stored features ({_GROUP_NAMES})",
+        ),
     ),
 )
 ITEM_STATS = FeatureTable(
@@ -138,7 +152,7 @@ AUTHOR_STATS = FeatureTable(
     "author_id",
     (_views("views of the author's items"), _rate("follow_rate", "follows of the author")),
 )
-FEATURE_TABLES: tuple[FeatureTable, ...] = (USER_ENGAGEMENT, ITEM_STATS, AUTHOR_STATS)
+FEATURE_TABLES: tuple[FeatureTable, ...] = (USER_ENGAGEMENT, USER_ACTIVITY, ITEM_STATS, AUTHOR_STATS)
 
 
 def _exact(values: list[float]) -> np.ndarray:
@@ -164,7 +178,7 @@ def _count(exact: int) -> int:
     return exact // _ONE
 
 
-def _increments(columns: Mapping[str, list]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:
     """The exact increments (all scaled by _ONE) each view fact adds to its user's, item's and author's day.
 
     ``columns`` holds the facts field by field. One row per fact, one column per sum of the table (in
@@ -191,18 +205,28 @@ def _increments(columns: Mapping[str, list]) -> tuple[np.ndarray, np.ndarray, np
     item_watch = signal["watch_time_s"] + signal["live_watch_s"]
     item = np.stack([one, signal["click"], item_watch, signal["like"], signal["hate"]], axis=1)
     author = np.stack([one, signal["follow"]], axis=1)
-    return user, item, author
+    decided_on_stored = ~np.array(columns["features_missing"], dtype=bool)
+    activity = (one * decided_on_stored)[:, None]
+    return user, activity, item, author
 
 
 _USED_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
-_USED_FIELDS = ("user_id", "item_id", "author_id", "item_type", "event_time_ms", "user_group", *_USED_SIGNALS)
+_USED_FIELDS = (
+    "user_id",
+    "item_id",
+    "author_id",
+    "item_type",
+    "event_time_ms",
+    "user_group",
+    "features_missing",
+    *_USED_SIGNALS,
+)
 
 
 # The feature values of a day's sums, per table (the sums in _fact_increments' order).
 def _user_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
     views, clicks, likes, watch, interactions, hates, live_views, live_watch = s
     return {
-        "activity_group": group,
         "views": _count(views),
         "click_rate": _ratio(clicks, views),
         "like_rate": _ratio(likes, views),
@@ -212,6 +236,10 @@ def _user_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
         "live_views": _count(live_views),
         "live_watch_s_per_live_view": _ratio(live_watch, live_views),
     }
+
+
+def _activity_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
+    return {"activity_group": group}
 
 
 def _item_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
@@ -234,12 +262,14 @@ def _author_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
 class _Aggregation:
     table: FeatureTable
     features: Callable[[tuple[int, ...], int | None], dict[str, Any]]
+    # the table holds the group of the day's last view decided on stored features, and only days with one
     tracks_group: bool = False
 
 
-# in the order of _fact_increments' results
+# in the order of _increments' results
 _AGGREGATIONS = (
-    _Aggregation(USER_ENGAGEMENT, _user_features, tracks_group=True),
+    _Aggregation(USER_ENGAGEMENT, _user_features),
+    _Aggregation(USER_ACTIVITY, _activity_features, tracks_group=True),
     _Aggregation(ITEM_STATS, _item_features),
     _Aggregation(AUTHOR_STATS, _author_features),
 )
@@ -300,6 +330,7 @@ def _partial_sums(columns: Mapping[str, list], num_shards: int):
     times = np.array(columns["event_time_ms"], dtype=np.int64)
     day_codes, days = pd.factorize(times // _DAY_MS)
     groups = np.array(columns["user_group"], dtype=np.int64)
+    stored = ~np.array(columns["features_missing"], dtype=bool)
     for agg, increments in zip(_AGGREGATIONS, _increments(columns), strict=True):
         table = agg.table
         # number each (entity, day) in hashed C code: Python dicts of tuples cost ~1 us a view
@@ -310,10 +341,16 @@ def _partial_sums(columns: Mapping[str, list], num_shards: int):
         index = [(entities[key // len(days)], int(days[key % len(days)])) for key in keys.tolist()]
         latest: list[tuple[int, int] | None] = [None] * len(index)
         if agg.tracks_group:
-            # the latest view of each (entity, day): the last of its run when sorted by code, time, group
-            order = np.lexsort((groups, times, codes))
+            # the latest view decided on stored features of each (entity, day): the last of its run when
+            # sorted by code, then such views after the others, then time and group; None if it has none
+            order = np.lexsort((groups, times, stored, codes))
             last = order[np.flatnonzero(np.diff(codes[order], append=-1))]
-            latest = list(zip(times[last].tolist(), groups[last].tolist(), strict=True))
+            latest = [
+                (t, g) if ok else None
+                for t, g, ok in zip(
+                    times[last].tolist(), groups[last].tolist(), stored[last].tolist(), strict=True
+                )
+            ]
         for (entity_id, day), day_sums, day_latest in zip(index, sums.tolist(), latest, strict=True):
             yield (table.name, day, shard_of(entity_id, num_shards)), (entity_id, day_sums, day_latest)
         for day in sorted(days.tolist()):
@@ -362,6 +399,7 @@ def _file_of(element, num_shards: int) -> tuple[str, bytes]:
     rows = [
         {agg.table.join_key: entity_id, **agg.features(tuple(sums), latest[1] if latest else None)}
         for entity_id, (sums, latest) in sorted(by_entity.items())
+        if latest is not None or not agg.tracks_group
     ]
     Metrics.counter("feature_aggregates", f"rows_{table}").inc(len(rows))
     return f"{table}/{file_name(day, shard, num_shards)}", parquet_file(_table_of(rows, agg.table, day))

@@ -22,8 +22,23 @@ from recsys_rl.pipelines.whole_files import parquet_file, tfrecord_file
 TFRECORD_SUFFIX = ".tfrecord"
 PARQUET_SUFFIX = ".parquet"
 
-_STRING_FIELDS = ("request_id", "user_id", "session_id", "surface", "policy_version")
-_INT_FIELDS = ("step", "event_time_ms", "next_event_time_ms", "user_group", "done", "feedback_count")
+_STRING_FIELDS = (
+    "request_id",
+    "user_id",
+    "session_id",
+    "surface",
+    "policy_version",
+    "features_missing_reason",
+)
+_INT_FIELDS = (
+    "step",
+    "event_time_ms",
+    "next_event_time_ms",
+    "user_group",
+    "features_missing",
+    "done",
+    "feedback_count",
+)
 _FLOAT_LIST_FIELDS = ("state", "next_state", "action")
 
 
@@ -106,10 +121,15 @@ def _float_entry_prefix(name: str, count: int) -> bytes:
 
 @functools.cache
 def _example_keys(surface: str) -> tuple[str, ...]:
-    """The surface's feature names in the order deterministic serialisation writes map entries."""
+    """The surface's feature names in the order deterministic serialisation writes map entries.
+
+    That order (protobuf's upb) is by the bytes of the key, except that a key goes after the keys that
+    extend it ("features_missing_reason" before "features_missing"): as if each key ended with a byte
+    greater than all others.
+    """
     names = [*_STRING_FIELDS, *_INT_FIELDS, *_FLOAT_LIST_FIELDS, "log_propensity"]
     names += [f"reward/{signal}" for signal in SURFACE_SIGNALS[surface]]
-    return tuple(sorted(names, key=lambda name: name.encode("utf-8")))
+    return tuple(sorted(names, key=lambda name: (*name.encode("utf-8"), 256)))
 
 
 def _packed_lists(row: dict) -> list[bytes]:

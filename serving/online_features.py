@@ -10,9 +10,11 @@ the cost per user falls, where one read per user would queue behind itself.
 Every lookup that is not answered from memory queues a read, whether or not the request can wait for
 it: the read finishes in the background and fills the cache, and the user's next request (the next
 page of the session) is answered from memory. The rows change once a day, when the pipeline
-materialises, so each answer is kept for ``cache_s`` seconds, and ``warm_up`` fills the cache with the
-users expected next before the server reports ready. Only while the store hangs does the queue fill up: beyond
-``max_pending`` users a lookup falls back at once instead of queueing behind the stuck reads.
+materialises, so a cached row is answered for ``cache_s`` seconds and after that still answered while a
+refresh is read in the background: a known user never waits on the store twice. ``warm_up`` fills the
+cache with the users expected next before the server reports ready. Only while the store hangs does
+the queue fill up: beyond ``max_pending`` users a lookup falls back at once instead of queueing behind
+the stuck reads.
 
 Feast is imported only when a store is configured (it is slow to import, and its import switches
 prometheus_client into multiprocess mode; see recsys_rl.serving.metrics). Every fallback says why
@@ -112,14 +114,17 @@ class UserFeatureReader:
         if self._store is None:
             return Lookup(None, "no_store")
         with self._lock:
-            cached = self._fresh(user_id)
-            if cached is not None:
-                return _answer(cached[1])
+            entry = self._cache.get(user_id)
+            if entry is not None:
+                self._cache.move_to_end(user_id)
+                if entry[0] <= time.monotonic() and user_id not in self._pending and self._has_room():
+                    self._enqueue(user_id)  # a refresh: this request takes the row the cache has
+                return _answer(entry[1])
             future = self._pending.get(user_id)  # a read of this user already queued: wait for it
             if future is None:
                 if self._closed:  # the server is stopping
                     return Lookup(None, "error")
-                if len(self._pending) >= self._max_pending:
+                if not self._has_room():
                     return Lookup(None, "busy")
                 future = self._enqueue(user_id)
         try:
@@ -134,6 +139,10 @@ class UserFeatureReader:
         """Users queued for a read or being read now."""
         with self._lock:
             return len(self._pending)
+
+    def _has_room(self) -> bool:
+        """Whether another read may be queued; the caller holds the lock."""
+        return not self._closed and len(self._pending) < self._max_pending
 
     def _enqueue(self, user_id: str) -> Future:
         """A read of ``user_id`` for the next free reader; the caller holds the lock."""

@@ -30,11 +30,10 @@ class ServeConfig:
     # store; 64 users cost 0.1 ms each, and a batch of 128 would outlast twice the default 5 ms budget.
     feature_readers: int = 2  # threads reading the store, each one batch of waiting users at a time
     feature_batch_size: int = 64  # users in one online read at most
-    feature_max_pending: int = (
-        4_096  # users queued for a read; beyond, lookups fall back at once (hung store)
-    )
+    feature_max_pending: int = 4_096  # users queued for reads; past it lookups fall back (a hung store)
     feature_warm_users: str | None = None  # Parquet (user_id column) of users to read before serving
-    feature_cache_s: float = 60.0  # a user's row is reused this long (rows change once a day); 0: off
+    # a cached row is answered this long, then still answered while a refresh is read; 0: no cache
+    feature_cache_s: float = 60.0
     # policies and routing
     explore: bool = True  # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode
     reload_interval_s: float = 2.0  # how often routing.json is polled for a new revision

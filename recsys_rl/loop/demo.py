@@ -32,7 +32,8 @@ from typing import Any
 import grpc
 import yaml
 
-from recsys_rl.atomic_json import write_json_atomic
+from recsys_rl.atomic_json import read_json_file, write_json_atomic
+from recsys_rl.dataset_contract import MANIFEST
 from recsys_rl.errors import OperationalError
 from recsys_rl.feature_repo import REPO_DIR as FEATURE_REPO
 from recsys_rl.kafka import open_broker
@@ -120,6 +121,8 @@ def _run_lines(name: str, record: dict[str, Any]) -> list[str]:
             f" into {ingest['dataset']}: {accounting['used_in_transitions']} in transitions, "
             f"{accounting['dead_lettered']} dead-lettered {accounting['dead_lettered_by_reason'] or ''}"
         ).rstrip()
+        manifest = read_json_file(Path(ingest["dataset"]) / MANIFEST, DemoError, "the dataset's manifest")
+        lines.extend(_fallback_line(surface, facts) for surface, facts in manifest["surfaces"].items())
     if "evaluate" in steps:
         evaluation = steps["evaluate"]["outputs"]
         verdict = "BLESSED" if evaluation["blessed"] else "not blessed"
@@ -129,6 +132,16 @@ def _run_lines(name: str, record: dict[str, Any]) -> list[str]:
         promoted = steps["promote"]["outputs"]
         lines.append(f"    registry: {promoted['version']} -> {promoted.get('role', promoted.get('reason'))}")
     return lines
+
+
+def _fallback_line(surface: str, facts: dict[str, Any]) -> str:
+    """How many of a surface's decisions the state built from default user features, and why."""
+    missing, rows = facts["features_missing"], facts["rows"]
+    share = missing["rows"] / rows if rows else 0.0
+    why = ", ".join(f"{count} {reason}" for reason, count in missing["by_reason"].items())
+    return f"    {surface}: {missing['rows']} of {rows} decisions on default user features ({share:.1%})" + (
+        f": {why}" if why else ""
+    )
 
 
 def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSummary:

@@ -73,6 +73,22 @@ def test_closed_loop_serves_the_blessed_policy_and_learns_from_its_logs(apache_k
     assert set(feed_rows.to_pylist()) == {served_version}
     assert len(feed_rows) == traffic.rank_calls == manifest["surfaces"]["feed"]["rows"]
 
+    # decisions on default user features are counted, with their reasons; known users (day 0's, whose
+    # rows the server's cache was warmed with) almost never fall back
+    first_dataset = Path(first["steps"]["ingest"]["outputs"]["dataset"])
+    known = set(pq.read_table(first_dataset / "features" / "user_engagement").column("user_id").to_pylist())
+    for surface, facts in manifest["surfaces"].items():
+        shards = sorted(dataset.glob(f"transitions-{surface}-*.parquet"))
+        rows = pq.read_table(shards, columns=["user_id", "features_missing_reason"]).to_pylist()
+        reasons = Counter(row["features_missing_reason"] for row in rows if row["features_missing_reason"])
+        assert facts["features_missing"] == {
+            "rows": reasons.total(),
+            "by_reason": dict(sorted(reasons.items())),
+        }
+        of_known = [row["features_missing_reason"] != "" for row in rows if row["user_id"] in known]
+        assert len(of_known) > 100 and sum(of_known) <= 0.02 * len(of_known), (surface, sum(of_known))
+    assert "decisions on default user features" in summary.text()
+
     # the second candidate was judged against the stable version, and registered either way
     evaluation = second["steps"]["evaluate"]["outputs"]
     assert evaluation["incumbent"] == served_version

@@ -48,11 +48,12 @@ def _at(day_end: dt.datetime, hours_before: float) -> int:
     return int((day_end - dt.timedelta(hours=hours_before)).timestamp() * 1000)
 
 
-def _fact(user, group, item, when, watch=0.0, click=0, like=0, live_s=0.0) -> dict:
+def _fact(user, group, item, when, watch=0.0, click=0, like=0, live_s=0.0, features_missing=False) -> dict:
     live = item.startswith("live")
     return {
         "user_id": user,
         "user_group": group,
+        "features_missing": features_missing,
         "item_id": item,
         "author_id": "author-" + item[-1],
         "item_type": "live" if live else "video",
@@ -69,13 +70,16 @@ def _fact(user, group, item, when, watch=0.0, click=0, like=0, live_s=0.0) -> di
     }
 
 
-# alice: active both days (changes group on day 2); bob: day 1 only; carol: day 2 only, live only.
+# alice: active both days (changes group on day 2); bob: day 1 only; carol: day 2 only, live only;
+# dave: both days, but day 2 was served on default features (whose group, 3, is not his).
 FACTS = [
     _fact("alice", 2, "video-1", _at(DAY1_END, 10), watch=12.0, click=1, like=1),
     _fact("alice", 2, "video-2", _at(DAY1_END, 9), watch=4.0),
     _fact("bob", 0, "video-1", _at(DAY1_END, 3), watch=30.0, click=1),
     _fact("alice", 1, "video-2", _at(DAY2_END, 5), watch=8.0, click=1),
     _fact("carol", 3, "live-3", _at(DAY2_END, 2), click=1, live_s=90.0),
+    _fact("dave", 2, "video-1", _at(DAY1_END, 4), watch=6.0),
+    _fact("dave", 3, "video-1", _at(DAY2_END, 4), watch=3.0, features_missing=True),
 ]
 
 
@@ -137,7 +141,8 @@ def test_redis_profile_serves_each_users_latest_day(redis_report, redis_server, 
     report, state = redis_report
     assert report.online_store == f"redis {redis_server.host}:{redis_server.port}"
     assert {v.name: v.entities for v in report.views} == {
-        "user_engagement": 3,
+        "user_engagement": 4,
+        "user_activity": 4,
         "item_stats": 3,
         "author_stats": 3,
     }
@@ -148,6 +153,9 @@ def test_redis_profile_serves_each_users_latest_day(redis_report, redis_server, 
     alice, carol = frame.iloc[0], frame.iloc[2]
     assert (alice.activity_group, alice.views, alice.click_rate, alice.watch_s_per_view) == (1, 1, 1.0, 8.0)
     assert carol.views == 0 and pd.isna(carol.click_rate) and carol.live_watch_s_per_live_view == 90.0
+    # dave's day 2 engagement, with the group of day 1: a day on default features does not overwrite it
+    dave = online_user_features(store, ["dave"]).iloc[0]
+    assert (dave.activity_group, dave.views, dave.watch_s_per_view) == (2, 1, 3.0)
 
 
 def test_sqlite_profile_serves_the_same(sqlite_report, offline_root):
@@ -226,7 +234,8 @@ def test_cli_verb_prints_what_it_materialised_and_where(offline_root, tmp_path, 
     assert sorted(line.split()[:2] for line in out[2:]) == [
         ["author_stats", "3"],
         ["item_stats", "3"],
-        ["user_engagement", "3"],
+        ["user_activity", "4"],
+        ["user_engagement", "4"],
     ]
     by_view = {line.split()[0]: line for line in out[2:]}
     assert by_view["user_engagement"].endswith("rows stamped 2024-03-05 06:00:00 .. 2024-03-12 06:00:00 UTC")
@@ -330,7 +339,7 @@ def test_the_feast_cli_applies_the_same_repo(offline_root, tmp_path):
         env={**os.environ, "RECSYS_RL_FEATURES_OFFLINE": str(offline_root)},
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "Created feature service user_state_v1" in result.stdout
+    assert "Created feature service user_state_v2" in result.stdout
     assert (repo / "data" / "sqlite-registry.db").is_file()
 
 

@@ -493,6 +493,7 @@ def _view(item: str, minute: int, watch: float, click: int) -> dict:
     return {
         "user_id": "user-1",
         "user_group": 0,
+        "features_missing": False,
         "item_id": item,
         "author_id": "author-1",
         "item_type": "video",
@@ -534,6 +535,17 @@ def redis_features(redis_server, tmp_path_factory) -> Path:
     return root / "state"
 
 
+def redis_feature_settings(redis_features: Path, redis_server, tmp_path: Path) -> dict:
+    """A server without policies whose user features come from the Redis store of ``redis_features``."""
+    return {
+        "registry": str(tmp_path / "none"),
+        "feature_repo": str(FEATURE_REPO),
+        "feature_profile": "redis",
+        "feature_state_dir": str(redis_features),
+        "redis": redis_server.url,
+    }
+
+
 def features_missing(server: RunningServer) -> float:
     """Requests the server answered with default features, whatever the reason."""
     return sum(
@@ -546,11 +558,7 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
     redis_features, redis_server, topics, embedded_kafka, tmp_path, serve
 ):
     server = serve(
-        registry=str(tmp_path / "none"),
-        feature_repo=str(FEATURE_REPO),
-        feature_profile="redis",
-        feature_state_dir=str(redis_features),
-        redis=redis_server.url,
+        **redis_feature_settings(redis_features, redis_server, tmp_path),
         feature_budget_ms=1_000.0,  # generous: the test is about the fallback, not about speed
         feature_readers=1,
         feature_max_pending=1,  # one user queued while Redis hangs; any other falls back at once
@@ -614,11 +622,7 @@ def test_warm_users_are_read_before_serving_so_their_first_page_has_features(
 ):
     users = redis_features.parent / "offline" / "user_engagement"  # the day's users, as the pipeline wrote
     server = serve(
-        registry=str(tmp_path / "none"),
-        feature_repo=str(FEATURE_REPO),
-        feature_profile="redis",
-        feature_state_dir=str(redis_features),
-        redis=redis_server.url,
+        **redis_feature_settings(redis_features, redis_server, tmp_path),
         feature_warm_users=str(users),
         feature_budget_ms=0.001,  # no time for a read: only a warmed cache can answer
     )

@@ -18,6 +18,7 @@ from recsys_rl.pipelines.feature_aggregates import (
     FEATURE_TABLES,
     ITEM_STATS,
     TIMESTAMP_COLUMN,
+    USER_ACTIVITY,
     USER_ENGAGEMENT,
     WriteFeatureAggregates,
     shard_of,
@@ -35,13 +36,14 @@ def at(day: int, hour: int, minute: int = 0, ms: int = 0) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def fact(user, group, item, author, when, kind="video", **signals) -> dict:
+def fact(user, group, item, author, when, kind="video", features_missing=False, **signals) -> dict:
     values = dict.fromkeys(("watch_time_s", "live_watch_s", "gift"), 0.0)
     values.update(dict.fromkeys(("click", "like", "follow", "comment", "share", "hate"), 0))
     values.update(signals)
     return {
         "user_id": user,
         "user_group": group,
+        "features_missing": features_missing,
         "item_id": item,
         "author_id": author,
         "item_type": kind,
@@ -52,22 +54,33 @@ def fact(user, group, item, author, when, kind="video", **signals) -> dict:
 
 # u1's day 0: two videos (one liked, one followed + commented + hated) and a live stream late in the day,
 # when the user has moved to group 1. u2 views v1 at the last millisecond of day 0 and again at the
-# first millisecond of day 1. u3 watches only a live stream on day 1.
+# first millisecond of day 1. u3 watches only a live stream on day 1. Two views were decided on default
+# features (whose group, 3, says nothing about the user): u1's only view of day 1, and u2's later one.
 FACTS = [
     fact("u1", 2, "v1", "a1", at(0, 8), watch_time_s=10.5, click=1, like=1),
     fact("u1", 2, "v2", "a1", at(0, 9), watch_time_s=3.25, follow=1, comment=1, hate=1),
     fact("u1", 1, "L1", "a2", at(0, 20), kind="live", click=1, live_watch_s=120.0, gift=5.0),
     fact("u2", 0, "v1", "a1", at(0, 23, 59, 59_999), watch_time_s=7.0, click=1, share=1),
     fact("u2", 0, "v1", "a1", at(1, 0), watch_time_s=2.0),
+    fact("u2", 3, "v1", "a1", at(1, 5), watch_time_s=2.0, features_missing=True),
+    fact("u1", 3, "v2", "a1", at(1, 10), watch_time_s=5.0, features_missing=True),
     fact("u3", 3, "L1", "a2", at(1, 15), kind="live", click=1, live_watch_s=30.0),
 ]
 
 USER_ROWS = [
-    # user, day end, group, views, click, like, watch/view, interactions/view, hate, live views, live s/view
-    ("u1", DAY0_END, 1, 2, 0.5, 0.5, 6.875, 1.5, 0.5, 1, 120.0),
-    ("u2", DAY0_END, 0, 1, 1.0, 0.0, 7.0, 1.0, 0.0, 0, NAN),
-    ("u2", DAY1_END, 0, 1, 0.0, 0.0, 2.0, 0.0, 0.0, 0, NAN),
-    ("u3", DAY1_END, 3, 0, NAN, NAN, NAN, NAN, NAN, 1, 30.0),
+    # user, day end, views, click, like, watch/view, interactions/view, hate, live views, live s/view
+    ("u1", DAY0_END, 2, 0.5, 0.5, 6.875, 1.5, 0.5, 1, 120.0),
+    ("u2", DAY0_END, 1, 1.0, 0.0, 7.0, 1.0, 0.0, 0, NAN),
+    ("u1", DAY1_END, 1, 0.0, 0.0, 5.0, 0.0, 0.0, 0, NAN),
+    ("u2", DAY1_END, 2, 0.0, 0.0, 2.0, 0.0, 0.0, 0, NAN),
+    ("u3", DAY1_END, 0, NAN, NAN, NAN, NAN, NAN, 1, 30.0),
+]
+ACTIVITY_ROWS = [
+    # user, day end, group of the day's last view decided on stored features; u1's day 1 had none
+    ("u1", DAY0_END, 1),
+    ("u2", DAY0_END, 0),
+    ("u2", DAY1_END, 0),
+    ("u3", DAY1_END, 3),
 ]
 ITEM_ROWS = [
     # item, day end, views, click rate, watch/view (live seconds for L1), like rate, hate rate
@@ -75,12 +88,13 @@ ITEM_ROWS = [
     ("v1", DAY0_END, 2, 1.0, 8.75, 0.5, 0.0),
     ("v2", DAY0_END, 1, 0.0, 3.25, 0.0, 1.0),
     ("L1", DAY1_END, 1, 1.0, 30.0, 0.0, 0.0),
-    ("v1", DAY1_END, 1, 0.0, 2.0, 0.0, 0.0),
+    ("v1", DAY1_END, 2, 0.0, 2.0, 0.0, 0.0),
+    ("v2", DAY1_END, 1, 0.0, 5.0, 0.0, 0.0),
 ]
 AUTHOR_ROWS = [
     ("a1", DAY0_END, 3, 1 / 3),
     ("a2", DAY0_END, 1, 0.0),
-    ("a1", DAY1_END, 1, 0.0),
+    ("a1", DAY1_END, 3, 0.0),
     ("a2", DAY1_END, 1, 0.0),
 ]
 
@@ -158,6 +172,7 @@ def test_one_file_per_table_and_day_named_by_date(written):
     ("table", "expected"),
     [
         pytest.param(USER_ENGAGEMENT, USER_ROWS, id="user"),
+        pytest.param(USER_ACTIVITY, ACTIVITY_ROWS, id="user-activity"),
         pytest.param(ITEM_STATS, ITEM_ROWS, id="item"),
         pytest.param(AUTHOR_STATS, AUTHOR_ROWS, id="author"),
     ],
@@ -214,7 +229,7 @@ def test_shuffled_input_and_other_bundling_give_byte_identical_files(written, tm
     threaded = PipelineOptions(direct_num_workers=3, direct_running_mode="multi_threading")
     run({"mixed": (shuffled, num_shards)}, tmp_path, options=threaded)
     first, second = parquet_files(written / "mixed"), parquet_files(tmp_path / "mixed")
-    assert first == second and len(first) == 3 * 3 * 4  # tables x days x shards
+    assert first == second and len(first) == 4 * 3 * 4  # tables x days x shards
     for name in first:
         assert (written / "mixed" / name).read_bytes() == (tmp_path / "mixed" / name).read_bytes(), name
 
@@ -224,6 +239,8 @@ def test_a_rerun_replaces_the_days_it_covers(written, tmp_path):
     run({"hand": ([f for f in FACTS if f["user_id"] == "u3"], 1)}, tmp_path)  # day 1 again, u3 only
     users = [(r[0], r[1]) for r in rows(tmp_path / "hand", USER_ENGAGEMENT)]
     assert users == [("u1", DAY0_END), ("u2", DAY0_END), ("u3", DAY1_END)]
+    groups = [(r[0], r[1]) for r in rows(tmp_path / "hand", USER_ACTIVITY)]
+    assert groups == [("u1", DAY0_END), ("u2", DAY0_END), ("u3", DAY1_END)]
 
 
 @pytest.mark.parametrize(

@@ -45,11 +45,15 @@ def test_accounting_splits_reasons_and_checks_the_equation():
     assert not accounting_summary({**fates, "read": 11})["balanced"]
 
 
-def _stage(paths: DatasetPaths, fates: dict, rows: int = 0) -> None:
+def _stage(paths: DatasetPaths, fates: dict, rows: int = 0, reasons: tuple[str, ...] = ()) -> None:
     paths.staging.mkdir(parents=True)
     (paths.staging / "accounting.jsonl").write_text(json.dumps(fates) + "\n")
     schema = parquet_schema("feed")
-    table = pa.Table.from_pylist([dict.fromkeys(schema.names)] * rows, schema=schema)
+    reasons = reasons or ("",) * rows
+    table = pa.Table.from_pylist(
+        [{**dict.fromkeys(schema.names), "features_missing_reason": reason} for reason in reasons],
+        schema=schema,
+    )
     pq.write_table(table, paths.staging / "transitions-feed-00000-of-00001.parquet")
     (paths.staging / "transitions-feed-00000-of-00001.tfrecord").write_bytes(b"")
 
@@ -61,6 +65,7 @@ def test_finalize_writes_the_manifest_and_renames_staging_into_place(tmp_path):
     assert not paths.staging.exists() and paths.final.is_dir()
     assert read_manifest(paths.final) == manifest
     assert manifest["surfaces"]["feed"]["rows"] == 0
+    assert manifest["surfaces"]["feed"]["features_missing"] == {"rows": 0, "by_reason": {}}
     assert manifest["surfaces"]["feed"]["tfrecord_shards"] == ["transitions-feed-00000-of-00001.tfrecord"]
     assert "accounting.jsonl" not in manifest["sha256"]
     assert verify(paths.final) == []
@@ -85,3 +90,12 @@ def test_files_holding_other_than_the_transitions_made_refuse_to_publish(tmp_pat
     with pytest.raises(AccountingError, match=message):
         finalize(paths, {}, SETTINGS)
     assert paths.staging.exists() and not paths.final.exists()
+
+
+def test_the_manifest_counts_transitions_decided_on_default_features_by_reason(tmp_path):
+    paths = DatasetPaths(tmp_path, "transitions-fallbacks")
+    reasons = ("", "timeout", "", "unknown_user", "timeout")
+    _stage(paths, {"read": 5, "used": 5, "built:feed": 5}, reasons=reasons)
+    feed = finalize(paths, {}, SETTINGS)["surfaces"]["feed"]
+    assert feed["rows"] == 5
+    assert feed["features_missing"] == {"rows": 3, "by_reason": {"timeout": 2, "unknown_user": 1}}

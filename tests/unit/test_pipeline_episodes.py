@@ -95,7 +95,8 @@ def test_view_facts_meet_the_feature_aggregates_contract(simulated):
     for fact in facts:
         assert set(fact) == set(FACT_FIELDS)
         for name, kind in FACT_FIELDS.items():
-            assert isinstance(fact[name], kind) and not isinstance(fact[name], bool), (name, fact[name])
+            assert isinstance(fact[name], kind), (name, fact[name])
+            assert kind is bool or not isinstance(fact[name], bool), (name, fact[name])
         assert fact["item_type"] in ITEM_TYPES and 0 <= fact["user_group"] < 4
 
 
@@ -190,3 +191,24 @@ def test_event_order_does_not_change_the_output(simulated):
 def test_episode_config_rejects_non_positive_durations(field):
     with pytest.raises(ValueError, match=f"{field} should be positive, but is 0"):
         EpisodeConfig(**{field: 0})
+
+
+def test_a_decision_on_default_features_says_so_in_its_transition_and_view_facts(simulated):
+    _, by_user = simulated
+    user, refs = max(by_user.items(), key=lambda item: len(item[1]))
+    first_decision = next(i for i, r in enumerate(refs) if r[0] == DECISION)
+    record = contracts.decode_decision(refs[first_decision][6])
+    record.features_missing, record.features_missing_reason = True, "timeout"
+    changed = list(refs)
+    changed[first_decision] = (*refs[first_decision][:6], contracts.encode(record))
+    built = build(user, changed, EpisodeConfig())
+    flagged = {r["request_id"]: r for r in built.transitions if r["features_missing"]}
+    assert (
+        list(flagged) == [record.request_id]
+        and flagged[record.request_id]["features_missing_reason"] == "timeout"
+    )
+    others = [r for r in built.transitions if r["request_id"] != record.request_id]
+    assert others and all(r["features_missing_reason"] == "" for r in others)
+    # the views of that page carry the flag: their group must not become the user's stored one
+    facts = built.view_facts
+    assert any(f["features_missing"] for f in facts) and not all(f["features_missing"] for f in facts)

@@ -24,6 +24,8 @@ def _row(surface: str = "feed") -> dict:
         "session_id": "u1/5",
         "surface": surface,
         "policy_version": "p",
+        "features_missing_reason": "timeout",
+        "features_missing": True,
         "step": 3,
         "event_time_ms": 1_767_225_600_000,
         "next_event_time_ms": -1,
@@ -56,6 +58,12 @@ def test_examples_parse_with_tensorflow():
     np.testing.assert_allclose(parsed["state"].numpy(), [0.5, -1.0])
     assert float(parsed["reward/watch_time"]) == 12.5 and float(parsed["reward/share"]) == 1.0
     assert float(parsed["log_propensity"]) == -3.5
+    flags = {
+        "features_missing": tf.io.FixedLenFeature([], tf.int64),
+        "features_missing_reason": tf.io.FixedLenFeature([], tf.string),
+    }
+    parsed = tf.io.parse_single_example(to_example(_row()), flags)
+    assert int(parsed["features_missing"]) == 1 and parsed["features_missing_reason"].numpy() == b"timeout"
 
 
 def test_example_bytes_are_deterministic():
@@ -84,9 +92,11 @@ def _reference_example(row: dict) -> bytes:
     """The Example built through the protobuf API: what the hand-written wire format must equal."""
     example = contracts.TFExample()
     feature = example.features.feature
-    for name in ("request_id", "user_id", "session_id", "surface", "policy_version"):
+    strings = ("request_id", "user_id", "session_id", "surface", "policy_version", "features_missing_reason")
+    for name in strings:
         feature[name].bytes_list.value.append(row[name].encode("utf-8"))
-    for name in ("step", "event_time_ms", "next_event_time_ms", "user_group", "done", "feedback_count"):
+    ints = ("step", "event_time_ms", "next_event_time_ms", "user_group", "features_missing", "done")
+    for name in (*ints, "feedback_count"):
         feature[name].int64_list.value.append(int(row[name]))
     for name in ("state", "next_state", "action"):
         feature[name].float_list.value.extend(row[name])
@@ -114,6 +124,8 @@ def _random_row(rng: random.Random) -> dict:
         "session_id": "u1/1767225600000",
         "surface": surface,
         "policy_version": rng.choice(["", "behaviour-feed-v1", "p" * 150]),
+        "features_missing_reason": (reason := rng.choice(["", "timeout", "unknown_user"])),
+        "features_missing": bool(reason),
         "step": rng.randint(0, 2 ** rng.randint(1, 40)),
         "event_time_ms": rng.choice([0, -1, 127, 128, 1_767_225_600_000, 2**62, -(2**63)]),
         "next_event_time_ms": rng.choice([-1, 1_767_225_600_000]),
