@@ -64,9 +64,8 @@ class UserFeatureReader:
         self._store = store
         self._cache_s, self._cache_size = cache_s, cache_size
         self._batch_size, self._max_pending = batch_size, max_pending
-        self._cache: OrderedDict[str, tuple[float, UserFeatures | None]] = (
-            OrderedDict()
-        )  # id -> (expiry, row)
+        # user id -> (expiry, row), least recently used first; a row of None is a user the store lacks
+        self._cache: OrderedDict[str, tuple[float, UserFeatures | None]] = OrderedDict()
         self._pending: dict[str, Future] = {}  # users queued or being read, by id
         self._queue: deque[str] = deque()  # users waiting for a reader, oldest first
         self._lock = threading.Lock()
@@ -96,7 +95,7 @@ class UserFeatureReader:
             online_user_features(self._store, ["warm-up"])
         deadline = time.monotonic() + timeout_s
         ids = list(dict.fromkeys(user_ids))
-        cached = 0
+        read = 0
         for start in range(0, len(ids), self._max_pending):
             with self._lock:
                 futures = [
@@ -105,10 +104,10 @@ class UserFeatureReader:
                     if self._fresh(user_id) is None and not self._closed
                 ]
             done, _ = wait(futures, timeout=max(deadline - time.monotonic(), 0.0))
-            cached += sum(1 for future in done if future.exception() is None)
+            read += sum(1 for future in done if future.exception() is None)
             if len(done) < len(futures):
                 break
-        return cached
+        return read
 
     def lookup(self, user_id: str, budget_s: float) -> Lookup:
         if self._store is None:
