@@ -32,13 +32,17 @@ from recsys_rl.state import FEATURE_VERSION
 ACCOUNTING_FILE = "accounting.jsonl"  # fate counts from the pipeline; folded into the manifest
 BUILT_PREFIX = "built:"  # the accounting's count of transitions made per surface: built:<surface>
 DEAD_LETTER_FILE = "dead-letters.jsonl"
+#: Every file the pipeline handed to its writer, as JSON lines {"name", "bytes", "sha256"}: what
+#: publishing checks the staging directory against, since a writer can lose a file without failing.
+INVENTORY_FILE = "inventory.jsonl"
 FEATURES_DIR = "features"  # the Feast offline store's Parquet for this dataset
 
 
 class AccountingError(OperationalError):
-    """Records or transitions were lost or counted twice on the way to the files.
+    """Records, transitions or files were lost or counted twice on the way to the dataset.
 
-    read != used + dead-lettered + filtered, or a surface's files hold other than the transitions made.
+    read != used + dead-lettered + filtered, a surface's files hold other than the transitions made, or
+    the staging directory holds other files, or other bytes, than the pipeline wrote.
     """
 
 
@@ -93,19 +97,18 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
     """Check accounting, write the manifest into staging and rename staging into the final directory."""
     staging = paths.staging
     shutil.rmtree(staging / ".beam-temp", ignore_errors=True)
+    files = _check_inventory(staging)
     accounting_path = staging / ACCOUNTING_FILE
-    fates = json.loads(accounting_path.read_text()) if accounting_path.exists() else {}
-    accounting = accounting_summary(fates)
+    accounting = accounting_summary(json.loads(accounting_path.read_text()))
     if not accounting["balanced"]:
         raise AccountingError(
             f"records read ({accounting['read']}) != used ({accounting['used_in_transitions']}) + "
             f"dead-lettered ({accounting['dead_lettered']}) + filtered ({accounting['filtered']}); "
             f"staged output kept at {staging} for inspection"
         )
-    files = sorted(p for p in staging.rglob("*") if p.is_file() and p != accounting_path)
     surfaces = {}
     for surface, signal_names in SURFACE_SIGNALS.items():
-        shards = [p for p in files if p.name.startswith(f"transitions-{surface}-")]
+        shards = [staging / name for name in files if name.startswith(f"transitions-{surface}-")]
         rows = sum(pq.read_metadata(p).num_rows for p in shards if p.suffix == PARQUET_SUFFIX)
         built = accounting["transitions_built"].get(surface, 0)
         if rows != built:
@@ -133,12 +136,53 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
         "accounting": accounting,
         "dead_letters": {"file": DEAD_LETTER_FILE, "count": accounting["dead_lettered"]},
         "features_dir": FEATURES_DIR,
-        "sha256": {str(p.relative_to(staging)): sha256_of(p) for p in files},
+        "sha256": {name: digest for name, digest in files.items() if name != ACCOUNTING_FILE},
     }
     accounting_path.unlink()
+    (staging / INVENTORY_FILE).unlink()
     write_json_atomic(staging / MANIFEST, manifest)
     os.rename(staging, paths.final)  # fails rather than replace an existing dataset
     return manifest
+
+
+def inventory_entry(name: str, data: bytes) -> dict[str, Any]:
+    """What the inventory records of one file the pipeline writes."""
+    return {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _check_inventory(staging: Path) -> dict[str, str]:
+    """Every file the pipeline wrote, by name -> sha256, checked against its inventory; else AccountingError.
+
+    The check that catches a file lost after the pipeline produced it (a failed directory or rename
+    that Beam's writer does not report, a full disk): nothing is published or committed then.
+    """
+    inventory_path = staging / INVENTORY_FILE
+    if not inventory_path.is_file():
+        raise AccountingError(
+            f"{INVENTORY_FILE} is missing from {staging}: the pipeline's writes did not all land; "
+            "staged output kept for inspection"
+        )
+    expected = [json.loads(line) for line in inventory_path.read_text().splitlines()]
+    found = {str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file() and p != inventory_path}
+    problems = sorted(found - {entry["name"] for entry in expected})
+    problems = [f"{name} (not written by the pipeline)" for name in problems]
+    digests = {}
+    for entry in expected:
+        path = staging / entry["name"]
+        if not path.is_file():
+            problems.append(f"{entry['name']} (missing)")
+        elif path.stat().st_size != entry["bytes"]:
+            problems.append(f"{entry['name']} ({path.stat().st_size} bytes, written {entry['bytes']})")
+        elif (digest := sha256_of(path)) != entry["sha256"]:
+            problems.append(f"{entry['name']} (sha256 differs from what was written)")
+        else:
+            digests[entry["name"]] = digest
+    if problems:
+        raise AccountingError(
+            f"the staged files differ from what the pipeline wrote: {', '.join(problems)}; "
+            f"staged output kept at {staging} for inspection"
+        )
+    return dict(sorted(digests.items()))
 
 
 def _features_missing(parquet_shards: list[Path]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Stages:
   -> ShardTransitions -> WriteWholeFiles     (TFRecord + Parquet shards)
   -> RunReportFiles                          (dead letters, accounting: JSON lines, same writer)
   -> FeatureAggregateFiles                   (Feast offline store under the dataset, same writer)
+  -> FileInventory                           (name, size and sha256 of every file above, same writer)
 Kafka and file IO happen only in :func:`build_pipeline`; the composites take and give PCollections, so
 they are tested with ``beam.Create`` and ``assert_that``.
 """
@@ -19,7 +20,14 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
-from recsys_rl.pipelines.dataset import ACCOUNTING_FILE, BUILT_PREFIX, DEAD_LETTER_FILE, FEATURES_DIR
+from recsys_rl.pipelines.dataset import (
+    ACCOUNTING_FILE,
+    BUILT_PREFIX,
+    DEAD_LETTER_FILE,
+    FEATURES_DIR,
+    INVENTORY_FILE,
+    inventory_entry,
+)
 from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
@@ -175,6 +183,28 @@ def _report_file(element: tuple[str, Iterable]) -> tuple[str, bytes]:
     return name, jsonl_file(sorted(present, key=lambda d: (d["topic"], d["partition"], d["offset"])))
 
 
+class FileInventory(beam.PTransform):
+    """(file name, bytes) elements -> the inventory file listing each one's name, size and sha256.
+
+    Written beside them by the same writer, so that publishing can tell a file the writer lost from
+    one the pipeline never made (``recsys_rl.pipelines.dataset``).
+    """
+
+    def expand(self, files):
+        return (
+            files
+            | "Entry" >> beam.MapTuple(inventory_entry)
+            | "ToInventoryFile" >> beam.Map(lambda entry: (INVENTORY_FILE, entry))
+            | "GroupAll" >> beam.GroupByKey()
+            | "Lines"
+            >> beam.MapTuple(lambda name, entries: (name, jsonl_file(sorted(entries, key=_by_name))))
+        )
+
+
+def _by_name(entry: dict) -> str:
+    return entry["name"]
+
+
 def build_pipeline(
     pipeline: beam.Pipeline,
     plan: ReplayPlan,
@@ -200,8 +230,9 @@ def build_pipeline(
         | "FeatureAggregates" >> FeatureAggregateFiles(batched=True)
         | "InFeaturesDir" >> beam.MapTuple(lambda name, table: (f"{FEATURES_DIR}/{name}", table))
     )
+    files = (transition_files, report_files, feature_files) | "AllFiles" >> beam.Flatten()
     (
-        (transition_files, report_files, feature_files)
-        | "AllFiles" >> beam.Flatten()
+        (files, files | "Inventory" >> FileInventory())
+        | "WithInventory" >> beam.Flatten()
         | "Write" >> WriteWholeFiles(staging_dir, f"{staging_dir}/.beam-temp")
     )

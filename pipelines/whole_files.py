@@ -11,7 +11,6 @@ writer gathers every file of a dataset), and bytes copy without per-record codin
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 from collections.abc import Iterable
@@ -83,8 +82,11 @@ class _ExactNaming:
             raise RuntimeError(f"expected one file for {destination}, but the writer produced {total_shards}")
         parent = FileSystems.split(FileSystems.join(self._directory, destination))[0]
         if "/" in destination and not FileSystems.exists(parent):
-            with contextlib.suppress(OSError):  # made meanwhile by the move of another file
+            try:
                 FileSystems.mkdirs(parent)
+            except OSError:
+                if not FileSystems.exists(parent):  # not made meanwhile by the move of another file
+                    raise
         return destination
 
 

@@ -7,11 +7,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_rl.pipelines.dataset import (
+    INVENTORY_FILE,
     AccountingError,
     DatasetPaths,
     accounting_summary,
     dataset_version,
     finalize,
+    inventory_entry,
     read_manifest,
     verify,
 )
@@ -56,6 +58,16 @@ def _stage(paths: DatasetPaths, fates: dict, rows: int = 0, reasons: tuple[str, 
     )
     pq.write_table(table, paths.staging / "transitions-feed-00000-of-00001.parquet")
     (paths.staging / "transitions-feed-00000-of-00001.tfrecord").write_bytes(b"")
+    (paths.staging / "features" / "user_engagement").mkdir(parents=True)
+    (paths.staging / "features" / "user_engagement" / "2026-01-01-00000-of-00001.parquet").write_bytes(b"P")
+    _write_inventory(paths)
+
+
+def _write_inventory(paths: DatasetPaths) -> None:
+    """The inventory the pipeline writes: every staged file, as it is now."""
+    files = sorted(p for p in paths.staging.rglob("*") if p.is_file() and p.name != INVENTORY_FILE)
+    entries = [inventory_entry(str(p.relative_to(paths.staging)), p.read_bytes()) for p in files]
+    (paths.staging / INVENTORY_FILE).write_text("".join(json.dumps(e) + "\n" for e in entries))
 
 
 def test_finalize_writes_the_manifest_and_renames_staging_into_place(tmp_path):
@@ -67,7 +79,8 @@ def test_finalize_writes_the_manifest_and_renames_staging_into_place(tmp_path):
     assert manifest["surfaces"]["feed"]["rows"] == 0
     assert manifest["surfaces"]["feed"]["features_missing"] == {"rows": 0, "by_reason": {}}
     assert manifest["surfaces"]["feed"]["tfrecord_shards"] == ["transitions-feed-00000-of-00001.tfrecord"]
-    assert "accounting.jsonl" not in manifest["sha256"]
+    assert "accounting.jsonl" not in manifest["sha256"] and INVENTORY_FILE not in manifest["sha256"]
+    assert "features/user_engagement/2026-01-01-00000-of-00001.parquet" in manifest["sha256"]
     assert verify(paths.final) == []
     (paths.final / "transitions-feed-00000-of-00001.tfrecord").write_bytes(b"tampered")
     assert verify(paths.final) == ["transitions-feed-00000-of-00001.tfrecord"]
@@ -99,3 +112,47 @@ def test_the_manifest_counts_transitions_decided_on_default_features_by_reason(t
     feed = finalize(paths, {}, SETTINGS)["surfaces"]["feed"]
     assert feed["rows"] == 5
     assert feed["features_missing"] == {"rows": 3, "by_reason": {"timeout": 2, "unknown_user": 1}}
+
+
+FEATURE_FILE = "features/user_engagement/2026-01-01-00000-of-00001.parquet"
+
+
+def _lose(paths: DatasetPaths) -> None:
+    (paths.staging / FEATURE_FILE).unlink()
+
+
+def _truncate(paths: DatasetPaths) -> None:
+    (paths.staging / FEATURE_FILE).write_bytes(b"")
+
+
+def _corrupt(paths: DatasetPaths) -> None:
+    (paths.staging / FEATURE_FILE).write_bytes(b"Q")
+
+
+def _add_stray(paths: DatasetPaths) -> None:
+    (paths.staging / "features" / "stray.parquet").write_bytes(b"S")
+
+
+def _lose_inventory(paths: DatasetPaths) -> None:
+    (paths.staging / INVENTORY_FILE).unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        pytest.param(_lose, rf"{FEATURE_FILE} \(missing\)", id="file-lost"),
+        pytest.param(_truncate, rf"{FEATURE_FILE} \(0 bytes, written 1\)", id="file-short"),
+        pytest.param(_corrupt, rf"{FEATURE_FILE} \(sha256 differs", id="file-changed"),
+        pytest.param(_add_stray, r"features/stray.parquet \(not written by the pipeline\)", id="stray-file"),
+        pytest.param(_lose_inventory, r"inventory.jsonl is missing", id="inventory-lost"),
+    ],
+)
+def test_staged_files_that_differ_from_what_the_pipeline_wrote_refuse_to_publish(tmp_path, damage, message):
+    """A writer can lose a file without failing (Beam's WriteToFiles on a failed rename): a dataset
+    missing one of its feature files must never be published, nor its offsets committed."""
+    paths = DatasetPaths(tmp_path, "transitions-damaged")
+    _stage(paths, {"read": 3, "used": 3})
+    damage(paths)
+    with pytest.raises(AccountingError, match=message):
+        finalize(paths, {}, SETTINGS)
+    assert paths.staging.exists() and not paths.final.exists()
