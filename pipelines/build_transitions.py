@@ -23,6 +23,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
@@ -160,20 +161,23 @@ def build_transitions(
 def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
     """Beam options from the arguments, with `EMBEDDED_RUNNER` unless they name a runner.
 
-    The in-process engine's multi_threading mode is refused: with two or more workers it lost tens to
-    hundreds of transitions between the builder and the shard files in one run of three (Beam 2.77;
-    the record fates stayed balanced, and the transitions-made check is what caught it), while
-    multi_processing and in_memory wrote every one.
+    The in-process engine's multi_threading mode is refused, whatever the number of workers: the
+    FnApiRunner's periodic output flush sends a buffer and then clears it without the lock the bundle
+    thread writes under, so elements written in between are lost (Beam 2.77). With two or more
+    workers it lost tens to hundreds of transitions in one run of three; with one worker, whole users
+    under CPU load in two CLI runs of ten. The accounting checks catch the loss, but only after the
+    run. multi_processing and in_memory write every element.
     """
     options = PipelineOptions(list(pipeline_args))
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
         standard.runner = EMBEDDED_RUNNER
     direct = options.view_as(DirectOptions)
-    if direct.direct_running_mode == "multi_threading" and direct.direct_num_workers != 1:
-        raise ValueError(
-            "--direct_running_mode=multi_threading loses transitions between stages with more than one "
-            "worker; use --direct_running_mode=multi_processing for parallel workers"
+    if direct.direct_running_mode == "multi_threading":
+        raise ConfigError(
+            "--direct_running_mode=multi_threading loses elements (Beam's FnApiRunner flushes its output "
+            "buffer without the bundle thread's lock); use --direct_running_mode=multi_processing for "
+            "parallel workers, or in_memory"
         )
     return options
 

@@ -3,6 +3,7 @@
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
+from recsys_rl.config import ConfigError
 from recsys_rl.pipelines.build_transitions import EMBEDDED_RUNNER, pipeline_options
 
 
@@ -13,8 +14,8 @@ def test_without_a_runner_the_embedded_engine_is_named():
 
 @pytest.mark.parametrize(
     ("mode", "workers"),
-    [("multi_processing", 2), ("multi_threading", 1)],
-    ids=["two-processes", "one-thread"],
+    [("multi_processing", 2), ("in_memory", 1)],
+    ids=["two-processes", "in-memory"],
 )
 def test_modes_that_keep_every_transition_are_accepted(mode, workers):
     options = pipeline_options([f"--direct_num_workers={workers}", f"--direct_running_mode={mode}"])
@@ -22,8 +23,10 @@ def test_modes_that_keep_every_transition_are_accepted(mode, workers):
     assert (direct.direct_running_mode, direct.direct_num_workers) == (mode, workers)
 
 
-@pytest.mark.parametrize("workers", ["2", "0"])  # 0: one per core
-def test_several_threads_are_refused_naming_the_mode_to_use(workers):
-    refusal = r"multi_threading loses transitions.*use --direct_running_mode=multi_processing"
-    with pytest.raises(ValueError, match=refusal):
+@pytest.mark.parametrize("workers", ["1", "2", "0"])  # 0: one per core; one thread loses users too
+def test_every_threaded_mode_is_refused_naming_the_race_and_the_mode_to_use(workers):
+    refusal = (
+        r"multi_threading loses elements \(Beam's FnApiRunner .*use --direct_running_mode=multi_processing"
+    )
+    with pytest.raises(ConfigError, match=refusal):
         pipeline_options([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
