@@ -164,8 +164,8 @@ def _check_inventory(staging: Path) -> dict[str, str]:
         )
     expected = [json.loads(line) for line in inventory_path.read_text().splitlines()]
     found = {str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file() and p != inventory_path}
-    problems = sorted(found - {entry["name"] for entry in expected})
-    problems = [f"{name} (not written by the pipeline)" for name in problems]
+    written = {entry["name"] for entry in expected}
+    problems = [f"{name} (not written by the pipeline)" for name in sorted(found - written)]
     digests = {}
     for entry in expected:
         path = staging / entry["name"]

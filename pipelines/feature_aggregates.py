@@ -205,6 +205,8 @@ def _increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:
     item_watch = signal["watch_time_s"] + signal["live_watch_s"]
     item = np.stack([one, signal["click"], item_watch, signal["like"], signal["hate"]], axis=1)
     author = np.stack([one, signal["follow"]], axis=1)
+    # the activity table's row is the group of its latest view decided on stored features (see
+    # _partial_sums); it sums only the count of such views, which every table's machinery needs
     decided_on_stored = ~np.array(columns["features_missing"], dtype=bool)
     activity = (one * decided_on_stored)[:, None]
     return user, activity, item, author
