@@ -29,6 +29,7 @@ import apache_beam as beam
 from common import bench_parser, write_result
 
 from recsys_rl.feature_store import MaterializeConfig, materialize_repo, online_user_features, open_store
+from recsys_rl.feature_tables import write_user_activity
 from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
 from recsys_rl.serving.online_features import UserFeatureReader
 
@@ -45,8 +46,6 @@ MODES = {
 def _fact(user: int) -> dict[str, Any]:
     return {
         "user_id": f"user-{user}",
-        "user_group": user % 4,
-        "features_missing": False,
         "item_id": f"v{user}",
         "author_id": "a1",
         "item_type": "video",
@@ -60,12 +59,19 @@ def _fact(user: int) -> dict[str, Any]:
 
 
 def materialised_store(users: int, root: Path):
-    """A SQLite feature store holding one day of aggregates for ``users`` users."""
+    """A SQLite feature store holding ``users`` users' accounts and one day of their aggregates."""
     with beam.Pipeline() as p:
         p | beam.Create([_fact(u) for u in range(users)]) | WriteFeatureAggregates(str(root / "offline"))
+    ids = [f"user-{u}" for u in range(users)]
+    write_user_activity(root / "users", ids, [u % 4 for u in range(users)], DAY * 86_400_000)
     end = dt.datetime.fromtimestamp((DAY + 1) * 86_400 + 3_600, dt.UTC).isoformat()
     materialize_repo(
-        MaterializeConfig(offline=str(root / "offline"), state_dir=str(root / "state"), end_date=end)
+        MaterializeConfig(
+            offline=str(root / "offline"),
+            user_table=str(root / "users"),
+            state_dir=str(root / "state"),
+            end_date=end,
+        )
     )
     return open_store(state_dir=root / "state")
 
@@ -77,7 +83,7 @@ def read_latency(store, batch_sizes: list[int], repeats: int) -> dict[str, Any]:
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            online_user_features(store, users, include_event_timestamps=True)
+            online_user_features(store, users)
             times.append(time.perf_counter() - start)
         median = statistics.median(times)
         out[str(size)] = {"ms": median * 1e3, "ms_per_user": median * 1e3 / size, "min_ms": min(times) * 1e3}

@@ -3,9 +3,10 @@
 Definitions only, in dependency order (entities, sources, views, services). The columns come from the
 pipeline that writes them (recsys_rl.pipelines.feature_aggregates), so the views cannot drift from the data.
 
-The Parquet sources live under one offline root, ``$RECSYS_RL_FEATURES_OFFLINE`` (default:
-``features/data/offline`` next to this file, gitignored). The path is resolved when the definitions are
-applied and stored in the registry, so re-apply after pointing the variable at another dataset.
+The aggregates' Parquet sources live under one offline root, ``$RECSYS_RL_FEATURES_OFFLINE`` (default:
+``features/data/offline`` next to this file, gitignored); the platform's user table in its own directory,
+``$RECSYS_RL_USER_TABLE`` (default: ``features/data/user_table``). The paths are resolved when the
+definitions are applied and stored in the registry, so re-apply after pointing a variable elsewhere.
 """
 
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
 from feast.types import Float64, Int64
 
-from recsys_rl.pipelines.feature_aggregates import (
+from recsys_rl.feature_tables import (
     AUTHOR_STATS,
     ITEM_STATS,
     TIMESTAMP_COLUMN,
@@ -23,26 +24,39 @@ from recsys_rl.pipelines.feature_aggregates import (
     USER_ENGAGEMENT,
     FeatureTable,
 )
-from recsys_rl.state import FEATURE_VERSION
+from recsys_rl.state import ENGAGEMENT_TTL_DAYS, FEATURE_VERSION
 
-OFFLINE_ROOT_ENV = "RECSYS_RL_FEATURES_OFFLINE"
-OFFLINE_ROOT = Path(os.environ.get(OFFLINE_ROOT_ENV) or Path(__file__).parent / "data" / "offline")
-OFFLINE_ROOT = OFFLINE_ROOT.expanduser().resolve()
+
+def _directory(variable: str, default: str) -> Path:
+    return Path(os.environ.get(variable) or Path(__file__).parent / "data" / default).expanduser().resolve()
+
+
+OFFLINE_ROOT = _directory("RECSYS_RL_FEATURES_OFFLINE", "offline")
+USER_TABLE = _directory("RECSYS_RL_USER_TABLE", "user_table")
 _FEAST_TYPES = {"int64": Int64, "float64": Float64}
-_LINEAGE = {"produced_by": "recsys_rl.pipelines.feature_aggregates.WriteFeatureAggregates"}
+_AGGREGATES = "recsys_rl.pipelines.feature_aggregates.WriteFeatureAggregates"
+_PRODUCERS = {
+    USER_ENGAGEMENT.name: _AGGREGATES,
+    USER_ACTIVITY.name: "the platform's user table (simulated: recsys_rl.feature_tables.write_user_activity)",
+    ITEM_STATS.name: _AGGREGATES,
+    AUTHOR_STATS.name: _AGGREGATES,
+}
 
 
 def _fields(table: FeatureTable) -> list[Field]:
     return [Field(name=c.name, dtype=_FEAST_TYPES[c.dtype], description=c.description) for c in table.columns]
 
 
+def _source(name: str, path: Path, what: str) -> FileSource:
+    return FileSource(name=name, path=str(path), timestamp_field=TIMESTAMP_COLUMN, description=what)
+
+
 def _daily_source(table: FeatureTable) -> FileSource:
     # A directory: one Parquet file per UTC day and shard, each row stamped with the end of its day.
-    return FileSource(
-        name=f"{table.name}_daily",
-        path=str(OFFLINE_ROOT / table.name),
-        timestamp_field=TIMESTAMP_COLUMN,
-        description=f"per-day {table.name} aggregates of joined feedback",
+    return _source(
+        f"{table.name}_daily",
+        OFFLINE_ROOT / table.name,
+        f"per-day {table.name} aggregates of joined feedback",
     )
 
 
@@ -61,20 +75,19 @@ author = Entity(
     name="author", join_keys=[AUTHOR_STATS.join_key], value_type=ValueType.STRING, description="item author"
 )
 
-# --- Sources: the Parquet the feature pipeline writes ------------------------------------------------
+# --- Sources: the Parquet the feature pipeline and the platform write ---------------------------------
 
 user_engagement_daily = _daily_source(USER_ENGAGEMENT)
-user_activity_daily = _daily_source(USER_ACTIVITY)
+# The platform's snapshots, one Parquet file each (recsys_rl.feature_tables.write_user_activity).
+user_table = _source("user_table", USER_TABLE, "the platform's user table: each account's activity group")
 item_stats_daily = _daily_source(ITEM_STATS)
 author_stats_daily = _daily_source(AUTHOR_STATS)
 
 # --- Feature views ------------------------------------------------------------------------------------
 
 
-def _daily_view(
-    table: FeatureTable, entity: Entity, source: FileSource, ttl_days: int, what: str
-) -> FeatureView:
-    # online: serving reads them; the ttl says how old a day may be and still describe the entity
+def _view(table: FeatureTable, entity: Entity, source: FileSource, ttl_days: int, what: str) -> FeatureView:
+    # online: serving reads them; the ttl says how old a row may be and still describe the entity
     return FeatureView(
         name=table.name,
         entities=[entity],
@@ -83,34 +96,33 @@ def _daily_view(
         online=True,
         source=source,
         description=what,
-        tags=_LINEAGE,
+        tags={"produced_by": _PRODUCERS[table.name]},
     )
 
 
-# The user part of the policy state: recent engagement, and the activity group. A week's ttl: last week's
-# habits still describe a returning user, while after a longer absence the serving defaults for an
-# unknown user are the better guess.
-user_engagement_view = _daily_view(
-    USER_ENGAGEMENT, user, user_engagement_daily, 7, "a user's engagement over their last finished day"
-)
-# Its own view: only days with a decision made on the user's stored features have a row (a decision on
-# default features logs the default group), so a fallback day never overwrites the known group.
-user_activity_view = _daily_view(
-    USER_ACTIVITY,
+# The user part of the policy state: recent engagement. A week's ttl (shared with the state builder,
+# which applies it to online rows too): last week's habits still describe a returning user, while after a
+# longer absence the defaults for a user without history are the better guess.
+user_engagement_view = _view(
+    USER_ENGAGEMENT,
     user,
-    user_activity_daily,
-    7,
-    "a user's activity group on their last finished day that had one",
+    user_engagement_daily,
+    ENGAGEMENT_TTL_DAYS,
+    "a user's engagement over their last finished day",
+)
+# And the account's activity group. A year's ttl: a snapshot holds until the platform writes the next.
+user_activity_view = _view(
+    USER_ACTIVITY, user, user_table, 365, "an account's activity group, from the platform's user table"
 )
 
 # Candidate statistics for ranking. Two days' ttl: a short video's popularity fades within days, and
 # stale counts would keep promoting last week's hits.
-item_stats_view = _daily_view(
+item_stats_view = _view(
     ITEM_STATS, item, item_stats_daily, 2, "an item's views and engagement rates over its last finished day"
 )
 
 # The pull of a candidate's author. A week's ttl: an author's audience changes more slowly than one item's.
-author_stats_view = _daily_view(
+author_stats_view = _view(
     AUTHOR_STATS,
     author,
     author_stats_daily,
@@ -121,9 +133,10 @@ author_stats_view = _daily_view(
 # --- Feature services: what one model version reads; add _v2 rather than change these ----------------
 
 # The user features behind the feed and live-allocation state (recsys_rl.state, tagged with its version).
-# v2: the activity group moved to its own view (v1 read it from user_engagement).
-user_state_v2 = FeatureService(
-    name="user_state_v2",
+# v3: the activity group comes from the user table and engagement rows carry their day (v2 read the group
+# back from earlier states; v1 from user_engagement).
+user_state_v3 = FeatureService(
+    name="user_state_v3",
     features=[user_engagement_view, user_activity_view],
     description="user features the policy state is built from",
     tags={"state_feature_version": FEATURE_VERSION},

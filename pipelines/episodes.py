@@ -281,7 +281,7 @@ def build_user_episodes(
         if event.event_time_ms > request.last_activity_ms:
             request.last_activity_ms = event.event_time_ms
         joined += 1
-        out.view_facts.append(_view_fact(user_id, request.decision, event))
+        out.view_facts.append(_view_fact(user_id, event))
     if joined:
         out.fates["used"] += joined
 
@@ -359,12 +359,9 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
     return rows
 
 
-def _view_fact(user_id: str, decision: Decision, event: Feedback) -> dict:
+def _view_fact(user_id: str, event: Feedback) -> dict:
     return {
         "user_id": user_id,
-        "user_group": decision.user_group,
-        # a group read off default features says nothing about the user: it must not become their stored one
-        "features_missing": bool(decision.features_missing_reason),
         "item_id": event.item_id,
         "author_id": event.author_id,
         "item_type": event.item_type,

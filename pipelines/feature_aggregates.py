@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
@@ -33,11 +32,10 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
+from recsys_rl.feature_sums import AGGREGATIONS, FACT_COLUMNS, increments
+from recsys_rl.feature_tables import PARQUET_SUFFIX, TIMESTAMP_COLUMN, FeatureTable
 from recsys_rl.pipelines.whole_files import WriteWholeFiles, parquet_file
-from recsys_rl.state import ACTIVITY_GROUPS
 
-TIMESTAMP_COLUMN = "event_timestamp"
-PARQUET_SUFFIX = ".parquet"
 ITEM_TYPES = ("video", "live")
 
 _DAY_MS = 86_400_000
@@ -54,8 +52,6 @@ _SIGNAL_FIELDS = (
 )
 FACT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "user_id": str,
-    "user_group": int,
-    "features_missing": bool,  # the decision's state came from default features: its group is not the user's
     "item_id": str,
     "author_id": str,
     "item_type": str,
@@ -63,239 +59,13 @@ FACT_FIELDS: dict[str, type | tuple[type, ...]] = {
     **{name: (int, float) for name in _SIGNAL_FIELDS},
 }
 
-# Fixed point: sums of these integers are exact in any order, and int / int (correctly rounded in
-# Python) turns them back into rates.
-_ONE = 1_000_000  # micro-units: small integers keep the per-view arithmetic on Python's fast path
-
-
-@dataclass(frozen=True)
-class FeatureColumn:
-    name: str
-    dtype: str  # "int64" | "float64"; rates are null when their denominator is zero
-    description: str
-
-
-@dataclass(frozen=True)
-class FeatureTable:
-    """One Feast feature view's offline data: its directory, entity key column and feature columns."""
-
-    name: str
-    join_key: str
-    columns: tuple[FeatureColumn, ...]
-
-    @property
-    def feature_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
-
-    def arrow_schema(self) -> pa.Schema:
-        types = {"int64": pa.int64(), "float64": pa.float64()}
-        return pa.schema(
-            [
-                pa.field(self.join_key, pa.string(), nullable=False),
-                pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), nullable=False),
-                *(pa.field(c.name, types[c.dtype]) for c in self.columns),
-            ]
-        )
-
-
-def _views(what: str) -> FeatureColumn:
-    return FeatureColumn("views", "int64", f"{what} in the UTC day")
-
-
-def _rate(name: str, what: str, per: str = "view") -> FeatureColumn:
-    return FeatureColumn(name, "float64", f"{what} per {per} in the UTC day; null without any {per}")
-
-
-_GROUP_NAMES = ", ".join(f"{i} {name}" for i, name in enumerate(ACTIVITY_GROUPS))
-_VIDEO_VIEW = "short-video view"  # a user's feed engagement, as in recsys_rl.sim.history
-USER_ENGAGEMENT = FeatureTable(
-    "user_engagement",
-    "user_id",
-    (
-        _views("short-video views"),
-        _rate("click_rate", "clicks", per=_VIDEO_VIEW),
-        _rate("like_rate", "likes", per=_VIDEO_VIEW),
-        _rate("watch_s_per_view", "watch seconds", per=_VIDEO_VIEW),
-        _rate("interaction_rate", "likes + follows + comments + shares", per=_VIDEO_VIEW),
-        _rate("hate_rate", "'not interested' marks", per=_VIDEO_VIEW),
-        FeatureColumn("live_views", "int64", "live-stream views in the UTC day"),
-        _rate("live_watch_s_per_live_view", "live watch seconds", per="live view"),
-    ),
-)
-# Apart from the engagement, because only some views may set it: a decision served on default features
-# logs the default group ("low active or unknown"), which says nothing about the user. A day whose views
-# were all served that way writes no row, so the user keeps the group of their last day that had one.
-USER_ACTIVITY = FeatureTable(
-    "user_activity",
-    "user_id",
-    (
-        FeatureColumn(
-            "activity_group",
-            "int64",
-            f"activity group at the day's last view decided on the user's stored features ({_GROUP_NAMES})",
-        ),
-    ),
-)
-ITEM_STATS = FeatureTable(
-    "item_stats",
-    "item_id",
-    (
-        _views("views of the item"),
-        _rate("click_rate", "clicks"),
-        _rate("watch_s_per_view", "watch seconds (live seconds for a live stream)"),
-        _rate("like_rate", "likes"),
-        _rate("hate_rate", "'not interested' marks"),
-    ),
-)
-AUTHOR_STATS = FeatureTable(
-    "author_stats",
-    "author_id",
-    (_views("views of the author's items"), _rate("follow_rate", "follows of the author")),
-)
-FEATURE_TABLES: tuple[FeatureTable, ...] = (USER_ENGAGEMENT, USER_ACTIVITY, ITEM_STATS, AUTHOR_STATS)
-
-
-def _exact(values: list[float]) -> np.ndarray:
-    """``round(value * _ONE)`` of each value as int64: the same IEEE product, rounded half to even.
-
-    Exact below 2**53 micro-units (about nine billion seconds); the pipeline validates signals far
-    below that, and sums stay in int64 for hundreds of millions of views per entity and day.
-    """
-    array = np.asarray(values)
-    if array.dtype.kind in "iu":
-        return array.astype(np.int64) * _ONE
-    scaled = array.astype(np.float64) * _ONE
-    if not np.all(np.abs(scaled) < 2.0**53):
-        raise ValueError(f"view fact signals should be below {2**53 / _ONE:g}, but hold {values!r}")
-    return np.rint(scaled).astype(np.int64)
-
-
-def _ratio(numerator: int, denominator: int) -> float | None:
-    return numerator / denominator if denominator else None
-
-
-def _count(exact: int) -> int:
-    return exact // _ONE
-
-
-def _increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:
-    """The exact increments (all scaled by _ONE) each view fact adds to its user's, item's and author's day.
-
-    ``columns`` holds the facts field by field. One row per fact, one column per sum of the table (in
-    the order its features function unpacks). The user view follows the simulator's history
-    (recsys_rl.sim.history): feed engagement is measured on short-video views, live engagement on
-    live views.
-    """
-    signal = {name: _exact(columns[name]) for name in _USED_SIGNALS}
-    live = np.array([item_type == "live" for item_type in columns["item_type"]], dtype=bool)
-    video = ~live
-    one = np.full(live.size, _ONE, dtype=np.int64)
-    interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
-    user = np.stack(
-        [
-            *(column * video for column in (one, signal["click"], signal["like"], signal["watch_time_s"])),
-            interactions * video,
-            signal["hate"] * video,
-            one * live,
-            signal["live_watch_s"] * live,
-        ],
-        axis=1,
-    )
-    # the contract zeroes one of the two watches
-    item_watch = signal["watch_time_s"] + signal["live_watch_s"]
-    item = np.stack([one, signal["click"], item_watch, signal["like"], signal["hate"]], axis=1)
-    author = np.stack([one, signal["follow"]], axis=1)
-    # the activity table's row is the group of its latest view decided on stored features (see
-    # _partial_sums); it sums only the count of such views, which every table's machinery needs
-    decided_on_stored = ~np.array(columns["features_missing"], dtype=bool)
-    activity = (one * decided_on_stored)[:, None]
-    return user, activity, item, author
-
-
-_USED_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
-_USED_FIELDS = (
-    "user_id",
-    "item_id",
-    "author_id",
-    "item_type",
-    "event_time_ms",
-    "user_group",
-    "features_missing",
-    *_USED_SIGNALS,
-)
-
-
-# The feature values of a day's sums, per table (the sums in _fact_increments' order).
-def _user_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
-    views, clicks, likes, watch, interactions, hates, live_views, live_watch = s
-    return {
-        "views": _count(views),
-        "click_rate": _ratio(clicks, views),
-        "like_rate": _ratio(likes, views),
-        "watch_s_per_view": _ratio(watch, views),
-        "interaction_rate": _ratio(interactions, views),
-        "hate_rate": _ratio(hates, views),
-        "live_views": _count(live_views),
-        "live_watch_s_per_live_view": _ratio(live_watch, live_views),
-    }
-
-
-def _activity_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
-    return {"activity_group": group}
-
-
-def _item_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
-    views, clicks, watch, likes, hates = s
-    return {
-        "views": _count(views),
-        "click_rate": _ratio(clicks, views),
-        "watch_s_per_view": _ratio(watch, views),
-        "like_rate": _ratio(likes, views),
-        "hate_rate": _ratio(hates, views),
-    }
-
-
-def _author_features(s: tuple[int, ...], group: int | None) -> dict[str, Any]:
-    views, follows = s
-    return {"views": _count(views), "follow_rate": _ratio(follows, views)}
-
-
-@dataclass(frozen=True)
-class _Aggregation:
-    table: FeatureTable
-    features: Callable[[tuple[int, ...], int | None], dict[str, Any]]
-    # the table holds the group of the day's last view decided on stored features, and only days with one
-    tracks_group: bool = False
-
-
-# in the order of _increments' results
-_AGGREGATIONS = (
-    _Aggregation(USER_ENGAGEMENT, _user_features),
-    _Aggregation(USER_ACTIVITY, _activity_features, tracks_group=True),
-    _Aggregation(ITEM_STATS, _item_features),
-    _Aggregation(AUTHOR_STATS, _author_features),
-)
-_BY_TABLE = {agg.table.name: agg for agg in _AGGREGATIONS}
-
-
-def _add_into(day_sums: list, sums: Sequence[int], latest: tuple[int, int] | None) -> None:
-    """Add exact sums and a latest view (event_time_ms, group) into ``day_sums`` = [sums, latest].
-
-    Integer sums and a maximum are order-free, so any bundling and merge order agree. Two views in the
-    same millisecond with different groups resolve to the higher id (the less active group), the
-    conservative reading of an ambiguous day.
-    """
-    total = day_sums[0]
-    for i, value in enumerate(sums):
-        total[i] += value
-    if latest is not None and (day_sums[1] is None or latest > day_sums[1]):
-        day_sums[1] = latest
+_BY_TABLE = {agg.table.name: agg for agg in AGGREGATIONS}
 
 
 class _SumInBundle(beam.DoFn):
     """Lists of view facts -> the bundle's exact partial sums, keyed by the file they belong in.
 
-    Emits ((table, day, shard), (entity id, sums, latest view)) once per entity and day of the bundle,
+    Emits ((table, day, shard), (entity id, sums)) once per entity and day of the bundle,
     and ((table, day, shard), None) for every shard of every table and day the bundle saw, so that
     every shard of a day with data gets its file. Summing before the shuffle makes one element per
     entity and day of the bundle out of three per view, and keying by file lets one shuffle both
@@ -316,7 +86,7 @@ class _SumInBundle(beam.DoFn):
     def process(self, facts: list[Mapping[str, Any]], window=beam.DoFn.WindowParam) -> None:
         columns = self._columns.get(window)
         if columns is None:
-            columns = self._columns[window] = {name: [] for name in _USED_FIELDS}
+            columns = self._columns[window] = {name: [] for name in FACT_COLUMNS}
         for name, column in columns.items():
             column.extend([fact[name] for fact in facts])
         self._facts.inc(len(facts))
@@ -331,30 +101,16 @@ class _SumInBundle(beam.DoFn):
 def _partial_sums(columns: Mapping[str, list], num_shards: int):
     times = np.array(columns["event_time_ms"], dtype=np.int64)
     day_codes, days = pd.factorize(times // _DAY_MS)
-    groups = np.array(columns["user_group"], dtype=np.int64)
-    stored = ~np.array(columns["features_missing"], dtype=bool)
-    for agg, increments in zip(_AGGREGATIONS, _increments(columns), strict=True):
+    for agg, table_increments in zip(AGGREGATIONS, increments(columns), strict=True):
         table = agg.table
         # number each (entity, day) in hashed C code: Python dicts of tuples cost ~1 us a view
         entity_codes, entities = pd.factorize(np.array(columns[table.join_key], dtype=object))
         keys, codes = np.unique(entity_codes * len(days) + day_codes, return_inverse=True)
-        sums = np.zeros((len(keys), increments.shape[1]), dtype=np.int64)
-        np.add.at(sums, codes, increments)
+        sums = np.zeros((len(keys), table_increments.shape[1]), dtype=np.int64)
+        np.add.at(sums, codes, table_increments)
         index = [(entities[key // len(days)], int(days[key % len(days)])) for key in keys.tolist()]
-        latest: list[tuple[int, int] | None] = [None] * len(index)
-        if agg.tracks_group:
-            # the latest view decided on stored features of each (entity, day): the last of its run when
-            # sorted by code, then such views after the others, then time and group; None if it has none
-            order = np.lexsort((groups, times, stored, codes))
-            last = order[np.flatnonzero(np.diff(codes[order], append=-1))]
-            latest = [
-                (t, g) if ok else None
-                for t, g, ok in zip(
-                    times[last].tolist(), groups[last].tolist(), stored[last].tolist(), strict=True
-                )
-            ]
-        for (entity_id, day), day_sums, day_latest in zip(index, sums.tolist(), latest, strict=True):
-            yield (table.name, day, shard_of(entity_id, num_shards)), (entity_id, day_sums, day_latest)
+        for (entity_id, day), day_sums in zip(index, sums.tolist(), strict=True):
+            yield (table.name, day, shard_of(entity_id, num_shards)), (entity_id, day_sums)
         for day in sorted(days.tolist()):
             for shard in range(num_shards):
                 yield (table.name, day, shard), None
@@ -385,23 +141,23 @@ def _table_of(rows: list[dict[str, Any]], table: FeatureTable, day: int) -> pa.T
 
 
 def _file_of(element, num_shards: int) -> tuple[str, bytes]:
-    """One file's partial sums (from any number of bundles) -> its path and its rows, sorted by entity."""
+    """One file's partial sums (from any number of bundles) -> its path and its rows, sorted by entity.
+
+    Integer sums are order-free, so any bundling and merge order agree.
+    """
     (table, day, shard), parts = element
-    by_entity: dict[str, list] = {}
+    by_entity: dict[str, list[int]] = {}
     for part in parts:
         if part is None:
             continue
-        entity_id, sums, latest = part
-        day_sums = by_entity.get(entity_id)
-        if day_sums is None:
-            by_entity[entity_id] = [list(sums), latest]
-        else:
-            _add_into(day_sums, sums, latest)
+        entity_id, sums = part
+        total = by_entity.setdefault(entity_id, [0] * len(sums))
+        for i, value in enumerate(sums):
+            total[i] += value
     agg = _BY_TABLE[table]
     rows = [
-        {agg.table.join_key: entity_id, **agg.features(tuple(sums), latest[1] if latest else None)}
-        for entity_id, (sums, latest) in sorted(by_entity.items())
-        if latest is not None or not agg.tracks_group
+        {agg.table.join_key: entity_id, **agg.features(sums, day)}
+        for entity_id, sums in sorted(by_entity.items())
     ]
     Metrics.counter("feature_aggregates", f"rows_{table}").inc(len(rows))
     return f"{table}/{file_name(day, shard, num_shards)}", parquet_file(_table_of(rows, agg.table, day))

@@ -1,4 +1,9 @@
-"""Names of the state vectors that policies see, shared by the simulator, the pipelines and serving.
+"""The state vectors policies see, and the one function that builds them, for the simulator and serving.
+
+A state is built from two things only: the user's rows in the feature store (``StoredUserFeatures``) and
+the request's context (``RequestContexts``). The simulator's behaviour policies, the live client and the
+server all call ``feed_states`` with those, so a state cannot depend on who built it: the simulator
+keeps its hidden truths (interests, sensitivities, the exit and return hazards) for the responses only.
 
 The decision log records the exact vector a policy saw together with these names and FEATURE_VERSION,
 so training reads what serving used (feature logging); change the version with any change here.
@@ -6,12 +11,20 @@ so training reads what serving used (feature logging); change the version with a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
 import numpy as np
 
-FEATURE_VERSION = "state-v1"
+#: v2: the activity group comes from the user table, not from earlier states; history is the last
+#: finished day's and expires after ENGAGEMENT_TTL_DAYS; the hour is the request's logged time.
+FEATURE_VERSION = "state-v2"
 
 #: Activity groups, in KuaiRand's ``user_active_degree`` order; a user's group id is the index.
 ACTIVITY_GROUPS: tuple[str, ...] = ("high_active", "full_active", "middle_active", "low_active_or_unknown")
+#: The group of a user the user table does not know: KuaiRand's "low active or unknown".
+UNKNOWN_GROUP = len(ACTIVITY_GROUPS) - 1
 
 #: State of a feed-ranking request: who the user is (group, logged history) and where they are.
 FEED_STATE_FEATURES: tuple[str, ...] = (
@@ -36,13 +49,101 @@ LIVE_STATE_FEATURES: tuple[str, ...] = (
     "pred_gift",
     "pred_video_watch_displaced",
 )
+#: Typical values of the live-state predictions (live watch s, gift, displaced video watch s).
+LIVE_PREDICTION_SCALE = np.array([30.0, 0.1, 13.0])
 
 #: Pseudo-counts at typical rates: a new user's history features are sensible before any history exists,
-#: instead of 0/0 (the simulator and serving both apply them; see ``history_features``).
+#: instead of 0/0.
 PRIOR_VIEWS = 20.0
 PRIOR_CLICK_RATE = 0.45
 PRIOR_WATCH_PER_VIEW_S = 13.0
 PRIOR_INTERACTION_RATE = 0.02
+
+#: How long a user's engagement row describes them: the ttl of the Feast view that holds it. The state
+#: applies it itself because Feast applies it to point-in-time reads only; an online read returns a row
+#: of any age, and serving would otherwise see history that training's point-in-time join calls absent.
+ENGAGEMENT_TTL_DAYS = 7
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class StoredUserFeatures:
+    """Users' rows in the feature store, one array element per user (or per request).
+
+    Nulls as the store has them: ``activity_group`` is UNKNOWN_GROUP without a user-table row; ``day``
+    is -1 without an engagement row (and the counts are then 0); a rate is NaN for a day without a view
+    of its kind.
+    """
+
+    activity_group: np.ndarray  # int64
+    day: np.ndarray  # int64: the UTC day (days since 1970-01-01) the engagement row covers; -1: none
+    views: np.ndarray  # int64: short-video views that day
+    click_rate: np.ndarray  # float64
+    watch_s_per_view: np.ndarray
+    interaction_rate: np.ndarray
+    live_views: np.ndarray  # int64
+    live_watch_s_per_live_view: np.ndarray
+
+    @classmethod
+    def unknown(cls, n: int) -> StoredUserFeatures:
+        """What a state knows about users the store could not tell it about: nothing."""
+        fill = {"activity_group": UNKNOWN_GROUP, "day": -1, "views": 0, "live_views": 0}
+        return cls(
+            **{
+                f.name: np.full(n, fill[f.name], np.int64) if f.name in fill else np.full(n, np.nan)
+                for f in fields(cls)
+            }
+        )
+
+    @classmethod
+    def from_records(cls, records: Sequence[Mapping[str, Any]]) -> StoredUserFeatures:
+        """Rows as Feast returns them (online or point in time), with None, NaN or pandas NA for null."""
+
+        def column(name: str, null: float, dtype) -> np.ndarray:
+            return np.array([null if _missing(r.get(name)) else r[name] for r in records], dtype=dtype)
+
+        return cls(
+            activity_group=column("activity_group", UNKNOWN_GROUP, np.int64),
+            day=column("day", -1, np.int64),
+            views=column("views", 0, np.int64),
+            click_rate=column("click_rate", np.nan, np.float64),
+            watch_s_per_view=column("watch_s_per_view", np.nan, np.float64),
+            interaction_rate=column("interaction_rate", np.nan, np.float64),
+            live_views=column("live_views", 0, np.int64),
+            live_watch_s_per_live_view=column("live_watch_s_per_live_view", np.nan, np.float64),
+        )
+
+    @property
+    def known(self) -> np.ndarray:
+        """Users the store has any row of: the others are unknown to the platform."""
+        return (self.activity_group != UNKNOWN_GROUP) | (self.day >= 0)
+
+    def take(self, index) -> StoredUserFeatures:
+        return StoredUserFeatures(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN and pandas NA
+    except TypeError:
+        return True
+
+
+@dataclass(frozen=True)
+class RequestContexts:
+    """What a request says about itself (``serving.proto``'s RequestContext), one element per request."""
+
+    time_ms: np.ndarray  # int64: the request's event time
+    page_index: np.ndarray
+    session_watch_s: np.ndarray  # short-video seconds watched so far in the session
+    last_page_click_rate: np.ndarray
+    utc_offset_minutes: np.ndarray  # the user's local time minus UTC
+
+    def take(self, index) -> RequestContexts:
+        return RequestContexts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
 def history_features(
@@ -53,11 +154,7 @@ def history_features(
     live_views: np.ndarray,
     live_watch_s: np.ndarray,
 ) -> np.ndarray:
-    """(n, 4) ``hist_*`` features from short-video and live history totals, with their scalings.
-
-    One definition for the simulator (whole-history totals) and serving (totals rebuilt from the
-    feature store's rates), so the two cannot drift apart in smoothing or units.
-    """
+    """(n, 4) ``hist_*`` features from short-video and live totals, smoothed by the priors and scaled."""
     smoothed_views = views + PRIOR_VIEWS
     return np.column_stack(
         [
@@ -67,3 +164,58 @@ def history_features(
             live_watch_s / (live_views + 1.0) / 60.0,
         ]
     )
+
+
+def feed_states(users: StoredUserFeatures, requests: RequestContexts) -> np.ndarray:
+    """(n, len(FEED_STATE_FEATURES)) float32: the state of each request from its user's stored rows.
+
+    The engagement row counts when it is finished before the request (its day ended) and younger than
+    ENGAGEMENT_TTL_DAYS, as Feast's point-in-time join reads it; totals are rebuilt from the day's rates.
+    """
+    group = np.clip(users.activity_group, 0, UNKNOWN_GROUP)
+    today = np.asarray(requests.time_ms, np.int64) // DAY_MS
+    row_end_ms = (users.day + 1) * DAY_MS
+    current = (users.day >= 0) & (row_end_ms <= requests.time_ms)
+    current &= requests.time_ms - row_end_ms <= ENGAGEMENT_TTL_DAYS * DAY_MS
+    views = np.where(current, users.views, 0)
+    live_views = np.where(current, users.live_views, 0)
+
+    def total(rate: np.ndarray, count: np.ndarray) -> np.ndarray:
+        return np.where(current & ~np.isnan(rate), rate * count, 0.0)
+
+    history = history_features(
+        views,
+        total(users.click_rate, views),
+        total(users.watch_s_per_view, views),
+        total(users.interaction_rate, views),
+        live_views,
+        total(users.live_watch_s_per_live_view, live_views),
+    )
+    local_s = np.asarray(requests.time_ms) / 1000.0 + np.asarray(requests.utc_offset_minutes) * 60.0
+    angle = 2.0 * np.pi * ((local_s / 3600.0) % 24.0) / 24.0
+    return np.column_stack(
+        [
+            np.eye(len(ACTIVITY_GROUPS))[group],
+            history,
+            current & (users.day == today - 1),
+            np.asarray(requests.page_index) / 10.0,
+            np.asarray(requests.session_watch_s) / 100.0,
+            requests.last_page_click_rate,
+            np.sin(angle),
+            np.cos(angle),
+        ]
+    ).astype(np.float32)
+
+
+def live_states(feed: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    """(n, len(LIVE_STATE_FEATURES)) float32: feed states plus the live predictions, over typical values."""
+    scaled = (
+        np.asarray(predictions, np.float64).reshape(-1, len(LIVE_PREDICTION_SCALE)) / LIVE_PREDICTION_SCALE
+    )
+    feed = np.asarray(feed).reshape(scaled.shape[0], len(FEED_STATE_FEATURES))
+    return np.column_stack([feed, scaled]).astype(np.float32)
+
+
+def user_groups(states: np.ndarray) -> np.ndarray:
+    """The activity group id each state's one-hot encodes (logged beside the state)."""
+    return np.argmax(np.asarray(states)[..., : len(ACTIVITY_GROUPS)], axis=-1)

@@ -33,7 +33,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recsys_rl.serving.online_state import UserFeatures
+from recsys_rl.state import StoredUserFeatures
 
 if TYPE_CHECKING:
     from feast import FeatureStore
@@ -41,11 +41,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Lookup:
-    user: UserFeatures | None
+    user: StoredUserFeatures | None
     missing: str | None  # None when the store answered with the user's row; else the reason
 
 
-def _answer(user: UserFeatures | None) -> Lookup:
+def _answer(user: StoredUserFeatures | None) -> Lookup:
     return Lookup(user, None if user is not None else "unknown_user")
 
 
@@ -65,7 +65,7 @@ class UserFeatureReader:
         self._cache_s, self._cache_size = cache_s, cache_size
         self._batch_size, self._max_pending = batch_size, max_pending
         # user id -> (expiry, row), least recently used first; a row of None is a user the store lacks
-        self._cache: OrderedDict[str, tuple[float, UserFeatures | None]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[float, StoredUserFeatures | None]] = OrderedDict()
         self._pending: dict[str, Future] = {}  # users queued or being read, by id
         self._queue: deque[str] = deque()  # users waiting for a reader, oldest first
         self._lock = threading.Lock()
@@ -151,7 +151,7 @@ class UserFeatureReader:
         self._work.notify()
         return future
 
-    def _fresh(self, user_id: str) -> tuple[float, UserFeatures | None] | None:
+    def _fresh(self, user_id: str) -> tuple[float, StoredUserFeatures | None] | None:
         """The cached entry of ``user_id`` if it has not expired; the caller holds the lock."""
         entry = self._cache.get(user_id)
         if entry is None or entry[0] <= time.monotonic():
@@ -170,15 +170,17 @@ class UserFeatureReader:
                     return
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._batch_size))]
             try:
-                frame = online_user_features(self._store, batch, include_event_timestamps=True)
-                users = [UserFeatures.from_row(row) for row in frame.to_dict("records")]
+                rows = StoredUserFeatures.from_records(
+                    online_user_features(self._store, batch).to_dict("records")
+                )
+                users = [rows.take(slice(i, i + 1)) if rows.known[i] else None for i in range(len(batch))]
             except Exception as err:  # the waiting requests fall back; nothing is cached
                 self._settle(batch, None, err)
             else:
                 self._settle(batch, users, None)
 
     def _settle(
-        self, batch: list[str], users: list[UserFeatures | None] | None, error: Exception | None
+        self, batch: list[str], users: list[StoredUserFeatures | None] | None, error: Exception | None
     ) -> None:
         with self._lock:
             futures = [self._pending.pop(user_id) for user_id in batch]

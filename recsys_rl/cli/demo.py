@@ -28,6 +28,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--users", type=positive_int, help="simulated users (default 1500)")
     p.add_argument("--seed", type=non_negative_int, help="seed of the world and its traffic (default 0)")
     p.add_argument("--train-steps", type=positive_int, help="training steps per pipeline run (default 800)")
+    p.add_argument(
+        "--served-days",
+        type=positive_int,
+        help="days the live server decides after day 0, each followed by a pipeline run (default 1)",
+    )
     add_bootstrap_option(p, "Kafka cluster to use instead of the embedded broker")
     p.set_defaults(handler=run)
 
@@ -36,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     with quiet_native_imports():
         from recsys_rl.loop.demo import DemoConfig, run_demo
 
-    keys = ("out", "users", "seed", "train_steps", "bootstrap_servers")
+    keys = ("out", "users", "seed", "train_steps", "served_days", "bootstrap_servers")
     config = load_config(DemoConfig, args.config, {k: getattr(args, k) for k in keys})
     summary = run_demo(config, lambda line: print(line, flush=True), progress_logger("demo"))
     print(summary.text())

@@ -9,6 +9,7 @@ from recsys_rl.config import load_config
 from recsys_rl.logs import get_logger, log_event, new_run_id
 
 _OFFLINE_ENV = "RECSYS_RL_FEATURES_OFFLINE"  # the repo's definitions read the same variable
+_USER_TABLE_ENV = "RECSYS_RL_USER_TABLE"  # and this one
 _STATE_ENV = "RECSYS_RL_FEAST_STATE_DIR"
 _REDIS_ENV = "RECSYS_RL_REDIS_CONNECTION_STRING"
 _PROFILES = ("sqlite", "redis")  # recsys_rl.feature_store.PROFILES; not imported here, Feast takes seconds
@@ -43,6 +44,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "default: <repo>/data/offline)",
     )
     m.add_argument(
+        "--user-table",
+        metavar="DIR",
+        default=env_default(_USER_TABLE_ENV),
+        help=f"the platform's user table: Parquet snapshots of each account's activity group (env "
+        f"{_USER_TABLE_ENV}; default: <repo>/data/user_table; `recsys-rl simulate --user-table` writes one)",
+    )
+    m.add_argument(
         "--state-dir",
         metavar="DIR",
         default=env_default(_STATE_ENV),
@@ -72,6 +80,7 @@ def run_materialize(args: argparse.Namespace) -> int:
         "repo": args.repo,
         "profile": args.profile,
         "offline": args.offline,
+        "user_table": args.user_table,
         "state_dir": args.state_dir,
         "redis": args.redis,
         "end_date": args.end_date,

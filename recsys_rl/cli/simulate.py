@@ -32,6 +32,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=positive_int, help="partitions per created topic (default 4)")
     p.add_argument("--decisions-topic", help="topic for decision records (default recsys.decisions)")
     p.add_argument("--feedback-topic", help="topic for feedback events (default recsys.feedback)")
+    p.add_argument(
+        "--user-table",
+        metavar="DIR",
+        help="also write the simulated platform's user table there (each account's activity group), "
+        "for `recsys-rl features materialize --user-table`",
+    )
     p.set_defaults(handler=run)
 
 
@@ -47,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             "partitions",
             "decisions_topic",
             "feedback_topic",
+            "user_table",
         )
     }
     config = load_config(SimulateConfig, args.config, overrides)

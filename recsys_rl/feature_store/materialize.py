@@ -48,6 +48,9 @@ class MaterializeConfig:
     repo: str = DEFAULT_REPO  # Feast repo: definitions plus one feature_store*.yaml per profile
     profile: str = "sqlite"  # sqlite: embedded online store file; redis: the production online store
     offline: str | None = None  # offline root (WriteFeatureAggregates' output); None: the repo's default
+    user_table: str | None = (
+        None  # the platform's user table (user_activity snapshots); None: the repo's default
+    )
     state_dir: str | None = None  # where the registry and SQLite file go; None: the repo (data/, gitignored)
     redis: str | None = None  # redis profile: host:port[,db=N,...] or redis://URL; None: env REDIS_ENV
     end_date: str | None = None  # materialise rows stamped up to this ISO date/time (UTC if naive); None: now
@@ -118,7 +121,7 @@ def materialize(
 def materialize_repo(config: MaterializeConfig) -> MaterializeReport:
     """What ``recsys-rl features materialize`` does: check inputs, apply the repo, materialise."""
     store = open_store(config.repo, config.profile, state_dir=config.state_dir, redis=config.redis)
-    definitions = load_definitions(config.repo, config.offline)
+    definitions = load_definitions(config.repo, config.offline, config.user_table)
     if not definitions.feature_views:
         raise ConfigError(f"feature repo {config.repo!r} defines no feature views")
     check_offline_data(store, definitions)

@@ -40,21 +40,17 @@ def _with_nullable_ints(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataF
 
 
 def online_user_features(
-    store: FeatureStore,
-    user_ids: Sequence[str],
-    service: str = USER_STATE_SERVICE,
-    *,
-    include_event_timestamps: bool = False,
+    store: FeatureStore, user_ids: Sequence[str], service: str = USER_STATE_SERVICE
 ) -> pd.DataFrame:
-    """One row per user id, in order; an unknown or expired user has nulls (serving falls back).
+    """One row per user id, in order; an unknown user has nulls (serving falls back).
 
-    ``include_event_timestamps`` adds ``<feature>__ts`` columns: the row's timestamp in epoch seconds
-    (the end of the day the aggregates cover), which tells serving how recent the user's last day was.
+    An online row may be of any age (Feast applies a view's ttl to point-in-time reads only); the state
+    builder reads the engagement row's own ``day`` and applies the ttl itself.
     """
     features = store.get_feature_service(service)
     with store_errors(store, "online read"):
         frame = store.get_online_features(features=features, entity_rows=[{"user_id": u} for u in user_ids])
-        result = frame.to_df(include_event_timestamps=include_event_timestamps)
+        result = frame.to_df()
     return _with_nullable_ints(result, _integer_columns(features, False))
 
 
@@ -68,23 +64,27 @@ def historical_features(
     """Point-in-time features for each row of ``entity_df`` (join keys + ``event_timestamp``), in order.
 
     Feast 0.67's file offline store drops an entity row whose entity has rows but none in the
-    point-in-time window (and collapses repeated rows); training needs every row, with nulls where
-    nothing was known (what serving's fallback sees), so distinct rows are queried and joined back.
+    point-in-time window (and collapses repeated rows), and with it the other views' features of that
+    row. Training needs every row, with nulls where nothing was known (what serving's fallback sees), so
+    each view is queried on its own, for the distinct rows, and joined back.
     """
     features = store.get_feature_service(service)
-    keys = sorted(
-        {k for p in features.feature_view_projections for k in store.get_feature_view(p.name).join_keys}
-    )
+    views = [(p, store.get_feature_view(p.name).join_keys) for p in features.feature_view_projections]
+    keys = sorted({k for _, join_keys in views for k in join_keys})
     missing = [c for c in (*keys, ENTITY_TIMESTAMP) if c not in entity_df.columns]
     if missing:
         raise ValueError(f"entity_df should have columns {[*keys, ENTITY_TIMESTAMP]}, but lacks {missing}")
-    on = [*keys, ENTITY_TIMESTAMP]
-    rows = entity_df.reset_index(drop=True)
-    rows[ENTITY_TIMESTAMP] = pd.to_datetime(rows[ENTITY_TIMESTAMP], utc=True).astype("datetime64[ns, UTC]")
-    with progress_to_stderr():
-        found = store.get_historical_features(
-            entity_df=rows[on].drop_duplicates(), features=features, full_feature_names=full_feature_names
-        ).to_df()
-    found[ENTITY_TIMESTAMP] = found[ENTITY_TIMESTAMP].astype("datetime64[ns, UTC]")
-    result = rows.merge(found, on=on, how="left", validate="many_to_one")
+    result = entity_df.reset_index(drop=True)
+    result[ENTITY_TIMESTAMP] = pd.to_datetime(result[ENTITY_TIMESTAMP], utc=True).astype(
+        "datetime64[ns, UTC]"
+    )
+    for projection, join_keys in views:
+        on = [*join_keys, ENTITY_TIMESTAMP]
+        refs = [f"{projection.name_to_use()}:{field.name}" for field in projection.features]
+        with progress_to_stderr():
+            found = store.get_historical_features(
+                entity_df=result[on].drop_duplicates(), features=refs, full_feature_names=full_feature_names
+            ).to_df()
+        found[ENTITY_TIMESTAMP] = found[ENTITY_TIMESTAMP].astype("datetime64[ns, UTC]")
+        result = result.merge(found, on=on, how="left", validate="many_to_one")
     return _with_nullable_ints(result, _integer_columns(features, full_feature_names))

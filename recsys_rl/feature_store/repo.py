@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from recsys_rl import feature_repo
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
+from recsys_rl.feature_tables import USER_ACTIVITY
 
 DEFAULT_REPO = str(feature_repo.REPO_DIR)
 
@@ -44,11 +45,15 @@ PROFILES: dict[str, str] = {"sqlite": "feature_store.yaml", "redis": "feature_st
 OFFLINE_ROOT_ENV = "RECSYS_RL_FEATURES_OFFLINE"
 
 
+#: Read by the repo's definitions: the directory of the platform's user table (``user_activity`` snapshots).
+USER_TABLE_ENV = "RECSYS_RL_USER_TABLE"
+
+
 #: Feast's Redis connection string for the redis profile (``host:port[,db=N,password=...,ssl=true]``).
 REDIS_ENV = "RECSYS_RL_REDIS_CONNECTION_STRING"
 
 
-USER_STATE_SERVICE = "user_state_v2"
+USER_STATE_SERVICE = "user_state_v3"
 
 
 CANDIDATE_STATS_SERVICE = "candidate_stats_v1"
@@ -173,32 +178,35 @@ def open_store(
 
 
 @contextlib.contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
-    """Set one variable while the definitions run: they read their offline root from the environment."""
-    if value is None:
-        yield
-        return
-    previous = os.environ.get(name)
-    os.environ[name] = value
+def _environment(values: dict[str, str | Path | None]) -> Iterator[None]:
+    """Set variables while the definitions run: they read their source directories from the environment."""
+    previous = {name: os.environ.get(name) for name in values}
     try:
+        for name, value in values.items():
+            if value is not None:
+                os.environ[name] = str(Path(value).expanduser().resolve())
         yield
     finally:
-        if previous is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
-def load_definitions(repo: str | Path = DEFAULT_REPO, offline_root: str | Path | None = None) -> Definitions:
-    """Run the repo's definition files (as ``feast apply`` would) with the given offline root.
+def load_definitions(
+    repo: str | Path = DEFAULT_REPO,
+    offline_root: str | Path | None = None,
+    user_table: str | Path | None = None,
+) -> Definitions:
+    """Run the repo's definition files (as ``feast apply`` would) with the given source directories.
 
     Each call executes the files afresh, without touching ``sys.modules``, so two stores in one process
     can point at different offline roots.
     """
     repo_dir = _repo_dir(repo)
-    root = None if offline_root is None else str(Path(offline_root).expanduser().resolve())
     found: dict[type, list[Any]] = {Entity: [], FeatureView: [], FeatureService: []}
-    with _environment(OFFLINE_ROOT_ENV, root):
+    with _environment({OFFLINE_ROOT_ENV: offline_root, USER_TABLE_ENV: user_table}):
         for i, path in enumerate(get_repo_files(repo_dir)):
             spec = importlib.util.spec_from_file_location(f"_recsys_rl_feature_repo_{i}", path)
             if spec is None or spec.loader is None:
@@ -225,6 +233,13 @@ def check_offline_data(store: FeatureStore, definitions: Definitions) -> None:
     """Fail before apply if a view has no Parquet to read: materialising would write nothing, silently."""
     for view in definitions.feature_views:
         path = source_dir(store, view)
+        if view.name == USER_ACTIVITY.name:
+            if not (path.is_dir() and any(path.glob("*.parquet"))):
+                raise FeatureStoreError(
+                    f"no user table for feature view {view.name!r}: {path} has no Parquet files; point "
+                    "--user-table at the platform's (`recsys-rl simulate --user-table` writes one)"
+                )
+            continue
         if not path.parent.is_dir():
             raise ConfigError(f"offline directory {str(path.parent)!r} does not exist (see --offline)")
         if not (path.is_dir() and any(path.glob("*.parquet"))):

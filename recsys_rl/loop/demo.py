@@ -6,6 +6,10 @@ Its command-line side is ``recsys_rl.cli.demo``; this module does the work.
     -> ``recsys-rl serve`` in its own process -> simulated day 1, every decision made by the server
        over gRPC -> server decision logs + client feedback in Kafka -> pipeline run 2 -> summary
 
+With ``served_days`` above one, the server is started afresh for each further day (a daily deploy), and
+a pipeline run follows every served day. Each start warms the server's feature cache with the user
+table's accounts, as a shard would with the users its load balancer sends it.
+
 Everything lands under one output directory, including the pipeline config it wrote, so what the demo
 did can be read, rerun and changed with the ordinary commands.
 
@@ -40,11 +44,12 @@ from recsys_rl.kafka import open_broker
 from recsys_rl.ope.gate import GateConfig
 from recsys_rl.processes import stop_process
 from recsys_rl.sim.events import EventIds
-from recsys_rl.sim.live_client import TrafficReport, drive_day
+from recsys_rl.sim.live_client import ServedDay, TrafficReport, drive_day
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation, simulated_days
 
 DEMO_MARKER = "demo.json"
+USER_TABLE_DIR = "user_table"  # under the output: the simulated platform's user table
 SERVER_START_TIMEOUT_S = 180.0
 _DAY_MS = 86_400_000
 
@@ -72,6 +77,7 @@ class DemoConfig:
     users: int = 1_500  # simulated users
     seed: int = 0
     train_steps: int = 800
+    served_days: int = 1  # days the live server decides after day 0, each followed by a pipeline run
     feature_repo: str = str(FEATURE_REPO)  # the project's Feast repo, as installed
     bootstrap_servers: str | None = None  # an existing Kafka cluster; None: start the embedded broker
     broker: str = "embedded"  # broker to start when no servers are given: embedded | local-kafka
@@ -79,7 +85,7 @@ class DemoConfig:
     gate: GateConfig = field(default_factory=demo_gate)
 
     def __post_init__(self) -> None:
-        for name in ("users", "train_steps"):
+        for name in ("users", "train_steps", "served_days"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
 
@@ -88,24 +94,33 @@ class DemoConfig:
 class DemoSummary:
     out: Path
     simulated_records: int
-    runs: list[dict[str, Any]]  # the two pipeline run records
-    traffic: TrafficReport
+    runs: list[dict[str, Any]]  # the pipeline run records: day 0's, then one per served day
+    served: list[ServedDay]  # days 1, 2, ...: the calls made and the simulator's record of each
     seconds: float
 
+    @property
+    def traffic(self) -> TrafficReport:
+        """All served days' calls together."""
+        total = TrafficReport()
+        for day in self.served:
+            total.add(day.traffic)
+        return total
+
     def text(self) -> str:
-        first, second = self.runs
         lines = [f"demo finished in {self.seconds:.0f} s; everything is under {self.out}"]
         lines.append(f"  day 0: {self.simulated_records} records written by the behaviour policy")
-        lines.extend(_run_lines("pipeline run 1", first))
-        t = self.traffic
-        failed = ", ".join(f"{count} {code}" for code, count in sorted(t.errors.items())) or "none"
-        lines.append(
-            f"  day 1 through the live server: {t.rank_calls} Rank + {t.allocate_calls} Allocate calls at "
-            f"{t.calls_per_s:.0f} calls/s (failed: {failed}), {t.feedback_events} feedback events"
-        )
-        lines.extend(f"    answered by {key}: {count}" for key, count in sorted(t.policy_versions.items()))
-        lines.extend(_run_lines("pipeline run 2", second))
-        report = next((r for r in (second, first) if "evaluate" in r["steps"]), None)
+        lines.extend(_run_lines("pipeline run 1", self.runs[0]))
+        for day, (served, run) in enumerate(zip(self.served, self.runs[1:], strict=True), start=1):
+            t = served.traffic
+            failed = ", ".join(f"{count} {code}" for code, count in sorted(t.errors.items())) or "none"
+            lines.append(
+                f"  day {day} through the live server: {t.rank_calls} Rank + {t.allocate_calls} Allocate "
+                f"calls at {t.calls_per_s:.0f} calls/s (failed: {failed}), "
+                f"{t.feedback_events} feedback events"
+            )
+            lines.extend(f"    answered by {key}: {n}" for key, n in sorted(t.policy_versions.items()))
+            lines.extend(_run_lines(f"pipeline run {day + 1}", run))
+        report = next((r for r in reversed(self.runs) if "evaluate" in r["steps"]), None)
         if report is not None:
             lines.append(f"  OPE report: {report['steps']['evaluate']['outputs']['report']}/report.html")
         return "\n".join(lines)
@@ -145,8 +160,6 @@ def _fallback_line(surface: str, facts: dict[str, Any]) -> str:
 
 
 def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSummary:
-    from recsys_rl.pipelines.dataset import FEATURES_DIR
-    from recsys_rl.pipelines.feature_aggregates import USER_ENGAGEMENT
     from recsys_rl.pipelines.training_pipeline import load_pipeline_config, run_pipeline
 
     started = time.perf_counter()
@@ -156,7 +169,9 @@ def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSu
         "decisions_topic": f"demo-{suffix}.decisions",
         "feedback_topic": f"demo-{suffix}.feedback",
     }
-    sim_config = SimulateConfig(users=config.users, days=1, seed=config.seed, **topics)
+    sim_config = SimulateConfig(
+        users=config.users, days=1, seed=config.seed, user_table=str(out / USER_TABLE_DIR), **topics
+    )
     with open_broker(config.bootstrap_servers, config.broker) as broker:
         servers = broker.bootstrap_servers
         say(f"[1/5] simulating day 0 for {config.users} users into Kafka at {servers}")
@@ -171,29 +186,37 @@ def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSu
 
         say("[2/5] pipeline run 1 on day 0: ingest, features, train, evaluate, register, promote")
         runs = [pipeline_run(0)]
-        say("[3/5] starting `recsys-rl serve` and driving day 1 through it over gRPC")
-        decisions = topics["decisions_topic"]
-        dataset = Path(runs[0]["steps"]["ingest"]["outputs"]["dataset"])
-        yesterday = dataset / FEATURES_DIR / USER_ENGAGEMENT.name
-        with (
-            _server(config, out, servers, decisions, yesterday) as target,
-            grpc.insecure_channel(target) as channel,
-        ):
-            traffic = drive_day(
-                simulation[0],
-                channel,
-                servers,
-                topics["feedback_topic"],
-                EventIds.for_seed(config.seed),
-                deadline_s=config.deadline_s,
-                progress=lambda calls: say(f"      {calls} Rank calls"),
+        served: list[ServedDay] = []
+        for day in range(1, config.served_days + 1):
+            say(f"[3/5] starting `recsys-rl serve` and driving day {day} through it over gRPC")
+            with (
+                _server(config, out, servers, topics["decisions_topic"], out / USER_TABLE_DIR) as target,
+                grpc.insecure_channel(target) as channel,
+            ):
+                served.append(
+                    drive_day(
+                        simulation[0],
+                        channel,
+                        servers,
+                        topics["feedback_topic"],
+                        EventIds.for_seed(config.seed),
+                        deadline_s=config.deadline_s,
+                        progress=lambda calls: say(f"      {calls} Rank calls"),
+                    )
+                )
+            say(
+                f"[4/5] pipeline run {day + 1} on day {day}: "
+                "the server's decision logs and the users' feedback"
             )
-        say("[4/5] pipeline run 2 on day 1: the server's decision logs and the users' feedback")
-        runs.append(pipeline_run(1))
-    summary = DemoSummary(out, sum(written.written.values()), runs, traffic, time.perf_counter() - started)
+            runs.append(pipeline_run(day))
+    summary = DemoSummary(out, sum(written.written.values()), runs, served, time.perf_counter() - started)
     write_json_atomic(
         out / DEMO_MARKER,
-        {"seconds": summary.seconds, "runs": [r["run_id"] for r in runs], "calls_per_s": traffic.calls_per_s},
+        {
+            "seconds": summary.seconds,
+            "runs": [r["run_id"] for r in runs],
+            "calls_per_s": summary.traffic.calls_per_s,
+        },
     )
     say("[5/5] summary")
     return summary
@@ -231,6 +254,7 @@ def _write_pipeline_config(
         "features": {
             "repo": config.feature_repo,
             "state_dir": str(out / "feast"),
+            "user_table": str(out / USER_TABLE_DIR),
             "end_date": _day_end_iso(day),
         },
         # One day of logs supports only a small step away from the logging policy: a heavier behaviour
@@ -256,7 +280,7 @@ def _server(
 ) -> Iterator[str]:
     """``recsys-rl serve`` as a child process; yields its address, stops it (flushing its log) on exit.
 
-    Its feature cache is warmed with yesterday's users, as a load balancer's shard would be.
+    Its feature cache is warmed with ``warm_users`` (Parquet with a user_id column).
     """
     log_path = out / "serve.log"
     command = [

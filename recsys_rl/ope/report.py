@@ -48,9 +48,10 @@ def _lift_plot(report: dict[str, Any], estimator: str) -> str:
             value, (low, high) = entry["value"], entry["interval"]
             if value is None or low is None or high is None:
                 continue
-            axis.errorbar(
-                [x], [100 * value], yerr=[[100 * (value - low)], [100 * (high - value)]], fmt="o", capsize=3
-            )
+            # the interval as its own line: a percentile bootstrap interval of a ratio need not contain the
+            # point estimate (sparse signals, a small baseline), which error bars cannot draw
+            axis.vlines(x, 100 * low, 100 * high, color="#4477aa")
+            axis.plot([x], [100 * value], "o", color="#4477aa")
         axis.axhline(0.0, color="grey", linewidth=0.8)
         axis.set_title(signal, fontsize=9)
         axis.set_xticks(range(len(series)), list(series), rotation=70, fontsize=7)

@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from recsys_rl.fusion import FEED_ACTION_NAMES
-from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from recsys_rl.state import FEED_STATE_FEATURES, LIVE_PREDICTION_SCALE, LIVE_STATE_FEATURES
 
 
 class FeedPolicy(Protocol):
@@ -139,8 +139,6 @@ class ThresholdAllocationPolicy:
     version: str = "greedy-live-v1"
 
     def insert_probability(self, states: np.ndarray) -> np.ndarray:
-        from recsys_rl.sim.simulator import LIVE_PREDICTION_SCALE  # the simulator imports this module
-
         column = LIVE_STATE_FEATURES.index("pred_live_watch_time")
         # the state holds the prediction divided by its typical value
         return (states[:, column] * LIVE_PREDICTION_SCALE[0] > self.threshold_s).astype(np.float64)

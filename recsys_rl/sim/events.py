@@ -1,4 +1,4 @@
-"""Turn a simulated day into the Kafka event contracts: decision records and feedback events.
+"""Turn a simulated world and day into the production contracts: the user table, decisions, feedback.
 
 This is the boundary where the simulator stops being a simulator: after it, the data look exactly like
 what serving and clients write in production (protobuf, keyed by user id), and the pipelines cannot tell
@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from recsys_rl import contracts, signals
-from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, DayLog, FeedLog, LiveLog
+from recsys_rl.feature_tables import write_user_activity
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, DayLog, FeedLog, LiveLog, ViewLog
 from recsys_rl.sim.world import World
-from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES, user_groups
 
 #: Names of the upstream predictions logged with a live-allocation decision.
 LIVE_PREDICTION_NAMES: tuple[str, ...] = signals.LIVE_SIGNALS
@@ -119,7 +123,7 @@ def _decision(
         event_time_ms=int(log.time_ms[i]),
         state=log.state[i].tolist(),
         feature_version=FEATURE_VERSION,
-        user_group=int(world.users.group[user]),
+        user_group=int(user_groups(log.state[i])),
         log_propensity=float(log.log_propensity[i]),
         policy_version=version,
         routing_arm=contracts.ROUTING_ARMS["behaviour"],
@@ -127,15 +131,43 @@ def _decision(
     )
 
 
+def write_user_table(world: World, ids: EventIds, directory: str | Path, as_of_ms: int) -> Path:
+    """The platform's user table as the world has it: every account's activity group, as of ``as_of_ms``."""
+    users = world.users.group.size
+    return write_user_activity(directory, [ids.user(u) for u in range(users)], world.users.group, as_of_ms)
+
+
+def view_signal_columns(views: ViewLog) -> dict[str, np.ndarray]:
+    """A day's views as the feature pipeline's fact columns (``recsys_rl.feature_sums``): the signals
+    feedback events carry, named as on the wire, and each view's item type."""
+    c = _VIEW_COLUMN
+    columns = {name: views.signals[:, c[column]] for name, column in _FACT_SIGNALS.items()}
+    columns["item_type"] = np.where(views.is_live, "live", "video")
+    return columns
+
+
+#: Feedback signal name -> the ViewLog column it carries.
+_FACT_SIGNALS = {
+    "watch_time_s": "watch_time",
+    "click": "click",
+    "like": "like",
+    "follow": "follow",
+    "comment": "comment",
+    "share": "share",
+    "hate": "hate",
+    "gift": "gift",
+    "live_watch_s": "live_watch_time",
+}
+
+
 def feedback_events(log: DayLog, world: World, ids: EventIds) -> Iterator[contracts.FeedbackEvent]:
     """One feedback event per viewed item; a live view answers the live-allocation decision."""
     views = log.views
     video_author, live_author = world.videos.author, world.lives.author
-    c = _VIEW_COLUMN
+    columns = {name: column.tolist() for name, column in view_signal_columns(views).items()}
     for i in range(views.request.size):
         item = int(views.item[i])
         is_live = bool(views.is_live[i])
-        sig = views.signals[i]
         yield contracts.FeedbackEvent(
             schema_version=contracts.EVENTS_SCHEMA_VERSION,
             request_id=(ids.live_request if is_live else ids.request)(int(views.request[i])),
@@ -145,15 +177,15 @@ def feedback_events(log: DayLog, world: World, ids: EventIds) -> Iterator[contra
             item_type=contracts.ITEM_TYPES["live" if is_live else "video"],
             event_time_ms=int(views.time_ms[i]),
             signals=contracts.FeedbackSignals(
-                watch_time_s=float(sig[c["watch_time"]]),
-                click=int(sig[c["click"]]),
-                like=int(sig[c["like"]]),
-                follow=int(sig[c["follow"]]),
-                comment=int(sig[c["comment"]]),
-                share=int(sig[c["share"]]),
-                hate=int(sig[c["hate"]]),
-                gift_value=float(sig[c["gift"]]),
-                live_watch_s=float(sig[c["live_watch_time"]]),
+                watch_time_s=float(columns["watch_time_s"][i]),
+                click=int(columns["click"][i]),
+                like=int(columns["like"][i]),
+                follow=int(columns["follow"][i]),
+                comment=int(columns["comment"][i]),
+                share=int(columns["share"][i]),
+                hate=int(columns["hate"][i]),
+                gift_value=float(columns["gift"][i]),
+                live_watch_s=float(columns["live_watch_s"][i]),
             ),
             session_end=bool(views.session_end[i]),
             position=int(views.position[i]),

@@ -6,16 +6,14 @@ react to what the server chose. Their feedback goes to the feedback topic the wa
 the server logs its own decisions to the decisions topic: the next pipeline run joins the two by request
 id, with nothing taken from the simulator's side of the loop.
 
-Event times: a request carries its planned simulated time. The simulator may later move a whole session
-when it would overlap the user's previous one; feedback keeps its offset from its own request, so that
-a decision and its feedback stay as far apart as they were in the simulated session.
+A request carries the context the simulator built its own state from (``PageContext.request``), time
+included, so the server's state for it is the simulator's whenever the server read the same stored rows.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -76,7 +74,6 @@ class _RemotePolicy:
         self._call, self._fallback, self._deadline_s = call, fallback, deadline_s
         self.world, self.ids = world, ids
         self.report = TrafficReport()
-        self.planned: list[tuple[np.ndarray, np.ndarray]] = []  # (request numbers, planned times) per page
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"{type(self).__name__} answers through the server and needs the page's context")
@@ -84,7 +81,6 @@ class _RemotePolicy:
     def act_in_context(
         self, states: np.ndarray, rng: np.random.Generator, context: PageContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        self.planned.append((context.requests, context.time_ms))
         messages = [self.request(context, i) for i in range(states.shape[0])]
         started = time.perf_counter()
         answers = []
@@ -119,11 +115,13 @@ class _RemotePolicy:
         message.schema_version = contracts.SERVING_SCHEMA_VERSION
         message.request_id = self.request_id(int(context.requests[i]))
         message.user_id = self.ids.user(int(context.users[i]))
-        message.context.event_time_ms = int(context.time_ms[i])
-        message.context.page_index = context.page
+        request = context.request
+        message.context.event_time_ms = int(request.time_ms[i])
+        message.context.page_index = int(request.page_index[i])
         message.context.session_id = self.ids.session(int(context.sessions[i]))
-        message.context.session_watch_s = float(context.session_watch_s[i])
-        message.context.last_page_click_rate = float(context.last_click_rate[i])
+        message.context.session_watch_s = float(request.session_watch_s[i])
+        message.context.last_page_click_rate = float(request.last_page_click_rate[i])
+        message.context.utc_offset_minutes = int(request.utc_offset_minutes[i])
 
 
 class RemoteFeedPolicy(_RemotePolicy):
@@ -148,7 +146,7 @@ class RemoteFeedPolicy(_RemotePolicy):
         self, states: np.ndarray, rng: np.random.Generator, context: PageContext
     ) -> tuple[np.ndarray, np.ndarray]:
         answered = super().act_in_context(states, rng, context)
-        if context.page % PROGRESS_EVERY_PAGES == 0:
+        if context.request.page_index.size and context.request.page_index[0] % PROGRESS_EVERY_PAGES == 0:
             self._on_page(self.report.rank_calls)
         return answered
 
@@ -210,6 +208,12 @@ class RemoteAllocationPolicy(_RemotePolicy):
         return int(answer.insert)
 
 
+@dataclass(frozen=True)
+class ServedDay:
+    traffic: TrafficReport
+    log: DayLog  # the simulator's record of the day: the states it built, the contexts it sent, the views
+
+
 def drive_day(
     sim: Simulator,
     channel: grpc.Channel,
@@ -218,7 +222,7 @@ def drive_day(
     ids: EventIds,
     deadline_s: float = 1.0,
     progress: Callable[[int], None] = lambda calls: None,
-) -> TrafficReport:
+) -> ServedDay:
     """One simulated day whose every decision the server makes; its feedback goes to ``feedback_topic``.
 
     ``progress`` hears the number of Rank calls made so far, every few pages of the day.
@@ -230,22 +234,9 @@ def drive_day(
     report.add(feed.report)
     report.add(allocation.report)
     with EventProducer(bootstrap_servers) as producer:
-        for event in feedback_events(_anchored_to_requests(log, feed.planned), sim.world, ids):
+        for event in feedback_events(log, sim.world, ids):
             producer.send(
                 feedback_topic, event.user_id.encode(), contracts.encode(event), event.event_time_ms
             )
             report.feedback_events += 1
-    return report
-
-
-def _anchored_to_requests(log: DayLog, planned: Sequence[tuple[np.ndarray, np.ndarray]]) -> DayLog:
-    """The day with each view moved by its request's shift from the planned time the server was sent."""
-    requests = np.concatenate([r for r, _ in planned])
-    planned_ms = np.concatenate([t for _, t in planned])
-    order, logged = np.argsort(requests), np.argsort(log.feed.request)
-    if not np.array_equal(requests[order], log.feed.request[logged]):
-        raise RuntimeError("the day's feed requests are not the ones the server was asked about")
-    shift = log.feed.time_ms[logged] - planned_ms[order]  # both in request order
-    view_shift = shift[np.searchsorted(requests[order], log.views.request)]
-    views = dataclasses.replace(log.views, time_ms=log.views.time_ms - view_shift)
-    return dataclasses.replace(log, views=views)
+    return ServedDay(report, log)

@@ -17,7 +17,7 @@ from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import high_watermarks
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim.events import EventIds, decision_records, feedback_events
+from recsys_rl.sim.events import EventIds, decision_records, feedback_events, write_user_table
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import DayLog, Simulator
 
@@ -34,6 +34,9 @@ class SimulateConfig:
     decisions_topic: str = "recsys.decisions"
     feedback_topic: str = "recsys.feedback"
     partitions: int = 4  # partitions of each topic it creates; records are keyed by user id
+    # where to write the platform's user table of the simulated world (each account's activity group),
+    # which the feature store needs beside the pipeline's aggregates; None: not written
+    user_table: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("users", "days", "partitions"):
@@ -102,6 +105,10 @@ def run_simulation(
         ],
     )
     sim, next_day = simulation if simulation is not None else simulated_days(config)
+    if config.user_table is not None:  # as of the first day's start: the accounts exist before they act
+        write_user_table(
+            sim.world, EventIds.for_seed(config.seed), config.user_table, sim.config.start_time_ms
+        )
     report = SimulationReport(written={config.decisions_topic: 0, config.feedback_topic: 0})
     with EventProducer(bootstrap_servers) as producer:
         for _ in range(config.days):

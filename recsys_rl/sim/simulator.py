@@ -1,10 +1,15 @@
 """The day-by-day, page-by-page simulation loop.
 
 A day starts by deciding which users come back (driven by yesterday's satisfaction, so long-term effects
-exist) and how many sessions each opens. All sessions of the day then advance together, one page per
-iteration, as numpy arrays over the sessions still open: the Python loop runs over pages and page slots,
-never over users. Timestamps are laid out afterwards, keeping a user's sessions apart by more than the
-sessionisation gap.
+exist) and how many sessions each opens, at planned hours. The sessions then run in waves: every user's
+first session of the day together, then every second one, and so on, each wave advancing one page per
+iteration as numpy arrays over the sessions still open (the Python loop runs over waves, pages and page
+slots, never over users). A session starts at its planned hour, or the sessionisation gap after the
+user's previous session ended if that is later; running the waves in order makes that time known when
+the session starts, so every request carries the time it will be logged with.
+
+Every state is built by ``recsys_rl.state.feed_states`` from the user's stored rows
+(``SimulatedFeatureStore``, updated when a day is over) and the request's context, as serving builds it.
 
 The result of a day is a ``DayLog``: column arrays of every feed request, every live-allocation decision
 and every viewed item, with the rewards the simulator itself attributes to each decision (the record that
@@ -14,20 +19,18 @@ pipeline tests compare transitions against).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
-from recsys_rl.sim.history import UserHistory
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs
+from recsys_rl.sim.stored_features import SimulatedFeatureStore
 from recsys_rl.sim.world import World
-from recsys_rl.state import ACTIVITY_GROUPS
+from recsys_rl.state import RequestContexts, feed_states, live_states
 
-#: Typical values of the live-state predictions (live watch s, gift, displaced video watch s).
-LIVE_PREDICTION_SCALE = np.array([30.0, 0.1, 13.0])
 #: Columns of ``ViewLog.signals``: the feedback event's signals.
 VIEW_SIGNAL_COLUMNS: tuple[str, ...] = (
     "watch_time",
@@ -44,6 +47,11 @@ VIEW_SIGNAL_COLUMNS: tuple[str, ...] = (
 _DAY_S = 86_400.0
 _FIRST_SESSION_HOUR = 7.0
 _SESSION_WINDOW_H = 16.0
+# A session pushed past the end of the planning window by the gap after the user's previous one is not
+# opened: a simulated day stays within its UTC day (sessions end minutes, not an hour, after they start),
+# which is the unit the loop ingests and the feature pipeline aggregates. Without this, a late user's
+# chain of sessions could run past midnight and its views land in the next day's feature row.
+_LAST_SESSION_START_H = _FIRST_SESSION_HOUR + _SESSION_WINDOW_H
 
 
 @dataclass(frozen=True)
@@ -55,17 +63,13 @@ class PageContext:
     day's log will give the row, the session context, the candidates with their predictions and, for a
     live-allocation decision, the live candidate. A policy opts in by defining ``act_in_context``.
 
-    ``time_ms`` is the request's planned event time; the day's log may move a whole session later when
-    it would overlap the user's previous one, by an offset the log's own times reveal afterwards.
+    ``request`` is what the request message's context says (its time is the one the day's log holds).
     """
 
     users: np.ndarray  # (n,) user index
     requests: np.ndarray  # (n,) request number of each row in the day's log
     sessions: np.ndarray  # (n,) session number
-    page: int  # page index within the session
-    time_ms: np.ndarray  # (n,) planned event time, ms since the epoch
-    session_watch_s: np.ndarray  # (n,) short-video seconds watched so far in the session
-    last_click_rate: np.ndarray  # (n,) share of the previous page's items clicked
+    request: RequestContexts
     candidates: np.ndarray  # (n, C) video ids; for live rows: (n, 1) live ids
     predictions: np.ndarray  # (n, C, K) upstream predictions of each candidate
 
@@ -75,10 +79,7 @@ class PageContext:
             users=self.users[index],
             requests=self.requests[index],
             sessions=self.sessions[index],
-            page=self.page,
-            time_ms=self.time_ms[index],
-            session_watch_s=self.session_watch_s[index],
-            last_click_rate=self.last_click_rate[index],
+            request=self.request.take(index),
             candidates=candidates,
             predictions=predictions,
         )
@@ -99,6 +100,8 @@ class FeedLog:
     user: np.ndarray
     page: np.ndarray
     time_ms: np.ndarray
+    session_watch_s: np.ndarray  # (n,) with page and time: the request context the state was built from
+    last_click_rate: np.ndarray  # (n,)
     state: np.ndarray  # (n, len(FEED_STATE_FEATURES)) float32
     candidates: np.ndarray  # (n, C) video ids
     predictions: np.ndarray  # (n, C, K) float32
@@ -160,7 +163,7 @@ def _concat(cls, parts: list[dict[str, np.ndarray]]):
 
 
 class Simulator:
-    """A seeded world plus the users' evolving history; ``run_day`` advances it by one day."""
+    """A seeded world plus what the feature store knows of its users; ``run_day`` advances it by one day."""
 
     def __init__(self, config: SimConfig, seed: int, episode_seed: int = 0) -> None:
         """``seed`` fixes the world; ``episode_seed`` the users' draws on it, so that ground truth can
@@ -177,7 +180,8 @@ class Simulator:
         episodes = np.random.SeedSequence(seed, spawn_key=(1, episode_seed))
         self.world = World.generate(config, np.random.default_rng(world))
         self.rng = np.random.default_rng(episodes)
-        self.history = UserHistory.fresh(config.n_users)
+        # the platform's user table holds every account's group from the start (see events.write_user_table)
+        self.store = SimulatedFeatureStore(self.world.users.group)
         self.day = 0
         self._next_request = 0
         self._next_session = 0
@@ -198,27 +202,47 @@ class Simulator:
         planned_h = planned_h[np.lexsort((planned_h, lane_user))]
         lane_session = self._next_session + np.arange(n_lanes)
         self._next_session += n_lanes
+        first = np.r_[True, lane_user[1:] != lane_user[:-1]] if n_lanes else np.zeros(0, bool)
+        rank = np.arange(n_lanes) - np.maximum.accumulate(np.where(first, np.arange(n_lanes), 0))
 
-        feed_parts, live_parts, view_parts, elapsed, sat_sum, view_count = self._run_sessions(
-            lane_user, lane_session, planned_h, feed_policy, allocation_policy
-        )
+        start_s = self.day * _DAY_S + planned_h * 3600.0  # seconds since the run's start
+        last_start_s = self.day * _DAY_S + _LAST_SESSION_START_H * 3600.0
+        end_s = np.zeros(n_lanes)
+        opened = 0
+        sat_sum, view_count = np.zeros(n_lanes), np.zeros(n_lanes)
+        feed_parts: list[dict] = []
+        live_parts: list[dict] = []
+        view_parts: list[dict] = []
+        # wave k: every user's k-th session; wave 0 runs even on a day without sessions, so that every log
+        # has its columns
+        for k in range(int(rank.max(initial=0)) + 1):
+            lanes = np.flatnonzero(rank == k)
+            if k:  # never within the gap after the same user's previous session (the lane before)
+                start_s[lanes] = np.maximum(start_s[lanes], end_s[lanes - 1] + cfg.min_session_gap_s)
+                end_s[lanes] = start_s[lanes]  # a session not opened pushes the user's later ones out too
+                lanes = lanes[start_s[lanes] <= last_start_s]
+            opened += lanes.size
+            start_ms = cfg.start_time_ms + np.round(start_s[lanes] * 1000.0).astype(np.int64)
+            wave = self._run_sessions(
+                lane_user[lanes], lane_session[lanes], start_ms, feed_policy, allocation_policy
+            )
+            end_s[lanes] = start_s[lanes] + wave.elapsed
+            sat_sum[lanes], view_count[lanes] = wave.satisfaction, wave.views
+            feed_parts += wave.feed
+            live_parts += wave.live
+            view_parts += wave.viewed
         feed, live, views = (
             _concat(FeedLog, feed_parts),
             _concat(LiveLog, live_parts),
             _concat(ViewLog, view_parts),
         )
-        start_ms = self._session_start_ms(lane_user, planned_h, elapsed)
-        first_session = self._next_session - n_lanes
-        for log in (feed, live, views):
-            log.time_ms = start_ms[log.session - first_session] + log.time_ms
-
         day_sat = np.bincount(lane_user, weights=sat_sum, minlength=cfg.n_users)
         day_views = np.bincount(lane_user, weights=view_count, minlength=cfg.n_users)
         self._satisfaction = np.where(
             day_views > 0, day_sat / np.maximum(day_views, 1), cfg.response.return_reference
         )
-        self.history.add_day(views, returning)
-        log = DayLog(self.day, feed, live, views, int(returning.sum()), int(n_lanes))
+        self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
+        log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
         self.day += 1
         return log
 
@@ -230,71 +254,47 @@ class Simulator:
         )
         return 1.0 / (1.0 + np.exp(-logit))
 
-    def _session_start_ms(
-        self, lane_user: np.ndarray, planned_h: np.ndarray, elapsed: np.ndarray
-    ) -> np.ndarray:
-        """Absolute start of each session: as planned, but never within the gap after the previous one."""
-        cfg = self.config
-        start_s = self.day * _DAY_S + planned_h * 3600.0
-        if lane_user.size:
-            first = np.r_[True, lane_user[1:] != lane_user[:-1]]
-            rank = np.arange(lane_user.size) - np.maximum.accumulate(
-                np.where(first, np.arange(lane_user.size), 0)
-            )
-            for k in range(1, int(rank.max()) + 1):
-                idx = np.flatnonzero(rank == k)
-                start_s[idx] = np.maximum(
-                    start_s[idx], start_s[idx - 1] + elapsed[idx - 1] + cfg.min_session_gap_s
-                )
-        return cfg.start_time_ms + np.round(start_s * 1000.0).astype(np.int64)
-
     # ------------------------------------------------------------------ page level
-    def _run_sessions(self, lane_user, lane_session, planned_h, feed_policy, allocation_policy):
+    def _run_sessions(self, lane_user, lane_session, start_ms, feed_policy, allocation_policy) -> _Wave:
+        """Sessions starting at ``start_ms``, page by page until every one has ended."""
         cfg = self.config
         n = lane_user.size
-        elapsed = np.zeros(n)  # seconds since the session started
+        wave = _Wave(elapsed=np.zeros(n), satisfaction=np.zeros(n), views=np.zeros(n))
         session_watch = np.zeros(n)
         last_click_rate = np.zeros(n)
-        sat_sum = np.zeros(n)
-        view_count = np.zeros(n)
         open_lanes = np.arange(n)
-        feed_parts: list[dict] = []
-        live_parts: list[dict] = []
-        view_parts: list[dict] = []
         for page in range(cfg.max_pages):
-            # page 0 always runs, even for a day with no sessions, so that every log has its columns
+            # page 0 always runs, even for a wave without sessions, so that every log has its columns
             if open_lanes.size == 0 and page > 0:
                 break
             lanes = open_lanes
-            state = self._feed_state(
-                lane_user[lanes],
-                page,
-                session_watch[lanes],
-                last_click_rate[lanes],
-                planned_h[lanes] + elapsed[lanes] / 3600.0,
+            users = lane_user[lanes]
+            request_ms = start_ms[lanes] + np.round(wave.elapsed[lanes] * 1000.0).astype(np.int64)
+            request = RequestContexts(
+                time_ms=request_ms,
+                page_index=np.full(lanes.size, page),
+                session_watch_s=session_watch[lanes],
+                last_page_click_rate=last_click_rate[lanes],
+                utc_offset_minutes=np.zeros(lanes.size, np.int64),  # the simulated users live on UTC
             )
+            state = feed_states(self.store.lookup(users), request)
             requests = self._next_request + np.arange(lanes.size)
             context = PageContext(
-                users=lane_user[lanes],
+                users=users,
                 requests=requests,
                 sessions=lane_session[lanes],
-                page=page,
-                time_ms=self._planned_time_ms(planned_h[lanes], elapsed[lanes]),
-                session_watch_s=session_watch[lanes],
-                last_click_rate=last_click_rate[lanes],
+                request=request,
                 candidates=np.empty((lanes.size, 0), dtype=np.int64),
                 predictions=np.empty((lanes.size, 0, 0)),
             )
-            outcome = self._run_page(lane_user[lanes], state, feed_policy, allocation_policy, context)
+            outcome = self._run_page(users, state, feed_policy, allocation_policy, context)
             self._next_request += lanes.size
-            request_time = elapsed[lanes].copy()
 
             views = outcome.views
             if page + 1 == cfg.max_pages:  # the page cap ends the session after the page's last view
                 views.session_end |= np.r_[views.row[1:] != views.row[:-1], True][: views.row.size]
             view_lane = lanes[views.row]
-            elapsed_at_view = request_time[views.row] + views.offset_s
-            view_parts.append(
+            wave.viewed.append(
                 {
                     "request": requests[views.row],
                     "session": lane_session[view_lane],
@@ -302,20 +302,22 @@ class Simulator:
                     "item": views.item,
                     "is_live": views.is_live,
                     "position": views.slot,
-                    "time_ms": np.round(elapsed_at_view * 1000.0).astype(np.int64),
+                    "time_ms": request_ms[views.row] + np.round(views.offset_s * 1000.0).astype(np.int64),
                     "signals": views.signals,
                     "session_end": views.session_end,
                 }
             )
             continuing = ~outcome.left & (page + 1 < cfg.max_pages)
-            feed_parts.append(
+            wave.feed.append(
                 {
                     "request": requests,
                     "session": lane_session[lanes],
-                    "user": lane_user[lanes],
+                    "user": users,
                     "page": np.full(lanes.size, page),
-                    "time_ms": np.round(request_time * 1000.0).astype(np.int64),
-                    "state": state.astype(np.float32),
+                    "time_ms": request_ms,
+                    "session_watch_s": request.session_watch_s,
+                    "last_click_rate": request.last_page_click_rate,
+                    "state": state,
                     "candidates": outcome.candidates,
                     "predictions": outcome.predictions.astype(np.float32),
                     "action": outcome.action.astype(np.float32),
@@ -328,14 +330,14 @@ class Simulator:
                 }
             )
             lr = outcome.live_rows
-            live_parts.append(
+            wave.live.append(
                 {
                     "request": requests[lr],
                     "session": lane_session[lanes[lr]],
-                    "user": lane_user[lanes[lr]],
+                    "user": users[lr],
                     "page": np.full(lr.size, page),
-                    "time_ms": np.round(request_time[lr] * 1000.0).astype(np.int64),
-                    "state": outcome.live_state.astype(np.float32),
+                    "time_ms": request_ms[lr],
+                    "state": outcome.live_state,
                     "live": outcome.live_id,
                     "predictions": outcome.live_predictions,
                     "action": outcome.live_action,
@@ -344,33 +346,13 @@ class Simulator:
                     "done": ~continuing[lr],
                 }
             )
-            elapsed[lanes] += outcome.page_seconds
+            wave.elapsed[lanes] += outcome.page_seconds
             session_watch[lanes] += outcome.feed_reward[:, 0]
             last_click_rate[lanes] = outcome.click_rate
-            np.add.at(sat_sum, view_lane, views.satisfaction)
-            np.add.at(view_count, view_lane, 1.0)
+            np.add.at(wave.satisfaction, view_lane, views.satisfaction)
+            np.add.at(wave.views, view_lane, 1.0)
             open_lanes = lanes[continuing]
-        return feed_parts, live_parts, view_parts, elapsed, sat_sum, view_count
-
-    def _planned_time_ms(self, planned_h: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
-        seconds = self.day * _DAY_S + planned_h * 3600.0 + elapsed_s
-        return self.config.start_time_ms + np.round(seconds * 1000.0).astype(np.int64)
-
-    def _feed_state(self, users, page, session_watch, last_click_rate, hour) -> np.ndarray:
-        group_onehot = np.eye(len(ACTIVITY_GROUPS))[self.world.users.group[users]]
-        angle = 2.0 * np.pi * (hour % 24.0) / 24.0
-        return np.column_stack(
-            [
-                group_onehot,
-                self.history.features(users),
-                self.history.returned_yesterday[users],
-                np.full(users.size, page / 10.0),
-                session_watch / 100.0,
-                last_click_rate,
-                np.sin(angle),
-                np.cos(angle),
-            ]
-        )
+        return wave
 
     def _run_page(self, users, state, feed_policy, allocation_policy, context: PageContext) -> PageOutcome:
         cfg, rng, world = self.config, self.rng, self.world
@@ -399,8 +381,11 @@ class Simulator:
         exp_watch, exp_gift = live_probs.expected(model)
         noise = rng.lognormal(0.0, model.prediction_noise, (live_rows.size, 2))
         displaced_pred = predictions[live_rows, ranked_cols[live_rows, size - 1], 0]
-        live_predictions = np.column_stack([exp_watch * noise[:, 0], exp_gift * noise[:, 1], displaced_pred])
-        live_state = np.column_stack([state[live_rows], live_predictions / LIVE_PREDICTION_SCALE])
+        # float32, as the allocation request carries them: the live state is built from what serving sees
+        live_predictions = np.column_stack(
+            [exp_watch * noise[:, 0], exp_gift * noise[:, 1], displaced_pred]
+        ).astype(np.float32)
+        live_state = live_states(state[live_rows], live_predictions)
         live_context = context.rows(live_rows, live_id[:, None], live_predictions[:, None, :])
         live_action, live_log_propensity = _act(allocation_policy, live_state, rng, live_context)
         inserted = np.zeros(n, dtype=bool)
@@ -506,6 +491,18 @@ class Simulator:
                 satisfaction=columns[7],
             ),
         )
+
+
+@dataclass
+class _Wave:
+    """What one wave of sessions left: per lane, its length, summed satisfaction and views; its logs."""
+
+    elapsed: np.ndarray  # seconds from each session's start to its end
+    satisfaction: np.ndarray
+    views: np.ndarray
+    feed: list[dict] = field(default_factory=list)
+    live: list[dict] = field(default_factory=list)
+    viewed: list[dict] = field(default_factory=list)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The static world of a simulation: users, videos and live streams, drawn once from a seed.
 
 Everything is a column array indexed by id so that a whole batch of requests can be simulated with numpy
-fancy indexing; nothing here changes during a run except the users' logged history (``UserHistory``).
+fancy indexing; nothing here changes during a run (what the platform learns of its users is in
+``stored_features``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The feature repo end to end: Beam-written aggregates -> Feast apply/materialise -> Redis and SQLite reads.
 
-One offline root (two days of aggregates written by WriteFeatureAggregates) and one materialised store
-per profile are shared by the module: Feast's import, apply and materialise take seconds each.
+One offline root (two days of aggregates written by WriteFeatureAggregates), one user table (two
+snapshots) and one materialised store per profile are shared by the module: Feast's import, apply and
+materialise take seconds each.
 """
 
 import argparse
@@ -33,8 +34,9 @@ from recsys_rl.feature_store import (
     open_store,
     redis_connection_string,
 )
+from recsys_rl.feature_tables import USER_ENGAGEMENT, write_user_activity
 from recsys_rl.kafka.broker import free_port
-from recsys_rl.pipelines.feature_aggregates import USER_ENGAGEMENT, WriteFeatureAggregates
+from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +50,10 @@ def _at(day_end: dt.datetime, hours_before: float) -> int:
     return int((day_end - dt.timedelta(hours=hours_before)).timestamp() * 1000)
 
 
-def _fact(user, group, item, when, watch=0.0, click=0, like=0, live_s=0.0, features_missing=False) -> dict:
+def _fact(user, item, when, watch=0.0, click=0, like=0, live_s=0.0) -> dict:
     live = item.startswith("live")
     return {
         "user_id": user,
-        "user_group": group,
-        "features_missing": features_missing,
         "item_id": item,
         "author_id": "author-" + item[-1],
         "item_type": "live" if live else "video",
@@ -70,16 +70,21 @@ def _fact(user, group, item, when, watch=0.0, click=0, like=0, live_s=0.0, featu
     }
 
 
-# alice: active both days (changes group on day 2); bob: day 1 only; carol: day 2 only, live only;
-# dave: both days, but day 2 was served on default features (whose group, 3, is not his).
+# alice: active both days; bob: day 1 only; carol: day 2 only, live only; dave: both days.
 FACTS = [
-    _fact("alice", 2, "video-1", _at(DAY1_END, 10), watch=12.0, click=1, like=1),
-    _fact("alice", 2, "video-2", _at(DAY1_END, 9), watch=4.0),
-    _fact("bob", 0, "video-1", _at(DAY1_END, 3), watch=30.0, click=1),
-    _fact("alice", 1, "video-2", _at(DAY2_END, 5), watch=8.0, click=1),
-    _fact("carol", 3, "live-3", _at(DAY2_END, 2), click=1, live_s=90.0),
-    _fact("dave", 2, "video-1", _at(DAY1_END, 4), watch=6.0),
-    _fact("dave", 3, "video-1", _at(DAY2_END, 4), watch=3.0, features_missing=True),
+    _fact("alice", "video-1", _at(DAY1_END, 10), watch=12.0, click=1, like=1),
+    _fact("alice", "video-2", _at(DAY1_END, 9), watch=4.0),
+    _fact("bob", "video-1", _at(DAY1_END, 3), watch=30.0, click=1),
+    _fact("alice", "video-2", _at(DAY2_END, 5), watch=8.0, click=1),
+    _fact("carol", "live-3", _at(DAY2_END, 2), click=1, live_s=90.0),
+    _fact("dave", "video-1", _at(DAY1_END, 4), watch=6.0),
+    _fact("dave", "video-1", _at(DAY2_END, 4), watch=3.0),
+]
+# The platform's user table: every account's group as day 1 starts, then alice moves to group 1.
+ALICE_MOVES = DAY1_END + dt.timedelta(hours=6)
+SNAPSHOTS = [
+    (DAY1, {"alice": 2, "bob": 0, "carol": 3, "dave": 2}),
+    (ALICE_MOVES, {"alice": 1}),
 ]
 
 
@@ -91,26 +96,40 @@ def offline_root(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def user_table(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("features") / "user_table"
+    for as_of, groups in SNAPSHOTS:
+        write_user_activity(directory, list(groups), list(groups.values()), int(as_of.timestamp() * 1000))
+    return directory
+
+
 def _user_rows(offline_root: Path) -> pd.DataFrame:
     return pq.read_table(offline_root / USER_ENGAGEMENT.name).to_pandas()
 
 
 @pytest.fixture(scope="module")
-def sqlite_report(offline_root, tmp_path_factory):
+def sqlite_report(offline_root, user_table, tmp_path_factory):
     state = tmp_path_factory.mktemp("sqlite-state")
     config = MaterializeConfig(
-        repo=str(REPO), profile="sqlite", offline=str(offline_root), state_dir=str(state), end_date=END
+        repo=str(REPO),
+        profile="sqlite",
+        offline=str(offline_root),
+        user_table=str(user_table),
+        state_dir=str(state),
+        end_date=END,
     )
     return materialize_repo(config), state
 
 
 @pytest.fixture(scope="module")
-def redis_report(offline_root, redis_server, tmp_path_factory):
+def redis_report(offline_root, user_table, redis_server, tmp_path_factory):
     state = tmp_path_factory.mktemp("redis-state")
     config = MaterializeConfig(
         repo=str(REPO),
         profile="redis",
         offline=str(offline_root),
+        user_table=str(user_table),
         state_dir=str(state),
         redis=redis_server.url,
         end_date=END,
@@ -149,13 +168,12 @@ def test_redis_profile_serves_each_users_latest_day(redis_report, redis_server, 
     store = open_store(REPO, "redis", state_dir=state, redis=redis_server.url)
     frame = online_user_features(store, ["alice", "bob", "carol", "nobody"])
     _assert_online_equals_latest_day(frame, offline_root)
-    # spot checks by hand: alice's day 2 (group 1, one clicked 8 s view); carol watched only live
+    # spot checks by hand: alice's day 2 (one clicked 8 s view) and her latest group; carol watched only live
     alice, carol = frame.iloc[0], frame.iloc[2]
     assert (alice.activity_group, alice.views, alice.click_rate, alice.watch_s_per_view) == (1, 1, 1.0, 8.0)
+    assert alice.day == (DAY2_END - dt.datetime(1970, 1, 2, tzinfo=dt.UTC)).days  # the UTC day it covers
     assert carol.views == 0 and pd.isna(carol.click_rate) and carol.live_watch_s_per_live_view == 90.0
-    # dave's day 2 engagement, with the group of day 1: a day on default features does not overwrite it
-    dave = online_user_features(store, ["dave"]).iloc[0]
-    assert (dave.activity_group, dave.views, dave.watch_s_per_view) == (2, 1, 3.0)
+    assert carol.activity_group == 3 and pd.isna(frame.iloc[3].activity_group)  # nobody has no account
 
 
 def test_sqlite_profile_serves_the_same(sqlite_report, offline_root):
@@ -168,13 +186,17 @@ def test_sqlite_profile_serves_the_same(sqlite_report, offline_root):
     )
 
 
-def test_a_second_run_continues_where_the_first_stopped(sqlite_report, offline_root):
+def test_a_second_run_continues_where_the_first_stopped(sqlite_report, offline_root, user_table):
     report, state = sqlite_report
-    settings = {"repo": str(REPO), "offline": str(offline_root), "state_dir": str(state)}
-    again = materialize_repo(MaterializeConfig(**settings, end_date="2024-03-13"))
-    assert {v.start for v in again.views} == {report.views[0].end} and {v.entities for v in again.views} == {
-        0
+    settings = {
+        "repo": str(REPO),
+        "offline": str(offline_root),
+        "user_table": str(user_table),
+        "state_dir": str(state),
     }
+    again = materialize_repo(MaterializeConfig(**settings, end_date="2024-03-13"))
+    assert {v.start for v in again.views} == {report.views[0].end}
+    assert {v.entities for v in again.views} == {0}
     # an end that is already covered is a no-op, reported as such
     older = materialize_repo(MaterializeConfig(**settings, end_date="2024-03-12"))
     assert {v.start for v in older.views} == {None}
@@ -199,8 +221,8 @@ def test_historical_features_are_point_in_time_correct(sqlite_report, offline_ro
     for i, expected in ((1, day1), (2, day1), (3, day2), (4, day1)):
         for name in USER_ENGAGEMENT.feature_names:
             assert _same(frame.loc[i, name], expected[name]), (i, name)
-    assert frame.activity_group.isna().tolist() == [True, False, False, False, False]
-    assert frame.activity_group.tolist()[1:] == [2, 2, 1, 2]
+    # the user table's snapshot at each time: alice's first group until she moved, whatever her days
+    assert frame.activity_group.tolist() == [2, 2, 1, 1, 1]
 
 
 def test_historical_features_outside_the_ttl_are_null(sqlite_report):
@@ -216,12 +238,13 @@ def test_historical_features_outside_the_ttl_are_null(sqlite_report):
     assert frame.loc[0, "views"] == 1 and frame.loc[1:, "views"].isna().all()  # the user view's ttl is 7 days
 
 
-def test_cli_verb_prints_what_it_materialised_and_where(offline_root, tmp_path, capsys):
+def test_cli_verb_prints_what_it_materialised_and_where(offline_root, user_table, tmp_path, capsys):
     parser = OneLineParser(prog="recsys-rl")
     features_cmd.register(parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser))
     args = parser.parse_args(
         [
             *("features", "materialize", "--repo", str(REPO), "--offline", str(offline_root)),
+            *("--user-table", str(user_table)),
             *("--state-dir", str(tmp_path), "--end-date", END),
         ]
     )
@@ -261,9 +284,17 @@ def test_cli_profiles_match_the_library():
         ),
     ],
 )
-def test_bad_settings_are_one_clear_error(changes, error, message, offline_root, tmp_path, monkeypatch):
+def test_bad_settings_are_one_clear_error(
+    changes, error, message, offline_root, user_table, tmp_path, monkeypatch
+):
     monkeypatch.delenv(REDIS_ENV, raising=False)
-    settings = {"repo": str(REPO), "offline": str(offline_root), "state_dir": str(tmp_path), **changes}
+    settings = {
+        "repo": str(REPO),
+        "offline": str(offline_root),
+        "user_table": str(user_table),
+        "state_dir": str(tmp_path),
+        **changes,
+    }
     with pytest.raises(error, match=re.escape(message)):
         materialize_repo(MaterializeConfig(**settings))
 
@@ -282,19 +313,30 @@ def test_bad_config_values_are_config_errors(overrides, message):
         load_config(MaterializeConfig, None, overrides)
 
 
-def test_missing_offline_data_is_a_feature_store_error(tmp_path):
+def test_missing_offline_data_is_a_feature_store_error(user_table, tmp_path):
     (tmp_path / "offline" / "user_engagement").mkdir(parents=True)
-    config = MaterializeConfig(repo=str(REPO), offline=str(tmp_path / "offline"), state_dir=str(tmp_path))
+    config = MaterializeConfig(
+        repo=str(REPO), offline=str(tmp_path / "offline"), user_table=str(user_table), state_dir=str(tmp_path)
+    )
     with pytest.raises(FeatureStoreError, match="no offline data for feature view 'user_engagement'"):
         materialize_repo(config)
 
 
-def test_unreachable_redis_is_a_quick_clear_error(offline_root, tmp_path):
+def test_a_missing_user_table_is_a_feature_store_error(offline_root, tmp_path):
+    config = MaterializeConfig(
+        repo=str(REPO), offline=str(offline_root), user_table=str(tmp_path / "none"), state_dir=str(tmp_path)
+    )
+    with pytest.raises(FeatureStoreError, match="no user table for feature view 'user_activity'"):
+        materialize_repo(config)
+
+
+def test_unreachable_redis_is_a_quick_clear_error(offline_root, user_table, tmp_path):
     port = free_port()  # nothing listens there
     config = MaterializeConfig(
         repo=str(REPO),
         profile="redis",
         offline=str(offline_root),
+        user_table=str(user_table),
         state_dir=str(tmp_path),
         redis=f"127.0.0.1:{port}",
     )
@@ -326,7 +368,7 @@ def test_redis_urls_become_feast_connection_strings(given, expected):
 
 
 @pytest.mark.slow  # a fresh process imports Feast and Beam: about 8 s
-def test_the_feast_cli_applies_the_same_repo(offline_root, tmp_path):
+def test_the_feast_cli_applies_the_same_repo(offline_root, user_table, tmp_path):
     """`feast -c <repo> -f <profile yaml> apply` works on the repo as it is (on a copy, to keep data/ out)."""
     repo = tmp_path / "repo"
     shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
@@ -336,10 +378,14 @@ def test_the_feast_cli_applies_the_same_repo(offline_root, tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "RECSYS_RL_FEATURES_OFFLINE": str(offline_root)},
+        env={
+            **os.environ,
+            "RECSYS_RL_FEATURES_OFFLINE": str(offline_root),
+            "RECSYS_RL_USER_TABLE": str(user_table),
+        },
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "Created feature service user_state_v2" in result.stdout
+    assert "Created feature service user_state_v3" in result.stdout
     assert (repo / "data" / "sqlite-registry.db").is_file()
 
 
@@ -349,6 +395,7 @@ def test_the_verb_raises_config_error_for_main_to_print_as_one_line():
         repo="/nonexistent",
         profile=None,
         offline=None,
+        user_table=None,
         state_dir=None,
         redis=None,
         end_date=None,
@@ -368,11 +415,16 @@ def test_a_cold_burst_of_known_users_fills_the_cache_for_their_next_pages(tmp_pa
     from recsys_rl.serving.online_features import UserFeatureReader
 
     users = {f"user-{i}": i % 4 for i in range(96)}
-    facts = [_fact(user, group, "video-1", _at(DAY1_END, 2), watch=10.0) for user, group in users.items()]
+    facts = [_fact(user, "video-1", _at(DAY1_END, 2), watch=10.0) for user in users]
     with beam.Pipeline() as p:
         p | beam.Create(facts) | WriteFeatureAggregates(str(tmp_path / "offline"))
+    write_user_activity(tmp_path / "users", list(users), list(users.values()), int(DAY1.timestamp() * 1000))
     config = MaterializeConfig(
-        repo=str(REPO), offline=str(tmp_path / "offline"), state_dir=str(tmp_path / "state"), end_date=END
+        repo=str(REPO),
+        offline=str(tmp_path / "offline"),
+        user_table=str(tmp_path / "users"),
+        state_dir=str(tmp_path / "state"),
+        end_date=END,
     )
     materialize_repo(config)
     reader = UserFeatureReader(open_store(REPO, state_dir=tmp_path / "state"))
@@ -389,4 +441,4 @@ def test_a_cold_burst_of_known_users_fills_the_cache_for_their_next_pages(tmp_pa
     second = burst()
     reader.close()
     assert [lookup.missing for lookup in second] == [None] * 96
-    assert [lookup.user.activity_group for lookup in second] == list(users.values())
+    assert [int(lookup.user.activity_group[0]) for lookup in second] == list(users.values())

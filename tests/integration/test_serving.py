@@ -492,8 +492,6 @@ REQUEST_TIME_MS = (FEATURE_DAY + 1) * DAY_MS + 9 * 3_600_000  # 09:00 the next d
 def _view(item: str, minute: int, watch: float, click: int) -> dict:
     return {
         "user_id": "user-1",
-        "user_group": 0,
-        "features_missing": False,
         "item_id": item,
         "author_id": "author-1",
         "item_type": "video",
@@ -512,21 +510,25 @@ def _view(item: str, minute: int, watch: float, click: int) -> dict:
 
 @pytest.fixture(scope="module")
 def redis_features(redis_server, tmp_path_factory) -> Path:
-    """user-1's day of views, aggregated by the feature pipeline and materialised into Redis."""
+    """user-1's account (high active) and day of views, aggregated by the feature pipeline and
+    materialised into Redis."""
     import apache_beam as beam
 
     from recsys_rl.feature_store import MaterializeConfig, materialize_repo
+    from recsys_rl.feature_tables import write_user_activity
     from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
 
     root = tmp_path_factory.mktemp("serve-features")
     facts = [_view(f"v{i}", 60 + i, watch=20.0, click=i % 2) for i in range(10)]
     with beam.Pipeline() as p:
         p | beam.Create(facts) | WriteFeatureAggregates(str(root / "offline"))
+    write_user_activity(root / "users", ["user-1"], [0], FEATURE_DAY * DAY_MS)
     end = dt.datetime.fromtimestamp((FEATURE_DAY + 1) * 86_400 + 3_600, dt.UTC).isoformat()
     config = MaterializeConfig(
         repo=str(FEATURE_REPO),
         profile="redis",
         offline=str(root / "offline"),
+        user_table=str(root / "users"),
         state_dir=str(root / "state"),
         redis=redis_server.url,
         end_date=end,

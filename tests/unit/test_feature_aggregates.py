@@ -13,20 +13,19 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline  # module import: pytest would collect TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from recsys_rl.pipelines.feature_aggregates import (
+from recsys_rl.feature_tables import (
+    AGGREGATE_TABLES,
     AUTHOR_STATS,
-    FEATURE_TABLES,
     ITEM_STATS,
     TIMESTAMP_COLUMN,
-    USER_ACTIVITY,
     USER_ENGAGEMENT,
-    WriteFeatureAggregates,
-    shard_of,
 )
+from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates, shard_of
 
 DAY0 = dt.datetime(2024, 3, 10, tzinfo=dt.UTC)
 DAY0_END = DAY0 + dt.timedelta(days=1)
 DAY1_END = DAY0 + dt.timedelta(days=2)
+D0 = (DAY0 - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)).days  # the UTC day's number, a user row's "day"
 DAYS = ("2024-03-10", "2024-03-11", "2024-03-12")
 NAN = None  # expected null rate
 
@@ -36,14 +35,12 @@ def at(day: int, hour: int, minute: int = 0, ms: int = 0) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def fact(user, group, item, author, when, kind="video", features_missing=False, **signals) -> dict:
+def fact(user, item, author, when, kind="video", **signals) -> dict:
     values = dict.fromkeys(("watch_time_s", "live_watch_s", "gift"), 0.0)
     values.update(dict.fromkeys(("click", "like", "follow", "comment", "share", "hate"), 0))
     values.update(signals)
     return {
         "user_id": user,
-        "user_group": group,
-        "features_missing": features_missing,
         "item_id": item,
         "author_id": author,
         "item_type": kind,
@@ -52,35 +49,27 @@ def fact(user, group, item, author, when, kind="video", features_missing=False, 
     }
 
 
-# u1's day 0: two videos (one liked, one followed + commented + hated) and a live stream late in the day,
-# when the user has moved to group 1. u2 views v1 at the last millisecond of day 0 and again at the
-# first millisecond of day 1. u3 watches only a live stream on day 1. Two views were decided on default
-# features (whose group, 3, says nothing about the user): u1's only view of day 1, and u2's later one.
+# u1's day 0: two videos (one liked, one followed + commented + hated) and a live stream late in the day.
+# u2 views v1 at the last millisecond of day 0 and again at the first millisecond of day 1. u3 watches
+# only a live stream on day 1.
 FACTS = [
-    fact("u1", 2, "v1", "a1", at(0, 8), watch_time_s=10.5, click=1, like=1),
-    fact("u1", 2, "v2", "a1", at(0, 9), watch_time_s=3.25, follow=1, comment=1, hate=1),
-    fact("u1", 1, "L1", "a2", at(0, 20), kind="live", click=1, live_watch_s=120.0, gift=5.0),
-    fact("u2", 0, "v1", "a1", at(0, 23, 59, 59_999), watch_time_s=7.0, click=1, share=1),
-    fact("u2", 0, "v1", "a1", at(1, 0), watch_time_s=2.0),
-    fact("u2", 3, "v1", "a1", at(1, 5), watch_time_s=2.0, features_missing=True),
-    fact("u1", 3, "v2", "a1", at(1, 10), watch_time_s=5.0, features_missing=True),
-    fact("u3", 3, "L1", "a2", at(1, 15), kind="live", click=1, live_watch_s=30.0),
+    fact("u1", "v1", "a1", at(0, 8), watch_time_s=10.5, click=1, like=1),
+    fact("u1", "v2", "a1", at(0, 9), watch_time_s=3.25, follow=1, comment=1, hate=1),
+    fact("u1", "L1", "a2", at(0, 20), kind="live", click=1, live_watch_s=120.0, gift=5.0),
+    fact("u2", "v1", "a1", at(0, 23, 59, 59_999), watch_time_s=7.0, click=1, share=1),
+    fact("u2", "v1", "a1", at(1, 0), watch_time_s=2.0),
+    fact("u2", "v1", "a1", at(1, 5), watch_time_s=2.0),
+    fact("u1", "v2", "a1", at(1, 10), watch_time_s=5.0),
+    fact("u3", "L1", "a2", at(1, 15), kind="live", click=1, live_watch_s=30.0),
 ]
 
 USER_ROWS = [
-    # user, day end, views, click, like, watch/view, interactions/view, hate, live views, live s/view
-    ("u1", DAY0_END, 2, 0.5, 0.5, 6.875, 1.5, 0.5, 1, 120.0),
-    ("u2", DAY0_END, 1, 1.0, 0.0, 7.0, 1.0, 0.0, 0, NAN),
-    ("u1", DAY1_END, 1, 0.0, 0.0, 5.0, 0.0, 0.0, 0, NAN),
-    ("u2", DAY1_END, 2, 0.0, 0.0, 2.0, 0.0, 0.0, 0, NAN),
-    ("u3", DAY1_END, 0, NAN, NAN, NAN, NAN, NAN, 1, 30.0),
-]
-ACTIVITY_ROWS = [
-    # user, day end, group of the day's last view decided on stored features; u1's day 1 had none
-    ("u1", DAY0_END, 1),
-    ("u2", DAY0_END, 0),
-    ("u2", DAY1_END, 0),
-    ("u3", DAY1_END, 3),
+    # user, day end, day, views, click, like, watch/view, interactions/view, hate, live views, live s/view
+    ("u1", DAY0_END, D0, 2, 0.5, 0.5, 6.875, 1.5, 0.5, 1, 120.0),
+    ("u2", DAY0_END, D0, 1, 1.0, 0.0, 7.0, 1.0, 0.0, 0, NAN),
+    ("u1", DAY1_END, D0 + 1, 1, 0.0, 0.0, 5.0, 0.0, 0.0, 0, NAN),
+    ("u2", DAY1_END, D0 + 1, 2, 0.0, 0.0, 2.0, 0.0, 0.0, 0, NAN),
+    ("u3", DAY1_END, D0 + 1, 0, NAN, NAN, NAN, NAN, NAN, 1, 30.0),
 ]
 ITEM_ROWS = [
     # item, day end, views, click rate, watch/view (live seconds for L1), like rate, hate rate
@@ -100,10 +89,10 @@ AUTHOR_ROWS = [
 
 
 EXACT_WATCHES = [0.1, 0.2, 0.3, 1e-9, 1e9]  # (0.1 + 0.2) + 0.3 != 0.1 + (0.2 + 0.3) in floating point
-EXACT_FACTS = [fact("u", 0, f"v{i}", "a", at(0, i), watch_time_s=w) for i, w in enumerate(EXACT_WATCHES)]
-SHARD_FACTS = [fact(f"user-{i}", 0, "v", "a", at(0, 1)) for i in range(20)]
+EXACT_FACTS = [fact("u", f"v{i}", "a", at(0, i), watch_time_s=w) for i, w in enumerate(EXACT_WATCHES)]
+SHARD_FACTS = [fact(f"user-{i}", "v", "a", at(0, 1)) for i in range(20)]
 MANY_FACTS = [
-    fact(f"u{i % 37}", i % 4, f"v{i % 53}", f"a{i % 11}", at(i % 3, i % 24, i % 60), watch_time_s=0.1 * i)
+    fact(f"u{i % 37}", f"v{i % 53}", f"a{i % 11}", at(i % 3, i % 24, i % 60), watch_time_s=0.1 * i)
     for i in range(600)
 ]
 # name -> (facts, num_shards): one pipeline writes them all, since each Beam run costs seconds
@@ -123,7 +112,7 @@ def days_of(facts) -> list[str]:
 def expected_paths(root: Path, facts, num_shards: int) -> list[str]:
     return [
         f"{root}/{table.name}/{day}-{shard:05d}-of-{num_shards:05d}.parquet"
-        for table in FEATURE_TABLES
+        for table in AGGREGATE_TABLES
         for day in days_of(facts)
         for shard in range(num_shards)
     ]
@@ -163,7 +152,7 @@ def written(tmp_path_factory) -> Path:
 def test_one_file_per_table_and_day_named_by_date(written):
     assert parquet_files(written / "hand") == sorted(
         f"{t.name}/{day}-00000-of-00001.parquet"
-        for t in FEATURE_TABLES
+        for t in AGGREGATE_TABLES
         for day in ("2024-03-10", "2024-03-11")
     )
 
@@ -172,7 +161,6 @@ def test_one_file_per_table_and_day_named_by_date(written):
     ("table", "expected"),
     [
         pytest.param(USER_ENGAGEMENT, USER_ROWS, id="user"),
-        pytest.param(USER_ACTIVITY, ACTIVITY_ROWS, id="user-activity"),
         pytest.param(ITEM_STATS, ITEM_ROWS, id="item"),
         pytest.param(AUTHOR_STATS, AUTHOR_ROWS, id="author"),
     ],
@@ -191,7 +179,7 @@ def test_rows_are_stamped_with_the_end_of_their_utc_day(written):
 
 
 def test_parquet_schema_is_the_feature_tables_contract(written):
-    for table in FEATURE_TABLES:
+    for table in AGGREGATE_TABLES:
         for path in (written / "hand" / table.name).glob("*.parquet"):
             assert pq.read_schema(path).remove_metadata() == table.arrow_schema()
 
@@ -204,7 +192,7 @@ def test_sums_are_exact_so_their_order_cannot_matter(written):
 
 def test_entities_go_to_their_stable_shard_and_every_shard_is_written(written):
     root = written / "mixed"
-    for table in FEATURE_TABLES:
+    for table in AGGREGATE_TABLES:
         names = {
             (day, shard): f"{table.name}/{day}-{shard:05d}-of-00004.parquet"
             for day in DAYS
@@ -230,7 +218,7 @@ def test_shuffled_input_and_other_bundling_give_byte_identical_files(written, tm
     processes = PipelineOptions(direct_num_workers=2, direct_running_mode="multi_processing")
     run({"mixed": (shuffled, num_shards)}, tmp_path, options=processes)
     first, second = parquet_files(written / "mixed"), parquet_files(tmp_path / "mixed")
-    assert first == second and len(first) == 4 * 3 * 4  # tables x days x shards
+    assert first == second and len(first) == 3 * 3 * 4  # tables x days x shards
     for name in first:
         assert (written / "mixed" / name).read_bytes() == (tmp_path / "mixed" / name).read_bytes(), name
 
@@ -240,8 +228,6 @@ def test_a_rerun_replaces_the_days_it_covers(written, tmp_path):
     run({"hand": ([f for f in FACTS if f["user_id"] == "u3"], 1)}, tmp_path)  # day 1 again, u3 only
     users = [(r[0], r[1]) for r in rows(tmp_path / "hand", USER_ENGAGEMENT)]
     assert users == [("u1", DAY0_END), ("u2", DAY0_END), ("u3", DAY1_END)]
-    groups = [(r[0], r[1]) for r in rows(tmp_path / "hand", USER_ACTIVITY)]
-    assert groups == [("u1", DAY0_END), ("u2", DAY0_END), ("u3", DAY1_END)]
 
 
 @pytest.mark.parametrize(

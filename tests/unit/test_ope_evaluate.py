@@ -153,7 +153,8 @@ def test_lift_over_the_behaviour_policy_is_paired(logged, evaluation):
             unpaired = np.hypot(
                 np.diff(entry["candidate"]["interval"])[0], np.diff(entry["baseline"]["interval"])[0]
             )
-            assert width < 0.75 * unpaired, f"{name}/{s}: paired width {width:.4g} vs unpaired {unpaired:.4g}"
+            # (an unpaired bootstrap of the difference would give the unpaired width, a ratio near 1)
+            assert width < 0.9 * unpaired, f"{name}/{s}: paired width {width:.4g} vs unpaired {unpaired:.4g}"
 
 
 def test_without_groups_only_overall_values_are_reported(logged):

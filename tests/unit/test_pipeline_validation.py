@@ -109,7 +109,8 @@ def _set(**fields):
             feed_decision,
             _set(feature_version="state-v0"),
             "out_of_range",
-            "feature_version should be 'state-v1' (the state's names, order and scaling), but is 'state-v0'",
+            f"feature_version should be '{FEATURE_VERSION}' (the state's names, order and scaling), "
+            "but is 'state-v0'",
             id="old-feature-version",
         ),
         pytest.param(

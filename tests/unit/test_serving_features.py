@@ -11,7 +11,7 @@ import pytest
 
 import recsys_rl.feature_store
 from recsys_rl.serving.online_features import UserFeatureReader
-from recsys_rl.serving.online_state import UserFeatures
+from recsys_rl.state import StoredUserFeatures
 
 
 class SlowStore:
@@ -26,29 +26,36 @@ class SlowStore:
     def reads(self) -> list[str]:
         return [user for call in self.calls for user in call]
 
-    def read(self, store, user_ids, include_event_timestamps=False):
+    def read(self, store, user_ids):
         self.calls.append(list(user_ids))
         if user_ids != ["warm-up"]:  # the registry load at warm-up answers at once
             self.release.wait(5.0)
         if self.fail:
             raise OSError("the store is down")
-        rows = [
-            {"user_id": u, "activity_group": None if u.startswith("u-new") else 1, "views": 7}
-            for u in user_ids
-        ]
-        return pd.DataFrame(rows)
+        # a user's row says who it is (its view count); the store knows nothing of a new user
+        known = {"activity_group": 1, "day": 100}
+        return pd.DataFrame(
+            [
+                {"user_id": u, **({} if u.startswith("u-new") else {**known, "views": _views(u)})}
+                for u in user_ids
+            ]
+        )
 
 
 @pytest.fixture
 def slow_store(monkeypatch) -> SlowStore:
     store = SlowStore()
     monkeypatch.setattr(recsys_rl.feature_store, "online_user_features", store.read, raising=False)
-    monkeypatch.setattr(UserFeatures, "from_row", classmethod(_from_row))
     return store
 
 
-def _from_row(cls, row):
-    return None if pd.isna(row["activity_group"]) else (row["user_id"], row["activity_group"], row["views"])
+def _views(user_id: str) -> int:
+    return sum(map(ord, user_id))
+
+
+def _row_of(user: StoredUserFeatures | None) -> int | None:
+    """Whose row a lookup answered with: its view count, unique per user id in these tests."""
+    return None if user is None else int(user.views[0])
 
 
 def _wait_for(condition, timeout_s: float = 5.0) -> None:
@@ -71,7 +78,7 @@ def test_a_late_read_is_served_from_the_cache_next_time(slow_store: SlowStore) -
     slow_store.release.set()
     _wait_for(lambda: reader.lookup("u1", budget_s=0.0).missing is None)
     second = reader.lookup("u1", budget_s=0.0)
-    assert second.user == ("u1", 1, 7) and slow_store.reads == ["u1"]  # the store was read once
+    assert _row_of(second.user) == _views("u1") and slow_store.reads == ["u1"]  # the store was read once
     # an unknown user is remembered as unknown, and not read again either
     slow_store.calls.clear()
     assert reader.lookup("u-new", budget_s=1.0).missing == "unknown_user"
@@ -124,7 +131,7 @@ def test_warm_up_reads_the_expected_users_before_the_first_request(slow_store: S
     assert reader.warm_up(["u1", "u2", "u1", "u3", "u4", "u-new"]) == 5
     assert slow_store.calls[0] == ["warm-up"]  # Feast's registry is loaded first
     assert sorted(slow_store.reads[1:]) == ["u-new", "u1", "u2", "u3", "u4"]
-    assert reader.lookup("u4", budget_s=0.0).user == ("u4", 1, 7)
+    assert _row_of(reader.lookup("u4", budget_s=0.0).user) == _views("u4")
     assert reader.lookup("u-new", budget_s=0.0).missing == "unknown_user"
     assert reader.warm_up(["u1"]) == 0 and len(slow_store.reads) == 7  # cached: not read again
     reader.close()
@@ -173,9 +180,11 @@ def test_entries_expire_and_the_oldest_go_first(slow_store: SlowStore) -> None:
     time.sleep(0.25)
     # expired: answered from the cache at once, and read again in the background
     slow_store.release.clear()
-    assert reader.lookup("u3", budget_s=0.0).user == ("u3", 1, 7)
+    assert _row_of(reader.lookup("u3", budget_s=0.0).user) == _views("u3")
     _wait_for(lambda: slow_store.reads[-1:] == ["u3"] and len(slow_store.reads) == 5)
-    assert reader.lookup("u3", budget_s=0.0).user == ("u3", 1, 7)  # the refresh is under way: no second one
+    assert _row_of(reader.lookup("u3", budget_s=0.0).user) == _views(
+        "u3"
+    )  # the refresh is under way: no second one
     slow_store.release.set()
     _wait_for(lambda: reader.pending() == 0)
     assert len(slow_store.reads) == 5

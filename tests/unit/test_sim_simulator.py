@@ -1,12 +1,22 @@
 """Structure, determinism and internal consistency of the simulator."""
 
+import itertools
+
 import numpy as np
 import pytest
 
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
-from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
+from recsys_rl.state import (
+    DAY_MS,
+    FEED_STATE_FEATURES,
+    LIVE_STATE_FEATURES,
+    RequestContexts,
+    feed_states,
+    live_states,
+    user_groups,
+)
 
 FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
 
@@ -131,3 +141,62 @@ def test_each_activity_group_returns_on_day_zero_at_its_configured_rate():
         rate = returned[members].mean()
         margin = 4.0 * np.sqrt(base * (1.0 - base) / members.sum())
         assert abs(rate - base) < margin, (group, rate, base)
+
+
+def test_states_are_built_from_the_stored_rows_and_the_request_context_alone():
+    """As serving builds them: a day's states are ``feed_states`` of the rows stored when the day began and
+    of each request's logged context, time included; no hidden trait of the user goes in."""
+    users = 300
+    sim = Simulator(SimConfig(n_users=users), 4)
+    sim.run_day(FEED, LIVE)
+    stored = sim.store.lookup(np.arange(users))  # what the nightly run left for day 1
+    day = sim.run_day(FEED, LIVE)
+    feed, live = day.feed, day.live
+    context = RequestContexts(
+        time_ms=feed.time_ms,
+        page_index=feed.page,
+        session_watch_s=feed.session_watch_s,
+        last_page_click_rate=feed.last_click_rate,
+        utc_offset_minutes=np.zeros(feed.page.size, np.int64),
+    )
+    rebuilt = feed_states(stored.take(feed.user), context)
+    np.testing.assert_array_equal(feed.state, rebuilt)
+    row = {int(r): i for i, r in enumerate(feed.request)}
+    of_live = [row[int(r)] for r in live.request]
+    np.testing.assert_array_equal(live.state, live_states(rebuilt[of_live], live.predictions))
+    # the group is the published one; yesterday's users have yesterday's history, the others none
+    assert np.array_equal(user_groups(feed.state), sim.world.users.group[feed.user])
+    returned = feed.state[:, FEED_STATE_FEATURES.index("returned_yesterday")] == 1
+    assert 0 < returned.mean() < 1
+
+
+def test_a_day_stays_in_its_utc_day_with_a_users_sessions_in_order():
+    config = SimConfig(n_users=600)
+    sim = Simulator(config, 9)
+    for d in range(3):
+        day = sim.run_day(FEED, LIVE)
+        utc_day = (day.views.time_ms - config.start_time_ms) // DAY_MS
+        assert np.all(utc_day == d) and np.all((day.feed.time_ms - config.start_time_ms) // DAY_MS == d)
+        # no session opens after 23:00, however late the gap after the previous one pushed it
+        start_h = (day.feed.time_ms[day.feed.page == 0] - config.start_time_ms - d * DAY_MS) / 3_600_000
+        assert start_h.max() <= 23.0
+        # a user's sessions run one after another: each starts the gap after the previous one's last view
+        # (to the millisecond both times are rounded to)
+        first_page = day.feed.page == 0
+        starts = sorted(
+            zip(
+                day.feed.user[first_page].tolist(),
+                day.feed.time_ms[first_page].tolist(),
+                day.feed.session[first_page].tolist(),
+                strict=True,
+            )
+        )
+        last_view: dict[int, int] = {}
+        for session, t in zip(day.views.session.tolist(), day.views.time_ms.tolist(), strict=True):
+            last_view[session] = max(t, last_view.get(session, t))
+        followed = 0
+        for (user, _, session), (next_user, next_start, _) in itertools.pairwise(starts):
+            if user == next_user:
+                assert next_start - last_view[session] >= config.min_session_gap_s * 1000 - 1
+                followed += 1
+        assert followed > 100

@@ -55,8 +55,7 @@ from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
 from recsys_rl import signals
-from recsys_rl.sim.simulator import LIVE_PREDICTION_SCALE
-from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
+from recsys_rl.state import ACTIVITY_GROUPS, LIVE_PREDICTION_SCALE, LIVE_STATE_FEATURES
 from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context
 from recsys_rl.training.agents.data import TransitionStatistics
 from recsys_rl.training.agents.networks import (

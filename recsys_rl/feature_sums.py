@@ -1,0 +1,132 @@
+"""Exact per-day sums of view facts, and the feature values they give: one arithmetic for two users.
+
+The feature pipeline (``recsys_rl.pipelines.feature_aggregates``) sums every entity's day through these
+functions, and so does the simulator's copy of the store (``recsys_rl.sim.stored_features``), which
+therefore holds the very floats the pipeline writes and serving reads. No Beam here: the simulator
+imports it.
+
+Fixed point: sums of integer micro-units are exact in any order of addition, so any runner and bundling
+give the same bits, and int / int (correctly rounded in Python) turns them back into rates exact to
+that resolution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recsys_rl.feature_tables import AUTHOR_STATS, ITEM_STATS, USER_ENGAGEMENT, FeatureTable
+
+_ONE = 1_000_000  # micro-units: small integers keep the per-view arithmetic on Python's fast path
+
+
+def _exact(values: list[float]) -> np.ndarray:
+    """``round(value * _ONE)`` of each value as int64: the same IEEE product, rounded half to even.
+
+    Exact below 2**53 micro-units (about nine billion seconds); the pipeline validates signals far
+    below that, and sums stay in int64 for hundreds of millions of views per entity and day.
+    """
+    array = np.asarray(values)
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64) * _ONE
+    scaled = array.astype(np.float64) * _ONE
+    if not np.all(np.abs(scaled) < 2.0**53):
+        raise ValueError(f"view fact signals should be below {2**53 / _ONE:g}, but hold {values!r}")
+    return np.rint(scaled).astype(np.int64)
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _count(micro: int) -> int:
+    return micro // _ONE
+
+
+def user_increments(columns: Mapping[str, Sequence]) -> np.ndarray:
+    """(n, 8) exact increments (scaled by _ONE) of each view fact to its user's day, USER_ENGAGEMENT's sums.
+
+    ``columns`` holds the facts' signals and ``item_type`` field by field. Feed engagement is measured
+    on short-video views, live engagement on live views. The simulator's copy of the store
+    (``recsys_rl.sim.stored_features``) sums its views through this too.
+    """
+    signal = {name: _exact(columns[name]) for name in _USER_SIGNALS}
+    live = np.asarray(columns["item_type"]) == "live"
+    video = ~live
+    one = np.full(live.size, _ONE, dtype=np.int64)
+    interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
+    return np.stack(
+        [
+            *(column * video for column in (one, signal["click"], signal["like"], signal["watch_time_s"])),
+            interactions * video,
+            signal["hate"] * video,
+            one * live,
+            signal["live_watch_s"] * live,
+        ],
+        axis=1,
+    )
+
+
+def increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:
+    """The exact increments each view fact adds to its user's, item's and author's day, in
+    ``AGGREGATIONS`` order: one row per fact, one column per sum of the table."""
+    signal = {name: _exact(columns[name]) for name in ("click", "like", "hate", "follow")}
+    one = np.full(signal["click"].size, _ONE, dtype=np.int64)
+    # the contract zeroes one of the two watches
+    item_watch = _exact(columns["watch_time_s"]) + _exact(columns["live_watch_s"])
+    item = np.stack([one, signal["click"], item_watch, signal["like"], signal["hate"]], axis=1)
+    author = np.stack([one, signal["follow"]], axis=1)
+    return user_increments(columns), item, author
+
+
+_USER_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
+FACT_COLUMNS = ("user_id", "item_id", "author_id", "item_type", "event_time_ms", *_USER_SIGNALS)
+
+
+# The feature values of one entity's day from its sums (in the order of _increments' columns).
+def user_features(s: Sequence[int], day: int) -> dict[str, Any]:
+    views, clicks, likes, watch, interactions, hates, live_views, live_watch = s
+    return {
+        "day": day,
+        "views": _count(views),
+        "click_rate": _ratio(clicks, views),
+        "like_rate": _ratio(likes, views),
+        "watch_s_per_view": _ratio(watch, views),
+        "interaction_rate": _ratio(interactions, views),
+        "hate_rate": _ratio(hates, views),
+        "live_views": _count(live_views),
+        "live_watch_s_per_live_view": _ratio(live_watch, live_views),
+    }
+
+
+def _item_features(s: Sequence[int], day: int) -> dict[str, Any]:
+    views, clicks, watch, likes, hates = s
+    return {
+        "views": _count(views),
+        "click_rate": _ratio(clicks, views),
+        "watch_s_per_view": _ratio(watch, views),
+        "like_rate": _ratio(likes, views),
+        "hate_rate": _ratio(hates, views),
+    }
+
+
+def _author_features(s: Sequence[int], day: int) -> dict[str, Any]:
+    views, follows = s
+    return {"views": _count(views), "follow_rate": _ratio(follows, views)}
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    table: FeatureTable
+    features: Callable[[Sequence[int], int], dict[str, Any]]
+
+
+# in the order of _increments' results
+AGGREGATIONS = (
+    Aggregation(USER_ENGAGEMENT, user_features),
+    Aggregation(ITEM_STATS, _item_features),
+    Aggregation(AUTHOR_STATS, _author_features),
+)

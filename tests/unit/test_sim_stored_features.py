@@ -1,0 +1,55 @@
+"""The simulator's copy of the feature store holds the very numbers the feature pipeline writes."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+
+from recsys_rl import contracts
+from recsys_rl.feature_tables import USER_ENGAGEMENT
+from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.events import EventIds, feedback_events
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.simulator import Simulator
+from recsys_rl.state import StoredUserFeatures
+
+SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
+_LIVE = contracts.ITEM_TYPES["live"]
+
+
+def _fact(event: contracts.FeedbackEvent) -> dict:
+    """A feedback event as the pipeline's view fact: what travels on the wire, nothing else."""
+    return {
+        "user_id": event.user_id,
+        "item_id": event.item_id,
+        "author_id": event.author_id,
+        "item_type": "live" if event.item_type == _LIVE else "video",
+        "event_time_ms": event.event_time_ms,
+        **{name: getattr(event.signals, name) for name in SIGNALS},
+        "gift": event.signals.gift_value,
+    }
+
+
+def test_a_simulated_day_leaves_the_rows_the_feature_pipeline_writes_from_its_feedback(tmp_path):
+    users = 200
+    sim = Simulator(SimConfig(n_users=users), 6)
+    ids = EventIds.for_seed(6)
+    before = sim.store.lookup(np.arange(users))
+    assert np.all(before.day == -1) and np.array_equal(before.activity_group, sim.world.users.group)
+    day = sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy())
+    facts = [_fact(event) for event in feedback_events(day, sim.world, ids)]
+    with beam.Pipeline() as p:
+        p | beam.Create(facts) | WriteFeatureAggregates(str(tmp_path))
+    written = pq.read_table(tmp_path / USER_ENGAGEMENT.name).to_pylist()
+    active = [int(row["user_id"][1:]) for row in written]
+    assert len(active) == np.unique(day.views.user).size > 50
+    expected = StoredUserFeatures.from_records(written)
+    stored = sim.store.lookup(np.array(active))
+    for name in vars(expected):
+        if name != "activity_group":  # the user table's, not the pipeline's
+            np.testing.assert_array_equal(getattr(stored, name), getattr(expected, name), err_msg=name)
+    # users who stayed away keep no engagement row, only their account's group
+    away = np.setdiff1d(np.arange(users), active)
+    assert np.all(sim.store.lookup(away).day == -1) and np.all(sim.store.lookup(away).views == 0)

@@ -1,0 +1,166 @@
+"""The one state builder: what each feature means, and that the simulator's batches equal serving's rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from recsys_rl.contracts import serving_pb2
+from recsys_rl.serving.online_state import feed_state, live_state, user_group
+from recsys_rl.state import (
+    DAY_MS,
+    ENGAGEMENT_TTL_DAYS,
+    FEED_STATE_FEATURES,
+    LIVE_STATE_FEATURES,
+    PRIOR_CLICK_RATE,
+    PRIOR_VIEWS,
+    UNKNOWN_GROUP,
+    RequestContexts,
+    StoredUserFeatures,
+    feed_states,
+)
+
+INDEX = {name: i for i, name in enumerate(FEED_STATE_FEATURES)}
+HIST = slice(INDEX["hist_click_rate"], INDEX["hist_live_watch"] + 1)
+TODAY = 100
+NOON = TODAY * DAY_MS + 12 * 3_600_000
+
+
+def stored(**changes) -> StoredUserFeatures:
+    values = {
+        "activity_group": 1,
+        "day": TODAY - 1,
+        "views": 40,
+        "click_rate": 0.5,
+        "watch_s_per_view": 12.0,
+        "interaction_rate": 0.05,
+        "live_views": 3,
+        "live_watch_s_per_live_view": 40.0,
+    }
+    values.update(changes)
+    return StoredUserFeatures(**{name: np.array([value]) for name, value in values.items()})
+
+
+def state_at(user: StoredUserFeatures | None, time_ms: int = NOON, **context) -> np.ndarray:
+    return feed_state(user, serving_pb2.RequestContext(**context), time_ms)
+
+
+def test_history_is_yesterdays_totals_smoothed_by_the_priors():
+    state = state_at(stored())
+    clicks = 0.5 * 40
+    assert state[INDEX["hist_click_rate"]] == pytest.approx(
+        (clicks + PRIOR_VIEWS * PRIOR_CLICK_RATE) / (40 + PRIOR_VIEWS)
+    )
+    assert state[INDEX["hist_live_watch"]] == pytest.approx(40.0 * 3 / (3 + 1) / 60)
+    assert state[INDEX["returned_yesterday"]] == 1.0 and user_group(state) == 1
+
+
+def test_a_user_the_store_does_not_know_gets_the_priors_and_the_unknown_group():
+    state = state_at(None)
+    assert state.dtype == np.float32 and state.shape == (len(FEED_STATE_FEATURES),)
+    no_history = state_at(stored(views=0, live_views=0, click_rate=np.nan, live_watch_s_per_live_view=np.nan))
+    np.testing.assert_array_equal(state[HIST], no_history[HIST])
+    assert state[INDEX["hist_click_rate"]] == pytest.approx(PRIOR_CLICK_RATE)
+    assert user_group(state) == UNKNOWN_GROUP and state[INDEX["returned_yesterday"]] == 0
+
+
+@pytest.mark.parametrize(
+    ("day", "time_ms", "current", "returned"),
+    [
+        pytest.param(TODAY - 1, NOON, True, True, id="yesterday"),
+        pytest.param(TODAY - 3, NOON, True, False, id="days-ago"),
+        pytest.param(TODAY - 1, TODAY * DAY_MS, True, True, id="at-its-end"),
+        pytest.param(TODAY, NOON, False, False, id="today-not-finished"),
+        pytest.param(TODAY - 1 - ENGAGEMENT_TTL_DAYS, TODAY * DAY_MS, True, False, id="at-the-ttl"),
+        pytest.param(TODAY - 1 - ENGAGEMENT_TTL_DAYS, TODAY * DAY_MS + 1, False, False, id="past-the-ttl"),
+        pytest.param(-1, NOON, False, False, id="no-row"),
+    ],
+)
+def test_an_engagement_row_counts_from_its_days_end_until_its_ttl(day, time_ms, current, returned):
+    """As Feast's point-in-time join reads a row stamped with the end of its day, with the view's ttl."""
+    state = state_at(stored(day=day), time_ms)
+    assert (state[INDEX["hist_click_rate"]] != pytest.approx(PRIOR_CLICK_RATE)) == current
+    assert state[INDEX["returned_yesterday"]] == float(returned)
+    assert user_group(state) == 1  # the group is the user table's, whatever the engagement row
+
+
+def test_request_context_fills_its_features_in_local_time():
+    time_ms = TODAY * DAY_MS + 4 * 3_600_000  # 04:00 UTC = 06:00 local
+    state = state_at(
+        stored(activity_group=2),
+        time_ms,
+        page_index=3,
+        session_watch_s=250.0,
+        last_page_click_rate=0.25,
+        utc_offset_minutes=120,
+    )
+    assert user_group(state) == 2 and state[:4].sum() == 1
+    assert state[INDEX["page_index"]] == pytest.approx(0.3)
+    assert state[INDEX["session_watch"]] == pytest.approx(2.5)
+    assert state[INDEX["last_page_click_rate"]] == pytest.approx(0.25)
+    assert state[INDEX["hour_sin"]] == pytest.approx(math.sin(2 * math.pi * 6 / 24), abs=1e-6)
+    assert state[INDEX["hour_cos"]] == pytest.approx(math.cos(2 * math.pi * 6 / 24), abs=1e-6)
+
+
+def test_feast_rows_with_nulls_become_stored_features():
+    rows = StoredUserFeatures.from_records(
+        [
+            {"views": 4, "day": 7, "activity_group": None, "click_rate": float("nan"), "live_views": pd.NA},
+            {"activity_group": 0},
+            {},
+        ]
+    )
+    assert rows.activity_group.tolist() == [UNKNOWN_GROUP, 0, UNKNOWN_GROUP]
+    assert rows.day.tolist() == [7, -1, -1] and rows.views.tolist() == [4, 0, 0]
+    assert np.isnan(rows.click_rate).all() and rows.live_views.tolist() == [0, 0, 0]
+    assert rows.known.tolist() == [True, True, False]
+
+
+def test_unknown_rows_do_not_share_their_arrays():
+    rows = StoredUserFeatures.unknown(2)
+    rows.views[0] = 5
+    rows.click_rate[0] = 0.5
+    assert rows.live_views[0] == 0 and np.isnan(rows.watch_s_per_view[0])
+
+
+def test_a_batch_builds_each_row_as_serving_builds_it_alone_bit_for_bit():
+    """The simulator builds a page's states at once, serving one request at a time, from the message:
+    the two must agree in every bit, last_page_click_rate's float32 on the wire included."""
+    rng = np.random.default_rng(3)
+    n = 300
+    users = StoredUserFeatures(
+        activity_group=rng.integers(0, 4, n),
+        day=np.where(rng.random(n) < 0.1, -1, rng.integers(TODAY - 10, TODAY + 1, n)),
+        views=rng.integers(0, 200, n),
+        click_rate=np.where(rng.random(n) < 0.1, np.nan, rng.random(n)),
+        watch_s_per_view=rng.random(n) * 30,
+        interaction_rate=rng.random(n) / 7,
+        live_views=rng.integers(0, 5, n),
+        live_watch_s_per_live_view=rng.random(n) * 300,
+    )
+    requests = RequestContexts(
+        time_ms=TODAY * DAY_MS + rng.integers(0, DAY_MS, n),
+        page_index=rng.integers(0, 30, n),
+        session_watch_s=rng.random(n) * 900,
+        last_page_click_rate=rng.random(n),
+        utc_offset_minutes=np.zeros(n, np.int64),
+    )
+    batch = feed_states(users, requests)
+    for i in range(n):
+        message = serving_pb2.RequestContext(
+            event_time_ms=int(requests.time_ms[i]),
+            page_index=int(requests.page_index[i]),
+            session_watch_s=float(requests.session_watch_s[i]),
+            last_page_click_rate=float(requests.last_page_click_rate[i]),
+        )
+        alone = feed_state(users.take(slice(i, i + 1)), message, int(requests.time_ms[i]))
+        np.testing.assert_array_equal(alone, batch[i])
+
+
+def test_live_state_appends_scaled_predictions():
+    state = live_state(state_at(None), np.array([60.0, 0.2, 26.0]))
+    assert state.shape == (len(LIVE_STATE_FEATURES),)
+    np.testing.assert_allclose(state[-3:], [2.0, 2.0, 2.0])
