@@ -73,9 +73,11 @@ class StoredUserFeatures:
 
     Nulls as the store has them: ``activity_group`` is UNKNOWN_GROUP without a user-table row; ``day``
     is -1 without an engagement row (and the counts are then 0); a rate is NaN for a day without a view
-    of its kind.
+    of its kind. ``known`` tells a user the store has no row of at all from one whose account says
+    "low active or unknown".
     """
 
+    known: np.ndarray  # bool: the store has a user-table or an engagement row of the user
     activity_group: np.ndarray  # int64
     day: np.ndarray  # int64: the UTC day (days since 1970-01-01) the engagement row covers; -1: none
     views: np.ndarray  # int64: short-video views that day
@@ -89,12 +91,11 @@ class StoredUserFeatures:
     def unknown(cls, n: int) -> StoredUserFeatures:
         """What a state knows about users the store could not tell it about: nothing."""
         fill = {"activity_group": UNKNOWN_GROUP, "day": -1, "views": 0, "live_views": 0}
-        return cls(
-            **{
-                f.name: np.full(n, fill[f.name], np.int64) if f.name in fill else np.full(n, np.nan)
-                for f in fields(cls)
-            }
-        )
+        columns = {
+            f.name: np.full(n, fill[f.name], np.int64) if f.name in fill else np.full(n, np.nan)
+            for f in fields(cls)
+        }
+        return cls(**{**columns, "known": np.zeros(n, bool)})
 
     @classmethod
     def from_records(cls, records: Sequence[Mapping[str, Any]]) -> StoredUserFeatures:
@@ -104,6 +105,7 @@ class StoredUserFeatures:
             return np.array([null if _missing(r.get(name)) else r[name] for r in records], dtype=dtype)
 
         return cls(
+            known=~(_nulls(records, "activity_group") & _nulls(records, "day")),
             activity_group=column("activity_group", UNKNOWN_GROUP, np.int64),
             day=column("day", -1, np.int64),
             views=column("views", 0, np.int64),
@@ -114,13 +116,12 @@ class StoredUserFeatures:
             live_watch_s_per_live_view=column("live_watch_s_per_live_view", np.nan, np.float64),
         )
 
-    @property
-    def known(self) -> np.ndarray:
-        """Users the store has any row of: the others are unknown to the platform."""
-        return (self.activity_group != UNKNOWN_GROUP) | (self.day >= 0)
-
     def take(self, index) -> StoredUserFeatures:
         return StoredUserFeatures(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+def _nulls(records: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:
+    return np.array([_missing(r.get(name)) for r in records], dtype=bool)
 
 
 def _missing(value: Any) -> bool:

@@ -22,7 +22,9 @@ import numpy as np
 from recsys_rl.feature_sums import user_features, user_increments
 from recsys_rl.state import DAY_MS, StoredUserFeatures
 
-_ENGAGEMENT_COLUMNS = tuple(f.name for f in fields(StoredUserFeatures) if f.name not in ("activity_group",))
+_ENGAGEMENT_COLUMNS = tuple(
+    f.name for f in fields(StoredUserFeatures) if f.name not in ("known", "activity_group")
+)
 
 
 class SimulatedFeatureStore:
@@ -31,6 +33,7 @@ class SimulatedFeatureStore:
     def __init__(self, groups: np.ndarray) -> None:
         self._rows = StoredUserFeatures.unknown(groups.size)
         self._rows.activity_group[:] = groups
+        self._rows.known[:] = True
 
     def lookup(self, users: np.ndarray) -> StoredUserFeatures:
         return self._rows.take(users)

@@ -31,6 +31,7 @@ NOON = TODAY * DAY_MS + 12 * 3_600_000
 
 def stored(**changes) -> StoredUserFeatures:
     values = {
+        "known": True,
         "activity_group": 1,
         "day": TODAY - 1,
         "views": 40,
@@ -110,13 +111,14 @@ def test_feast_rows_with_nulls_become_stored_features():
         [
             {"views": 4, "day": 7, "activity_group": None, "click_rate": float("nan"), "live_views": pd.NA},
             {"activity_group": 0},
-            {},
+            {"activity_group": UNKNOWN_GROUP},  # an account the platform rates low active or unknown
+            {"activity_group": None, "day": float("nan")},
         ]
     )
-    assert rows.activity_group.tolist() == [UNKNOWN_GROUP, 0, UNKNOWN_GROUP]
-    assert rows.day.tolist() == [7, -1, -1] and rows.views.tolist() == [4, 0, 0]
-    assert np.isnan(rows.click_rate).all() and rows.live_views.tolist() == [0, 0, 0]
-    assert rows.known.tolist() == [True, True, False]
+    assert rows.activity_group.tolist() == [UNKNOWN_GROUP, 0, UNKNOWN_GROUP, UNKNOWN_GROUP]
+    assert rows.day.tolist() == [7, -1, -1, -1] and rows.views.tolist() == [4, 0, 0, 0]
+    assert np.isnan(rows.click_rate).all() and rows.live_views.tolist() == [0, 0, 0, 0]
+    assert rows.known.tolist() == [True, True, True, False]
 
 
 def test_unknown_rows_do_not_share_their_arrays():
@@ -132,6 +134,7 @@ def test_a_batch_builds_each_row_as_serving_builds_it_alone_bit_for_bit():
     rng = np.random.default_rng(3)
     n = 300
     users = StoredUserFeatures(
+        known=np.ones(n, bool),
         activity_group=rng.integers(0, 4, n),
         day=np.where(rng.random(n) < 0.1, -1, rng.integers(TODAY - 10, TODAY + 1, n)),
         views=rng.integers(0, 200, n),
