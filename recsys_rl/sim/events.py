@@ -138,33 +138,31 @@ def write_user_table(world: World, ids: EventIds, directory: str | Path, as_of_m
 
 
 def view_signal_columns(views: ViewLog) -> dict[str, np.ndarray]:
-    """A day's views as the feature pipeline's fact columns (``recsys_rl.feature_sums``): the signals
-    feedback events carry, named as on the wire, and each view's item type."""
-    c = _VIEW_COLUMN
-    columns = {name: views.signals[:, c[column]] for name, column in _FACT_SIGNALS.items()}
+    """A day's views as columns of what their feedback events carry: each signal under its field name
+    on the wire (the feature pipeline's fact columns, ``recsys_rl.feature_sums``), and the item type."""
+    columns = {
+        field: views.signals[:, _VIEW_COLUMN[name]]
+        for name, field in contracts.FEEDBACK_SIGNAL_FIELDS.items()
+    }
     columns["item_type"] = np.where(views.is_live, "live", "video")
     return columns
 
 
-#: Feedback signal name -> the ViewLog column it carries.
-_FACT_SIGNALS = {
-    "watch_time_s": "watch_time",
-    "click": "click",
-    "like": "like",
-    "follow": "follow",
-    "comment": "comment",
-    "share": "share",
-    "hate": "hate",
-    "gift": "gift",
-    "live_watch_s": "live_watch_time",
-}
+#: Signal fields that are counts on the wire; the others are seconds or coins.
+_COUNT_FIELDS = frozenset(
+    f.name for f in contracts.FeedbackSignals.DESCRIPTOR.fields if f.type != f.TYPE_DOUBLE
+)
 
 
 def feedback_events(log: DayLog, world: World, ids: EventIds) -> Iterator[contracts.FeedbackEvent]:
     """One feedback event per viewed item; a live view answers the live-allocation decision."""
     views = log.views
     video_author, live_author = world.videos.author, world.lives.author
-    columns = {name: column.tolist() for name, column in view_signal_columns(views).items()}
+    columns = view_signal_columns(views)
+    signal_columns = {
+        field: (columns[field].astype(np.int64) if field in _COUNT_FIELDS else columns[field]).tolist()
+        for field in contracts.FEEDBACK_SIGNAL_FIELDS.values()
+    }
     for i in range(views.request.size):
         item = int(views.item[i])
         is_live = bool(views.is_live[i])
@@ -177,15 +175,7 @@ def feedback_events(log: DayLog, world: World, ids: EventIds) -> Iterator[contra
             item_type=contracts.ITEM_TYPES["live" if is_live else "video"],
             event_time_ms=int(views.time_ms[i]),
             signals=contracts.FeedbackSignals(
-                watch_time_s=float(columns["watch_time_s"][i]),
-                click=int(columns["click"][i]),
-                like=int(columns["like"][i]),
-                follow=int(columns["follow"][i]),
-                comment=int(columns["comment"][i]),
-                share=int(columns["share"][i]),
-                hate=int(columns["hate"][i]),
-                gift_value=float(columns["gift"][i]),
-                live_watch_s=float(columns["live_watch_s"][i]),
+                **{field: values[i] for field, values in signal_columns.items()}
             ),
             session_end=bool(views.session_end[i]),
             position=int(views.position[i]),

@@ -113,6 +113,16 @@ class FeedLog:
     reward: np.ndarray  # (n, K) sum of feed signals over the viewed videos of the page
     done: np.ndarray  # (n,) bool: the session ended on this page
 
+    def contexts(self) -> RequestContexts:
+        """What each request said about itself: with the user's stored rows, all its state was built from."""
+        return RequestContexts(
+            time_ms=self.time_ms,
+            page_index=self.page,
+            session_watch_s=self.session_watch_s,
+            last_page_click_rate=self.last_click_rate,
+            utc_offset_minutes=np.zeros(self.page.size, np.int64),  # the simulated users live on UTC
+        )
+
 
 @dataclass
 class LiveLog:

@@ -25,7 +25,7 @@ from recsys_rl.loop.demo import USER_TABLE_DIR, DemoConfig, DemoSummary, run_dem
 from recsys_rl.ope.gate import GateConfig
 from recsys_rl.sim.events import EventIds
 from recsys_rl.sim.simulator import DayLog
-from recsys_rl.state import RequestContexts, StoredUserFeatures, feed_states, live_states
+from recsys_rl.state import StoredUserFeatures, feed_states, live_states
 
 pytestmark = pytest.mark.integration
 
@@ -154,14 +154,7 @@ def _rebuilt_feed_states(store, log: DayLog, ids: EventIds) -> np.ndarray:
         }
     )
     rows = StoredUserFeatures.from_records(historical_features(store, entities).to_dict("records"))
-    context = RequestContexts(
-        time_ms=feed.time_ms,
-        page_index=feed.page,
-        session_watch_s=feed.session_watch_s,
-        last_page_click_rate=feed.last_click_rate,
-        utc_offset_minutes=np.zeros(feed.page.size, np.int64),
-    )
-    return feed_states(rows, context)
+    return feed_states(rows, feed.contexts())
 
 
 def test_logged_simulated_and_point_in_time_states_agree_bit_for_bit(loop: DemoSummary, tmp_path) -> None:

@@ -12,7 +12,6 @@ from recsys_rl.state import (
     DAY_MS,
     FEED_STATE_FEATURES,
     LIVE_STATE_FEATURES,
-    RequestContexts,
     feed_states,
     live_states,
     user_groups,
@@ -152,14 +151,7 @@ def test_states_are_built_from_the_stored_rows_and_the_request_context_alone():
     stored = sim.store.lookup(np.arange(users))  # what the nightly run left for day 1
     day = sim.run_day(FEED, LIVE)
     feed, live = day.feed, day.live
-    context = RequestContexts(
-        time_ms=feed.time_ms,
-        page_index=feed.page,
-        session_watch_s=feed.session_watch_s,
-        last_page_click_rate=feed.last_click_rate,
-        utc_offset_minutes=np.zeros(feed.page.size, np.int64),
-    )
-    rebuilt = feed_states(stored.take(feed.user), context)
+    rebuilt = feed_states(stored.take(feed.user), feed.contexts())
     np.testing.assert_array_equal(feed.state, rebuilt)
     row = {int(r): i for i, r in enumerate(feed.request)}
     of_live = [row[int(r)] for r in live.request]
