@@ -46,15 +46,14 @@ def _count(micro: int) -> int:
     return micro // _ONE
 
 
-def user_increments(columns: Mapping[str, Sequence]) -> np.ndarray:
+def user_increments(columns: Mapping[str, Sequence], live: np.ndarray) -> np.ndarray:
     """(n, 8) exact increments (scaled by _ONE) of each view fact to its user's day, USER_ENGAGEMENT's sums.
 
-    ``columns`` holds the facts' signals and ``item_type`` field by field. Feed engagement is measured
-    on short-video views, live engagement on live views. The simulator's copy of the store
-    (``recsys_rl.sim.stored_features``) sums its views through this too.
+    ``columns`` holds the facts' signals field by field, ``live`` whether each is a live-stream view.
+    Feed engagement is measured on short-video views, live engagement on live views. The simulator's
+    copy of the store (``recsys_rl.sim.stored_features``) sums its views through this too.
     """
     signal = {name: _exact(columns[name]) for name in _USER_SIGNALS}
-    live = np.asarray(columns["item_type"]) == "live"
     video = ~live
     one = np.full(live.size, _ONE, dtype=np.int64)
     interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
@@ -79,7 +78,8 @@ def increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:
     item_watch = _exact(columns["watch_time_s"]) + _exact(columns["live_watch_s"])
     item = np.stack([one, signal["click"], item_watch, signal["like"], signal["hate"]], axis=1)
     author = np.stack([one, signal["follow"]], axis=1)
-    return user_increments(columns), item, author
+    live = np.array([item_type == "live" for item_type in columns["item_type"]], dtype=bool)
+    return user_increments(columns, live), item, author
 
 
 _USER_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")

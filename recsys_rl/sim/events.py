@@ -138,14 +138,12 @@ def write_user_table(world: World, ids: EventIds, directory: str | Path, as_of_m
 
 
 def view_signal_columns(views: ViewLog) -> dict[str, np.ndarray]:
-    """A day's views as columns of what their feedback events carry: each signal under its field name
-    on the wire (the feature pipeline's fact columns, ``recsys_rl.feature_sums``), and the item type."""
-    columns = {
+    """A day's views as columns of the signals their feedback events carry, each under its field name on
+    the wire (the feature pipeline's fact columns, ``recsys_rl.feature_sums``)."""
+    return {
         field: views.signals[:, _VIEW_COLUMN[name]]
         for name, field in contracts.FEEDBACK_SIGNAL_FIELDS.items()
     }
-    columns["item_type"] = np.where(views.is_live, "live", "video")
-    return columns
 
 
 #: Signal fields that are counts on the wire; the others are seconds or coins.

@@ -44,7 +44,7 @@ class SimulatedFeatureStore:
             return
         from recsys_rl.sim.events import view_signal_columns  # events imports the simulator
 
-        increments = user_increments(view_signal_columns(views))
+        increments = user_increments(view_signal_columns(views), views.is_live)
         days = views.time_ms // DAY_MS
         first_day, span = int(days.min()), int(days.max() - days.min()) + 1
         keys, codes = np.unique(views.user * span + (days - first_day), return_inverse=True)
