@@ -21,7 +21,7 @@ class ResponseModel:
     affinity_weight: float = 0.6
     quality_weight: float = 0.5
     # click (per view): sigmoid(click_bias + click_appeal * appeal + click_bait * clickbait + user bias)
-    click_bias: float = -1.15
+    click_bias: float = -1.0
     click_appeal: float = 0.5
     click_bait: float = 2.0
     # watch fraction of a clicked item: sigmoid(watch_bias + watch_appeal * appeal - watch_bait * clickbait)
@@ -32,10 +32,10 @@ class ResponseModel:
     # seconds a non-clicked item is on screen before the swipe
     preview_s: float = 2.5
     # interactions given a click: rate * exp(sensitivity * appeal), capped below 1
-    like_rate: float = 0.0102
-    follow_rate: float = 0.00036
-    comment_rate: float = 0.002
-    share_rate: float = 0.0008
+    like_rate: float = 0.0128
+    follow_rate: float = 0.00045
+    comment_rate: float = 0.0025
+    share_rate: float = 0.0011
     interaction_appeal: float = 0.8
     # hate (per view): hate_rate * exp(-hate_appeal * appeal + hate_bait * clickbait)
     hate_rate: float = 0.0007
@@ -48,12 +48,24 @@ class ResponseModel:
     sat_share: float = 1.0
     sat_hate: float = 5.0
     sat_skip: float = -0.15
-    # per-view exit probability: exit_base[group] * exp(-exit_satisfaction * (sat - exit_reference))
+    # within a session, each earlier clicked view of a topic lowers the appeal of its videos (satiation)
+    satiation: float = 0.15
+    # per-view exit probability:
+    #   exit_base[group] * exp(-exit_satisfaction * (sat - exit_reference) - patience_weight * patience)
+    # where patience is the session so far: patience <- patience_decay * patience + (sat - exit_reference)
     exit_satisfaction: float = 1.5
     exit_reference: float = 0.3
-    # next-day return: sigmoid(logit(return_base[group]) + return_satisfaction * (day sat - reference))
+    patience_weight: float = 0.3
+    patience_decay: float = 0.9
+    # next-day return: sigmoid(logit(return_base[group]) + return_satisfaction * (remembered - reference)),
+    # where a day's retention satisfaction is its mean view satisfaction plus the user's social weight
+    # times return_interactions times (interactions per view - interaction_reference), and the
+    # remembered satisfaction is its exponential average over days (memory: the weight of older days)
     return_satisfaction: float = 4.0
     return_reference: float = 0.3
+    return_interactions: float = 25.0
+    interaction_reference: float = 0.018
+    return_memory: float = 0.5
     # live streams: entry, watch and gifts for users with live affinity; a dislike for users without
     live_enter_bias: float = -1.0
     live_enter_affinity: float = 3.0
@@ -92,6 +104,13 @@ class SimConfig:
     exit_base: tuple[float, ...] = (0.025, 0.035, 0.05, 0.07)
     #: Dirichlet concentration of user topic interests (small: users like few topics)
     interest_concentration: float = 0.3
+    #: spread (log-normal sigma) of each user's own rate of like, follow, comment, share and hate, drawn
+    #: independently per signal, and of each video's (an author's, for follows): distinct drivers per
+    #: signal (docs/simulator.md)
+    user_signal_spread: float = 0.6
+    item_signal_spread: float = 0.6
+    #: correlation between a user's like propensity and how much interactions bring them back
+    social_link: float = 0.7
     #: fraction of requests for which upstream offers a live stream to allocate
     live_availability: float = 0.5
     #: page slot that an allocated live stream takes

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from recsys_rl.sim.parameters import ResponseModel
-from recsys_rl.sim.world import World
+from recsys_rl.sim.world import FACTOR_SIGNALS, World
 
 #: Column order of per-view feed responses; equal to recsys_rl.signals.FEED_SIGNALS.
 FEED_RESPONSE_COLUMNS: tuple[str, ...] = ("watch_time", "click", "like", "follow", "comment", "share", "hate")
 _INTERACTIONS = ("like", "follow", "comment", "share")
+_FACTOR = {name: i for i, name in enumerate(FACTOR_SIGNALS)}
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -35,14 +36,21 @@ class VideoResponseProbs:
 
     @classmethod
     def of(
-        cls, world: World, model: ResponseModel, users: np.ndarray, videos: np.ndarray
+        cls,
+        world: World,
+        model: ResponseModel,
+        users: np.ndarray,
+        videos: np.ndarray,
+        topic_clicks: np.ndarray | None = None,
     ) -> VideoResponseProbs:
-        """``users`` has shape (n,) and ``videos`` (n, m): one row of items per user."""
+        """``users`` has shape (n,) and ``videos`` (n, m): one row of items per user. ``topic_clicks``
+        (n, topics) counts each user's clicked views per topic earlier in the session (satiation)."""
         v = world.videos
-        affinity = np.log(
-            world.users.interest[users[:, None], v.topic[videos]] * world.users.interest.shape[1]
-        )
+        topics = v.topic[videos]
+        affinity = np.log(world.users.interest[users[:, None], topics] * world.users.interest.shape[1])
         appeal = model.affinity_weight * affinity + model.quality_weight * v.quality[videos]
+        if topic_clicks is not None:
+            appeal = appeal - model.satiation * np.take_along_axis(topic_clicks, topics, axis=1)
         bait = v.clickbait[videos]
         click = _sigmoid(
             model.click_bias
@@ -51,15 +59,21 @@ class VideoResponseProbs:
             + world.users.click_bias[users][:, None]
         )
         fraction = _sigmoid(model.watch_bias + model.watch_appeal * appeal - model.watch_bait * bait)
-        boost = np.exp(model.interaction_appeal * appeal)
+        # each signal has its own user and item factor on top of the shared appeal (distinct drivers)
+        factor = world.users.propensity[users][:, None, :] + v.appeal[videos]
         rates = {
             "like": model.like_rate,
             "follow": model.follow_rate,
             "comment": model.comment_rate,
             "share": model.share_rate,
         }
-        interaction = {name: np.minimum(rate * boost, 0.9) for name, rate in rates.items()}
-        hate = np.minimum(model.hate_rate * np.exp(-model.hate_appeal * appeal + model.hate_bait * bait), 0.9)
+        shared = model.interaction_appeal * appeal
+        interaction = {
+            name: np.minimum(rate * np.exp(shared + factor[..., _FACTOR[name]]), 0.9)
+            for name, rate in rates.items()
+        }
+        hate_logit = -model.hate_appeal * appeal + model.hate_bait * bait + factor[..., _FACTOR["hate"]]
+        hate = np.minimum(model.hate_rate * np.exp(hate_logit), 0.9)
         return cls(click, fraction, v.duration_s[videos], interaction, hate)
 
     def expected(self, model: ResponseModel) -> np.ndarray:

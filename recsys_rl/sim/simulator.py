@@ -27,6 +27,7 @@ from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs
+from recsys_rl.sim.retention import remembered_satisfaction, return_probability
 from recsys_rl.sim.stored_features import SimulatedFeatureStore
 from recsys_rl.sim.world import World
 from recsys_rl.state import RequestContexts, feed_states, live_states
@@ -202,7 +203,8 @@ class Simulator:
     def run_day(self, feed_policy: FeedPolicy, allocation_policy: AllocationPolicy) -> DayLog:
         cfg, rng = self.config, self.rng
         users = self.world.users
-        returning = rng.random(cfg.n_users) < self._return_probability()
+        base = np.asarray(cfg.return_base)[users.group]
+        returning = rng.random(cfg.n_users) < return_probability(base, self._satisfaction, cfg.response)
         extra = rng.poisson(np.asarray(cfg.sessions_per_day)[users.group] - 1.0)
         n_sessions = np.where(returning, 1 + extra, 0)
         lane_user = np.repeat(np.arange(cfg.n_users), n_sessions)
@@ -248,21 +250,21 @@ class Simulator:
         )
         day_sat = np.bincount(lane_user, weights=sat_sum, minlength=cfg.n_users)
         day_views = np.bincount(lane_user, weights=view_count, minlength=cfg.n_users)
-        self._satisfaction = np.where(
-            day_views > 0, day_sat / np.maximum(day_views, 1), cfg.response.return_reference
+        video = ~views.is_live
+        self._satisfaction = remembered_satisfaction(
+            self._satisfaction,
+            np.where(day_views > 0, day_sat / np.maximum(day_views, 1), np.nan),
+            np.bincount(
+                views.user[video], weights=views.signals[video, 2:6].sum(axis=1), minlength=cfg.n_users
+            ),
+            np.bincount(views.user[video], minlength=cfg.n_users),
+            self.world.users.social,
+            cfg.response,
         )
         self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
         log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
         self.day += 1
         return log
-
-    def _return_probability(self) -> np.ndarray:
-        cfg = self.config
-        base = np.asarray(cfg.return_base)[self.world.users.group]
-        logit = np.log(base / (1.0 - base)) + cfg.response.return_satisfaction * (
-            self._satisfaction - cfg.response.return_reference
-        )
-        return 1.0 / (1.0 + np.exp(-logit))
 
     # ------------------------------------------------------------------ page level
     def _run_sessions(self, lane_user, lane_session, start_ms, feed_policy, allocation_policy) -> _Wave:
@@ -272,6 +274,8 @@ class Simulator:
         wave = _Wave(elapsed=np.zeros(n), satisfaction=np.zeros(n), views=np.zeros(n))
         session_watch = np.zeros(n)
         last_click_rate = np.zeros(n)
+        topic_clicks = np.zeros((n, cfg.n_topics))
+        patience = np.zeros(n)
         open_lanes = np.arange(n)
         for page in range(cfg.max_pages):
             # page 0 always runs, even for a wave without sessions, so that every log has its columns
@@ -297,7 +301,9 @@ class Simulator:
                 candidates=np.empty((lanes.size, 0), dtype=np.int64),
                 predictions=np.empty((lanes.size, 0, 0)),
             )
-            outcome = self._run_page(users, state, feed_policy, allocation_policy, context)
+            session = _SessionState(topic_clicks[lanes], patience[lanes])
+            outcome = self._run_page(users, state, feed_policy, allocation_policy, context, session)
+            patience[lanes] = session.patience
             self._next_request += lanes.size
 
             views = outcome.views
@@ -359,12 +365,18 @@ class Simulator:
             wave.elapsed[lanes] += outcome.page_seconds
             session_watch[lanes] += outcome.feed_reward[:, 0]
             last_click_rate[lanes] = outcome.click_rate
+            clicked_video = ~views.is_live & (views.signals[:, 1] > 0)
+            topics = self.world.videos.topic[views.item[clicked_video]]
+            np.add.at(topic_clicks, (view_lane[clicked_video], topics), 1.0)
             np.add.at(wave.satisfaction, view_lane, views.satisfaction)
             np.add.at(wave.views, view_lane, 1.0)
             open_lanes = lanes[continuing]
         return wave
 
-    def _run_page(self, users, state, feed_policy, allocation_policy, context: PageContext) -> PageOutcome:
+    def _run_page(
+        self, users, state, feed_policy, allocation_policy, context: PageContext, session: _SessionState
+    ) -> PageOutcome:
+        """One page for each row; ``session`` (the rows' session so far) is updated with its views."""
         cfg, rng, world = self.config, self.rng, self.world
         model = cfg.response
         n, size = users.size, cfg.page_size
@@ -376,7 +388,9 @@ class Simulator:
         candidates = world.videos.topic_start[topic] + (
             rng.random((n, cfg.n_candidates)) * world.videos.topic_count[topic]
         ).astype(np.int64)
-        expected = VideoResponseProbs.of(world, model, users, candidates).expected(model)
+        expected = VideoResponseProbs.of(world, model, users, candidates, session.topic_clicks).expected(
+            model
+        )
         predictions = expected * rng.lognormal(0.0, model.prediction_noise, expected.shape)
 
         context = dataclasses.replace(context, candidates=candidates, predictions=predictions)
@@ -408,7 +422,8 @@ class Simulator:
         live_of_row = np.full(n, -1)
         live_of_row[live_rows] = live_id
 
-        video_signals, video_sat = VideoResponseProbs.of(world, model, users, ranked).sample(model, rng)
+        ranked_probs = VideoResponseProbs.of(world, model, users, ranked, session.topic_clicks)
+        video_signals, video_sat = ranked_probs.sample(model, rng)
         live_watch = np.zeros(n)
         live_gift = np.zeros(n)
         live_sat = np.zeros(n)
@@ -437,9 +452,10 @@ class Simulator:
             sat = np.where(is_live, live_sat, video_sat[rows_all, safe_rank])
             viewed = np.flatnonzero(alive)
             offset[viewed] += signals[viewed, 0] + signals[viewed, 8] + cfg.item_overhead_s
-            p_exit = np.clip(
-                exit_base * np.exp(-model.exit_satisfaction * (sat - model.exit_reference)), 0.0, 1.0
-            )
+            surplus = sat - model.exit_reference
+            hazard = -model.exit_satisfaction * surplus - model.patience_weight * session.patience
+            p_exit = np.clip(exit_base * np.exp(hazard), 0.0, 1.0)
+            session.patience[viewed] = model.patience_decay * session.patience[viewed] + surplus[viewed]
             exits = alive & (rng.random(n) < p_exit)
             feed_reward[viewed] += np.where(
                 is_live[viewed, None], 0.0, video_signals[viewed, safe_rank[viewed]]
@@ -501,6 +517,14 @@ class Simulator:
                 satisfaction=columns[7],
             ),
         )
+
+
+@dataclass
+class _SessionState:
+    """What the session so far does to the next page, per row: satiation and patience."""
+
+    topic_clicks: np.ndarray  # (n, topics) clicked short-video views of each topic so far
+    patience: np.ndarray  # (n,) decayed sum of view satisfaction above the exit reference
 
 
 @dataclass

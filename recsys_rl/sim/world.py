@@ -14,6 +14,9 @@ import numpy as np
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.state import ACTIVITY_GROUPS
 
+#: The signals that have their own user and item factors (docs/simulator.md, "Distinct drivers").
+FACTOR_SIGNALS: tuple[str, ...] = ("like", "follow", "comment", "share", "hate")
+
 
 @dataclass(frozen=True)
 class Users:
@@ -21,6 +24,8 @@ class Users:
     interest: np.ndarray  # (n, topics): topic preference, rows sum to 1 (hidden from policies)
     click_bias: np.ndarray  # (n,): personal click propensity (hidden)
     live_affinity: np.ndarray  # (n,) in [0, 1]: liking for live streams (hidden)
+    propensity: np.ndarray  # (n, len(FACTOR_SIGNALS)): log-factor of each signal's rate (hidden)
+    social: np.ndarray  # (n,) in (0, 1): how much interactions bring the user back (hidden)
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class Videos:
     quality: np.ndarray  # (n,) standard normal
     clickbait: np.ndarray  # (n,) in [0, 1]: raises clicks, lowers watch fraction, raises hates
     author: np.ndarray  # (n,) int
+    appeal: np.ndarray  # (n, len(FACTOR_SIGNALS)): log-factor of each signal's rate; follow: the author's
     topic_start: np.ndarray  # (topics,) first video index of each topic
     topic_count: np.ndarray  # (topics,) number of videos of each topic
 
@@ -58,18 +64,26 @@ class World:
         )
 
 
+def _log_factors(rng: np.random.Generator, shape, spread: float) -> np.ndarray:
+    """Normal log-factors whose exponent has mean 1: they spread a rate without moving its average."""
+    return spread * rng.standard_normal(shape) - spread**2 / 2.0
+
+
 def _generate_users(config: SimConfig, rng: np.random.Generator) -> Users:
     n = config.n_users
     group = rng.choice(len(ACTIVITY_GROUPS), size=n, p=np.asarray(config.group_probs))
     interest = rng.dirichlet(np.full(config.n_topics, config.interest_concentration), size=n)
     # A floor keeps every topic reachable: the candidate generator samples topics from these weights.
     interest = 0.95 * interest + 0.05 / config.n_topics
-    return Users(
-        group=group,
-        interest=interest,
-        click_bias=0.3 * rng.standard_normal(n),
-        live_affinity=rng.beta(0.6, 2.0, size=n),
-    )
+    click_bias = 0.3 * rng.standard_normal(n)
+    live_affinity = rng.beta(0.6, 2.0, size=n)
+    propensity = _log_factors(rng, (n, len(FACTOR_SIGNALS)), config.user_signal_spread)
+    # users who like a lot tend to be the ones whom interactions bring back: the link makes the trait
+    # visible in logged history (hist_interaction_rate), as personalisation needs
+    like = (propensity[:, 0] + config.user_signal_spread**2 / 2.0) / config.user_signal_spread
+    link = config.social_link
+    social = 1.0 / (1.0 + np.exp(-(link * like + np.sqrt(1.0 - link**2) * rng.standard_normal(n))))
+    return Users(group, interest, click_bias, live_affinity, propensity, social)
 
 
 def _generate_videos(config: SimConfig, rng: np.random.Generator) -> Videos:
@@ -80,12 +94,12 @@ def _generate_videos(config: SimConfig, rng: np.random.Generator) -> Videos:
     )
     counts = np.bincount(topic, minlength=config.n_topics)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return Videos(
-        topic=topic,
-        duration_s=np.clip(rng.lognormal(np.log(26.0), 0.55, n), 5.0, 300.0),
-        quality=rng.standard_normal(n),
-        clickbait=rng.beta(1.0, 6.0, n),
-        author=rng.integers(0, config.n_authors, n),
-        topic_start=starts,
-        topic_count=counts,
-    )
+    duration_s = np.clip(rng.lognormal(np.log(26.0), 0.55, n), 5.0, 300.0)
+    quality = rng.standard_normal(n)
+    clickbait = rng.beta(1.0, 6.0, n)
+    author = rng.integers(0, config.n_authors, n)
+    appeal = _log_factors(rng, (n, len(FACTOR_SIGNALS)), config.item_signal_spread)
+    # a follow goes to the author, so its pull is the author's, shared by all their videos
+    follow = FACTOR_SIGNALS.index("follow")
+    appeal[:, follow] = _log_factors(rng, config.n_authors, config.item_signal_spread)[author]
+    return Videos(topic, duration_s, quality, clickbait, author, appeal, starts, counts)

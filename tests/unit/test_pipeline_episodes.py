@@ -11,6 +11,7 @@ from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
     FEEDBACK,
+    SURFACE_SIGNALS,
     EpisodeConfig,
     build_user_episodes,
     decode_event,
@@ -153,7 +154,14 @@ def test_a_decision_without_feedback_gets_zero_rewards(simulated):
     user, refs = next(iter(by_user.items()))
     decisions_only = [r for r in refs if r[0] == DECISION]
     built = build(user, decisions_only, EpisodeConfig())
-    assert built.transitions and all(not any(r["reward"]) for r in built.transitions)
+    # every reported signal is zero; only a live insertion keeps the displaced time its decision predicted
+    displaced = SURFACE_SIGNALS["live_allocation"].index("video_watch_displaced")
+    reported = [
+        [v for i, v in enumerate(r["reward"]) if r["surface"] == "feed" or i != displaced]
+        for r in built.transitions
+    ]
+    assert built.transitions and not any(any(values) for values in reported)
+    assert any(r["reward"][displaced] > 0 for r in built.transitions if r["surface"] == "live_allocation")
     assert all(r["feedback_count"] == 0 for r in built.transitions)
 
 

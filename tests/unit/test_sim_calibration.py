@@ -21,7 +21,7 @@ KUAIRAND_RANGES = {
 
 @pytest.fixture(scope="module")
 def per_view_rates() -> dict[str, float]:
-    sim = Simulator(SimConfig(n_users=4000), seed=2026)
+    sim = Simulator(SimConfig(n_users=4500), seed=2026)
     views = [sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy()).views for _ in range(2)]
     signals = np.concatenate([v.signals[~v.is_live] for v in views])
     assert signals.shape[0] > 200_000  # enough views for the rare signals (follow, hate) to be stable

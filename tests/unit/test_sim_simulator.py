@@ -99,15 +99,6 @@ def test_behaviour_policy_log_propensities_match_its_density():
     )
 
 
-def test_unhappy_users_return_less():
-    sim = Simulator(SimConfig(n_users=2000), 9)
-    sim.run_day(FEED, LIVE)
-    sat = sim._satisfaction.copy()
-    p = sim._return_probability()
-    low, high = sat < np.quantile(sat, 0.2), sat > np.quantile(sat, 0.8)
-    assert p[high].mean() > p[low].mean()
-
-
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
