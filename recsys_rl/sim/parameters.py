@@ -32,7 +32,7 @@ class ResponseModel:
     # seconds a non-clicked item is on screen before the swipe
     preview_s: float = 2.5
     # interactions given a click: rate * exp(sensitivity * appeal), capped below 1
-    like_rate: float = 0.0128
+    like_rate: float = 0.0122
     follow_rate: float = 0.00045
     comment_rate: float = 0.0025
     share_rate: float = 0.0011
@@ -50,6 +50,8 @@ class ResponseModel:
     sat_skip: float = -0.15
     # within a session, each earlier clicked view of a topic lowers the appeal of its videos (satiation)
     satiation: float = 0.15
+    # appeal added to the videos of an author the user follows
+    follow_affinity: float = 0.3
     # per-view exit probability:
     #   exit_base[group] * exp(-exit_satisfaction * (sat - exit_reference) - patience_weight * patience)
     # where patience is the session so far: patience <- patience_decay * patience + (sat - exit_reference)
@@ -104,6 +106,12 @@ class SimConfig:
     exit_base: tuple[float, ...] = (0.025, 0.035, 0.05, 0.07)
     #: Dirichlet concentration of user topic interests (small: users like few topics)
     interest_concentration: float = 0.3
+    #: share of interest every topic keeps at least (times 1 / n_topics), so that every topic stays reachable
+    interest_floor: float = 0.05
+    #: daily step of a user's interests toward the topics they watched that day (interest drift)
+    interest_drift: float = 0.1
+    #: candidates per request drawn from followed authors' videos, for a user who follows someone
+    followed_candidates: int = 2
     #: spread (log-normal sigma) of each user's own rate of like, follow, comment, share and hate, drawn
     #: independently per signal, and of each video's (an author's, for follows): distinct drivers per
     #: signal (docs/simulator.md)

@@ -42,15 +42,19 @@ class VideoResponseProbs:
         users: np.ndarray,
         videos: np.ndarray,
         topic_clicks: np.ndarray | None = None,
+        followed: np.ndarray | None = None,
     ) -> VideoResponseProbs:
         """``users`` has shape (n,) and ``videos`` (n, m): one row of items per user. ``topic_clicks``
-        (n, topics) counts each user's clicked views per topic earlier in the session (satiation)."""
+        (n, topics) counts each user's clicked views per topic earlier in the session (satiation);
+        ``followed`` (n, m) says which videos are by an author the user follows."""
         v = world.videos
         topics = v.topic[videos]
         affinity = np.log(world.users.interest[users[:, None], topics] * world.users.interest.shape[1])
         appeal = model.affinity_weight * affinity + model.quality_weight * v.quality[videos]
         if topic_clicks is not None:
             appeal = appeal - model.satiation * np.take_along_axis(topic_clicks, topics, axis=1)
+        if followed is not None:
+            appeal = appeal + model.follow_affinity * followed
         bait = v.clickbait[videos]
         click = _sigmoid(
             model.click_bias

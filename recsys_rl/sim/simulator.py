@@ -25,6 +25,8 @@ import numpy as np
 
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
+from recsys_rl.sim.follows import FollowGraph
+from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs
 from recsys_rl.sim.retention import remembered_satisfaction, return_probability
@@ -193,6 +195,7 @@ class Simulator:
         self.rng = np.random.default_rng(episodes)
         # the platform's user table holds every account's group from the start (see events.write_user_table)
         self.store = SimulatedFeatureStore(self.world.users.group)
+        self.follows = FollowGraph(config.n_authors, self.world.videos.author)
         self.day = 0
         self._next_request = 0
         self._next_session = 0
@@ -260,6 +263,15 @@ class Simulator:
             np.bincount(views.user[video], minlength=cfg.n_users),
             self.world.users.social,
             cfg.response,
+        )
+        clicked = video & (views.signals[:, 1] > 0)
+        self.world.users.interest[:] = drifted(
+            self.world.users.interest,
+            views.user[clicked],
+            self.world.videos.topic[views.item[clicked]],
+            views.signals[clicked, 0],
+            cfg.interest_drift,
+            cfg.interest_floor,
         )
         self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
         log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
@@ -365,6 +377,8 @@ class Simulator:
             wave.elapsed[lanes] += outcome.page_seconds
             session_watch[lanes] += outcome.feed_reward[:, 0]
             last_click_rate[lanes] = outcome.click_rate
+            followed = ~views.is_live & (views.signals[:, 3] > 0)
+            self.follows.add(lane_user[view_lane[followed]], self.world.videos.author[views.item[followed]])
             clicked_video = ~views.is_live & (views.signals[:, 1] > 0)
             topics = self.world.videos.topic[views.item[clicked_video]]
             np.add.at(topic_clicks, (view_lane[clicked_video], topics), 1.0)
@@ -388,9 +402,13 @@ class Simulator:
         candidates = world.videos.topic_start[topic] + (
             rng.random((n, cfg.n_candidates)) * world.videos.topic_count[topic]
         ).astype(np.int64)
-        expected = VideoResponseProbs.of(world, model, users, candidates, session.topic_clicks).expected(
-            model
-        )
+        # the following feed: the last candidates come from followed authors, for users who follow any
+        for j in range(cfg.n_candidates - cfg.followed_candidates, cfg.n_candidates):
+            followed_video = self.follows.followed_videos(users, rng)
+            candidates[:, j] = np.where(followed_video >= 0, followed_video, candidates[:, j])
+        followed = self.follows.follows(users[:, None], world.videos.author[candidates])
+        probs = VideoResponseProbs.of(world, model, users, candidates, session.topic_clicks, followed)
+        expected = probs.expected(model)
         predictions = expected * rng.lognormal(0.0, model.prediction_noise, expected.shape)
 
         context = dataclasses.replace(context, candidates=candidates, predictions=predictions)
@@ -422,7 +440,10 @@ class Simulator:
         live_of_row = np.full(n, -1)
         live_of_row[live_rows] = live_id
 
-        ranked_probs = VideoResponseProbs.of(world, model, users, ranked, session.topic_clicks)
+        ranked_followed = np.take_along_axis(followed, ranked_cols, axis=1)
+        ranked_probs = VideoResponseProbs.of(
+            world, model, users, ranked, session.topic_clicks, ranked_followed
+        )
         video_signals, video_sat = ranked_probs.sample(model, rng)
         live_watch = np.zeros(n)
         live_gift = np.zeros(n)

@@ -1,8 +1,8 @@
 """The static world of a simulation: users, videos and live streams, drawn once from a seed.
 
 Everything is a column array indexed by id so that a whole batch of requests can be simulated with numpy
-fancy indexing; nothing here changes during a run (what the platform learns of its users is in
-``stored_features``).
+fancy indexing. A simulator changes only its own copy of the users' interests (``interests``, drift);
+what the platform learns of its users is in ``stored_features``, who follows whom in ``follows``.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _generate_users(config: SimConfig, rng: np.random.Generator) -> Users:
     group = rng.choice(len(ACTIVITY_GROUPS), size=n, p=np.asarray(config.group_probs))
     interest = rng.dirichlet(np.full(config.n_topics, config.interest_concentration), size=n)
     # A floor keeps every topic reachable: the candidate generator samples topics from these weights.
-    interest = 0.95 * interest + 0.05 / config.n_topics
+    interest = (1.0 - config.interest_floor) * interest + config.interest_floor / config.n_topics
     click_bias = 0.3 * rng.standard_normal(n)
     live_affinity = rng.beta(0.6, 2.0, size=n)
     propensity = _log_factors(rng, (n, len(FACTOR_SIGNALS)), config.user_signal_spread)

@@ -161,7 +161,13 @@ def test_a_decision_without_feedback_gets_zero_rewards(simulated):
         for r in built.transitions
     ]
     assert built.transitions and not any(any(values) for values in reported)
-    assert any(r["reward"][displaced] > 0 for r in built.transitions if r["surface"] == "live_allocation")
+    records = {d.request_id: d for d in (contracts.decode_decision(r[6]) for r in decisions_only)}
+    for row in built.transitions:
+        if row["surface"] == "live_allocation":
+            record = records[row["request_id"]]
+            names = list(record.prediction_names)
+            predicted = record.candidates[0].predictions[names.index("video_watch_displaced")]
+            assert row["reward"][displaced] == pytest.approx(predicted if record.action[0] == 1 else 0.0)
     assert all(r["feedback_count"] == 0 for r in built.transitions)
 
 
