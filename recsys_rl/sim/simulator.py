@@ -452,51 +452,38 @@ class Simulator:
         ins_probs = LiveResponseProbs.of(world, model, users[ins_rows], live_of_row[ins_rows])
         live_watch[ins_rows], live_gift[ins_rows], live_sat[ins_rows] = ins_probs.sample(model, rng)
 
+        # every slot's item and response at once; only leaving is sequential (it depends on the page so far)
+        is_live = slot_rank < 0
+        safe_rank = np.maximum(slot_rank, 0)
+        served = np.where(is_live, live_of_row[:, None], np.take_along_axis(ranked, safe_rank, axis=1))
+        slot_video = np.where(
+            is_live[..., None], 0.0, np.take_along_axis(video_signals, safe_rank[..., None], 1)
+        )
+        signals = np.zeros((n, size, len(VIEW_SIGNAL_COLUMNS)))
+        signals[..., :7] = slot_video
+        signals[..., 1] = np.where(is_live, (live_watch > 0)[:, None], signals[..., 1])
+        signals[..., 7] = np.where(is_live, live_gift[:, None], 0.0)
+        signals[..., 8] = np.where(is_live, live_watch[:, None], 0.0)
+        sat = np.where(is_live, live_sat[:, None], np.take_along_axis(video_sat, safe_rank, axis=1))
+        surplus = sat - model.exit_reference
+
         exit_base = np.asarray(cfg.exit_base)[world.users.group[users]]
+        viewed = np.empty((n, size), dtype=bool)  # the user was still on the page at the slot
+        exits = np.empty((n, size), dtype=bool)
         alive = np.ones(n, dtype=bool)
-        offset = np.zeros(n)
-        feed_reward = np.zeros((n, video_signals.shape[2]))
-        live_viewed = np.zeros(n, dtype=bool)
-        served = np.empty((n, size), dtype=np.int64)
-        views: list[tuple] = []
-        rows_all = np.arange(n)
         for s in range(size):
-            rank = slot_rank[:, s]
-            is_live = rank < 0
-            safe_rank = np.maximum(rank, 0)
-            served[:, s] = np.where(is_live, live_of_row, ranked[rows_all, safe_rank])
-            signals = np.zeros((n, len(VIEW_SIGNAL_COLUMNS)))
-            signals[:, :7] = np.where(is_live[:, None], 0.0, video_signals[rows_all, safe_rank])
-            signals[:, 1] = np.where(is_live, live_watch > 0, signals[:, 1])
-            signals[:, 7] = np.where(is_live, live_gift, 0.0)
-            signals[:, 8] = np.where(is_live, live_watch, 0.0)
-            sat = np.where(is_live, live_sat, video_sat[rows_all, safe_rank])
-            viewed = np.flatnonzero(alive)
-            offset[viewed] += signals[viewed, 0] + signals[viewed, 8] + cfg.item_overhead_s
-            surplus = sat - model.exit_reference
-            hazard = -model.exit_satisfaction * surplus - model.patience_weight * session.patience
+            viewed[:, s] = alive
+            hazard = -model.exit_satisfaction * surplus[:, s] - model.patience_weight * session.patience
             p_exit = np.clip(exit_base * np.exp(hazard), 0.0, 1.0)
-            session.patience[viewed] = model.patience_decay * session.patience[viewed] + surplus[viewed]
-            exits = alive & (rng.random(n) < p_exit)
-            feed_reward[viewed] += np.where(
-                is_live[viewed, None], 0.0, video_signals[viewed, safe_rank[viewed]]
-            )
-            live_viewed |= alive & is_live
-            views.append(
-                (
-                    viewed,
-                    np.full(viewed.size, s),
-                    served[viewed, s],
-                    is_live[viewed],
-                    offset[viewed],
-                    signals[viewed],
-                    exits[viewed],
-                    sat[viewed],
-                )
-            )
-            alive &= ~exits
-        reached_end = np.zeros(n, dtype=bool)
-        reached_end[views[-1][0]] = True
+            session.patience[alive] = model.patience_decay * session.patience[alive] + surplus[alive, s]
+            exits[:, s] = alive & (rng.random(n) < p_exit)
+            alive &= ~exits[:, s]
+        # cumulative sums run slot by slot, as the views happened: the same floats in any batch
+        offset = np.cumsum(signals[..., 0] + signals[..., 8] + cfg.item_overhead_s, axis=1)
+        feed_reward = np.cumsum(np.where(viewed[..., None], slot_video, 0.0), axis=1)[:, -1]
+        live_viewed = (viewed & is_live).any(axis=1)
+        reached_end = viewed[:, size - 1]
+        row, slot = np.nonzero(viewed)  # by row, then slot
 
         live_reward = np.column_stack(
             [
@@ -505,10 +492,7 @@ class Simulator:
                 np.where(inserted & reached_end, video_signals[:, size - 1, 0], 0.0)[live_rows],
             ]
         )
-        view_rows = np.concatenate([v[0] for v in views])
-        order = np.lexsort((np.concatenate([v[1] for v in views]), view_rows))
-        columns = [np.concatenate([v[i] for v in views])[order] for i in range(8)]
-        viewed_count = np.bincount(view_rows, minlength=n)
+        viewed_count = viewed.sum(axis=1)
         return PageOutcome(
             candidates=candidates,
             predictions=predictions,
@@ -525,17 +509,17 @@ class Simulator:
             live_log_propensity=live_log_propensity,
             live_reward=live_reward,
             left=~alive,
-            page_seconds=offset,
+            page_seconds=offset[np.arange(n), viewed_count - 1],
             click_rate=feed_reward[:, 1] / np.maximum(viewed_count, 1),
             views=PageViews(
-                row=columns[0],
-                slot=columns[1],
-                item=columns[2],
-                is_live=columns[3],
-                offset_s=columns[4],
-                signals=columns[5],
-                session_end=columns[6],
-                satisfaction=columns[7],
+                row=row,
+                slot=slot,
+                item=served[row, slot],
+                is_live=is_live[row, slot],
+                offset_s=offset[row, slot],
+                signals=signals[row, slot],
+                session_end=exits[row, slot],
+                satisfaction=sat[row, slot],
             ),
         )
 
