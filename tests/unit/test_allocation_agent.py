@@ -3,6 +3,8 @@ the rewards, config checks, a few training steps, and the exported policy agains
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -315,11 +317,25 @@ def test_the_exported_policy_matches_the_actor_in_probability_decision_and_log_p
     assert column.shape == (64, 1) and log_prob_ope.shape == (64,)
 
 
-def test_the_usage_gap_is_the_usage_advantage_of_the_insertions_the_policy_makes():
+def test_the_usage_gap_is_measured_against_the_logging_policy():
     # q[b, action, value]: value 1 is usage; insert costs 2 on the first state and earns 1 on the second
     q = tf.constant([[[0.0, 5.0], [9.0, 3.0]], [[0.0, 1.0], [9.0, 2.0]]])
-    gap = SLMGACAgent.usage_gap(q, tf.constant([0.5, 1.0]))
-    assert float(gap) == pytest.approx((0.5 * -2.0 + 1.0 * 1.0) / 2)
+    policy, logging = tf.constant([0.5, 1.0]), tf.constant([0.25, 0.5])
+    gap = SLMGACAgent.usage_gap(q, policy, logging)
+    assert float(gap) == pytest.approx(((0.5 - 0.25) * -2.0 + (1.0 - 0.5) * 1.0) / 2)
+    # allocating exactly as the logs did meets the constraint, costly insertions and all
+    assert float(SLMGACAgent.usage_gap(q, logging, logging)) == 0.0
+
+
+def test_the_logging_policys_insert_probability_comes_from_the_logged_propensity():
+    experience = SimpleNamespace(
+        action_step=SimpleNamespace(
+            action=tf.constant([[1.0], [0.0]]),
+            info={LOG_PROPENSITY_KEY: tf.math.log(tf.constant([0.3, 0.8]))},
+        )
+    )
+    mu = SLMGACAgent.logged_insert_probability(experience)
+    np.testing.assert_allclose(mu.numpy(), [0.3, 0.2], rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -30,9 +30,10 @@ The agent learns offline from logged allocation transitions (``recsys_rl.trainin
 
   (``session_watch`` is the state's seconds-of-video-so-far feature / 100, so the difference is the
   short-video time watched in between, including the pages an early exit never shows.) The constraint is
-  E_pi[Q_usage] >= E_logged[Q_usage] (usage must not fall below the logging policy's); the multiplier
-  lambda grows while the actor's usage value is below the logged actions' and shrinks otherwise, as in
-  RCPO (``recsys_rl.training.agents.baselines``).
+  E_pi[Q_usage] >= E_logged[Q_usage] (usage must not fall below the logging policy's, whose insert
+  probability at each state comes from the logged action's propensity); the multiplier lambda grows
+  while the actor's usage value is below the logging policy's and shrinks otherwise, as in RCPO
+  (``recsys_rl.training.agents.baselines``).
 * **Actor.** Maximises the critic's advantage of inserting, A_main + lambda * A_usage, weighted by its
   insert probability (the exact policy gradient for one binary action given the critic), plus a
   supervised term: the cross-entropy of its probability with the logged allocation, which keeps an
@@ -64,6 +65,7 @@ from recsys_rl.training.agents.networks import (
     BernoulliActorNetwork,
 )
 from recsys_rl.training.agents.specs import (
+    LOG_PROPENSITY_KEY,
     allocation_action_spec,
     allocation_transition_spec,
     live_observation_spec,
@@ -430,11 +432,24 @@ class SLMGACAgent(tf_agent.TFAgent):
         return _checked(ActorLosses(advantage_loss, supervised, total, p), "actor")
 
     @staticmethod
-    def usage_gap(q: tf.Tensor, insert_probability: tf.Tensor) -> tf.Tensor:
-        """Batch mean of p(s) * (Q_usage(s, insert) - Q_usage(s, skip)) for the critic's values ``q``
-        (B, 2, V): the usage the policy's insertions add (above zero) or cost (below zero: the
-        constraint is broken)."""
-        return tf.reduce_mean(tf.stop_gradient(insert_probability) * (q[:, 1, 1] - q[:, 0, 1]))
+    def usage_gap(
+        q: tf.Tensor, insert_probability: tf.Tensor, logged_insert_probability: tf.Tensor
+    ) -> tf.Tensor:
+        """E_pi[Q_usage] - E_logged[Q_usage] over the batch: the mean of (p(s) - mu(s)) * (Q_usage(s,
+        insert) - Q_usage(s, skip)) for the critic's values ``q`` (B, 2, V), the policy's insert
+        probability p and the logging policy's mu. Below zero the policy's allocation costs usage the
+        logged one did not: the constraint is broken. (Against never inserting, a policy that allocates
+        exactly as the logs did would count as breaking it.)"""
+        difference = tf.stop_gradient(insert_probability) - logged_insert_probability
+        return tf.reduce_mean(difference * (q[:, 1, 1] - q[:, 0, 1]))
+
+    @staticmethod
+    def logged_insert_probability(experience) -> tf.Tensor:
+        """The logging policy's probability of inserting at each logged state, from the logged action and
+        its log-propensity."""
+        logged = experience.action_step.action[:, 0]
+        probability = tf.exp(experience.action_step.info[LOG_PROPENSITY_KEY])
+        return tf.where(logged > 0.5, probability, 1.0 - probability)
 
     # -- one step ---------------------------------------------------------------------------------------
 
@@ -448,7 +463,7 @@ class SLMGACAgent(tf_agent.TFAgent):
             actor = self.actor_losses(experience, q)
         FeedAgent._apply(actor.total, tape, self._actor.trainable_variables, self._actor_optimizer)
         p = tf.stop_gradient(actor.insert_probability)
-        gap = self.usage_gap(q, p)
+        gap = self.usage_gap(q, p, self.logged_insert_probability(experience))
         config = self._config
         self._multiplier.assign(
             multiplier_step(self._multiplier, gap, config.multiplier_learning_rate, config.usage_slack)
