@@ -69,13 +69,15 @@ def _print_report(report: dict[str, Any]) -> None:
         print(f"  {name:<12} {_pm(values['behaviour']):>22} {_pm(values['policy']):>22} {lift:>9}")
     rates = report["return_rate"]
     print(f"  {'return rate':<12} {_number(rates['behaviour']):>22} {_number(rates['policy']):>22}")
-    print("constraints (each auxiliary signal against the behaviour level):")
+    print("constraints (each auxiliary signal against the behaviour level; paired 95% interval per user):")
     for name, check in report["constraints"].items():
-        verdict = "met" if check["satisfied"] else "VIOLATED"
-        margin = f"margin {_number(check['margin'], '+.4g')} ± {_number(check['margin_stderr'])}"
-        print(f"  {name:<12} {check['bound']:<9} {verdict:<9} {margin}")
-    violated = [name for name, check in report["constraints"].items() if not check["satisfied"]]
-    print(f"  {'all met' if not violated else 'violated: ' + ', '.join(violated)}")
+        low, high = check["interval"]
+        margin = (
+            f"margin {_number(check['margin'], '+.4g')} [{_number(low, '+.4g')}, {_number(high, '+.4g')}]"
+        )
+        print(f"  {name:<12} {check['bound']:<9} {check['verdict'].upper():<13} {margin}")
+    broken = [name for name, check in report["constraints"].items() if not check["satisfied"]]
+    print(f"  {'none broken' if not broken else 'broken: ' + ', '.join(broken)}")
 
 
 def _pm(estimate: dict[str, float | None]) -> str:

@@ -34,6 +34,10 @@ class PolicyValues:
     per_request: dict[str, float]  # undiscounted mean reward per feed request, FEED_SIGNALS
     episodes: int
     return_rate: float  # fraction of users active on days after the first (long-term effect)
+    # (n_users, FEED_SIGNALS): each user's feed episode values summed over the days, 0 for a user who never
+    # came. Two runs on one world and episode seed have the same users: their difference, user by user,
+    # is the paired comparison.
+    per_user: np.ndarray
 
 
 def discounted_returns(
@@ -81,6 +85,10 @@ def evaluate_logs(days: list[DayLog], n_users: int) -> PolicyValues:
     _, feed_returns = discounted_returns(
         feed_session, feed_page, feed_reward, np.asarray(signals.discounts(feed_names))
     )
+    feed_user = np.concatenate([d.feed.user for d in days])
+    episode_user = feed_user[np.unique(feed_session, return_index=True)[1]]  # episodes in returns' order
+    per_user = np.zeros((n_users, len(feed_names)))
+    np.add.at(per_user, episode_user, feed_returns)
     live_session = np.concatenate([d.live.session for d in days])
     live_step = step_within_episode(live_session, np.concatenate([d.live.page for d in days]))
     live_reward = np.concatenate([d.live.reward for d in days])
@@ -98,6 +106,7 @@ def evaluate_logs(days: list[DayLog], n_users: int) -> PolicyValues:
         per_request=dict(zip(feed_names, map(float, feed_reward.mean(axis=0)), strict=True)),
         episodes=int(feed_returns.shape[0]),
         return_rate=return_rate,
+        per_user=per_user,
     )
 
 

@@ -10,6 +10,10 @@ of the simulated logs it was trained on.
 
 The verdict per auxiliary signal is the TSCAC constraint: no worse than the behaviour policy, which is at
 least its level for a signal to raise and at most for one to lower (``recsys_rl.signals`` directions).
+It is read off a paired 95% interval of the per-user difference, not off point estimates: on sparse
+signals two identical policies differ by several percent from noise alone, so a point estimate makes
+"met" a coin flip. ``held``: the interval lies at or above zero; ``broken``: below zero; ``inconclusive``:
+it covers zero. A constraint is satisfied unless broken.
 """
 
 from __future__ import annotations
@@ -128,9 +132,12 @@ def compare_values(behaviour: PolicyValues, policy: PolicyValues) -> dict[str, A
         }
         for name in signals.FEED_SIGNALS
     }
-    constraints = {
-        name: _constraint(name, behaviour.feed[name], policy.feed[name]) for name in AUXILIARY_SIGNALS
-    }
+    if behaviour.per_user.shape != policy.per_user.shape:
+        raise ValueError(
+            f"paired values should have the same users, but have {behaviour.per_user.shape[0]} and "
+            f"{policy.per_user.shape[0]}"
+        )
+    constraints = {name: _constraint(name, behaviour, policy) for name in AUXILIARY_SIGNALS}
     return {
         "kind": "sim_eval",
         "signals": feed_signals,
@@ -141,19 +148,27 @@ def compare_values(behaviour: PolicyValues, policy: PolicyValues) -> dict[str, A
     }
 
 
-def _constraint(name: str, behaviour: Estimate, policy: Estimate) -> dict[str, Any]:
-    """Whether the policy is no worse than the behaviour on ``name``, with the margin in the good direction.
+#: Two-sided 95% normal quantile of the constraint intervals.
+_Z = 1.959963984540054
 
-    The margin's standard error treats the two runs as independent, which overstates it for these paired
-    runs: a margin several of them below zero is a violation, not noise.
-    """
+
+def _constraint(name: str, behaviour: PolicyValues, policy: PolicyValues) -> dict[str, Any]:
+    """The policy against the behaviour on ``name``: the per-user margin in the good direction, its paired
+    interval and the verdict (see the module docstring)."""
     direction = signals.get(name).direction
-    margin = direction.sign * (policy.mean - behaviour.mean)
+    column = signals.FEED_SIGNALS.index(name)
+    margin = direction.sign * (policy.per_user[:, column] - behaviour.per_user[:, column])
+    mean = float(margin.mean()) if margin.size else math.nan
+    stderr = float(margin.std(ddof=1) / math.sqrt(margin.size)) if margin.size > 1 else math.nan
+    low, high = mean - _Z * stderr, mean + _Z * stderr
+    verdict = "held" if low >= 0.0 else "broken" if high < 0.0 else "inconclusive"  # NaN: inconclusive
     return {
         "bound": "at least" if direction is signals.Direction.HIGHER_IS_BETTER else "at most",
-        "satisfied": margin >= 0.0,  # False when there is no estimate (NaN)
-        "margin": _finite(margin),
-        "margin_stderr": _finite(math.hypot(behaviour.stderr, policy.stderr)),
+        "verdict": verdict,
+        "satisfied": verdict != "broken",
+        "margin": _finite(mean),  # per user over the evaluated days, paired
+        "margin_stderr": _finite(stderr),
+        "interval": [_finite(low), _finite(high)],
     }
 
 

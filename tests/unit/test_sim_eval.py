@@ -1,8 +1,8 @@
 """The sim-eval comparison: lifts, constraint directions from the signal registry, and where a policy is."""
 
 import json
-import math
 
+import numpy as np
 import pytest
 
 from recsys_rl import signals
@@ -10,19 +10,57 @@ from recsys_rl.sim.ground_truth import Estimate, PolicyValues
 from recsys_rl.sim.sim_eval import AUXILIARY_SIGNALS, SimEvalConfig, compare_values, policy_directory
 from recsys_rl.training.agents.policy_io import PolicyLoadError
 
+USERS = 400
+# the users' own variation, which two runs on one world share: a paired difference cancels it
+SHARED = np.random.default_rng(0).normal(0.0, 1.0, (USERS, len(signals.FEED_SIGNALS)))
 
-def _values(return_rate: float = 0.7, **means: float) -> PolicyValues:
+
+def _values(return_rate: float = 0.7, noise: float = 0.0, seed: int = 1, **means: float) -> PolicyValues:
+    """Values whose users' totals are ``means`` (default 1) plus the shared variation, plus run noise."""
     feed = {name: Estimate(means.get(name, 1.0), 0.1, 500) for name in signals.FEED_SIGNALS}
     live = {name: Estimate(1.0, 0.1, 500) for name in signals.LIVE_SIGNALS}
     per_request = dict.fromkeys(signals.FEED_SIGNALS, 0.1)
-    return PolicyValues(feed, live, per_request, episodes=500, return_rate=return_rate)
+    level = np.array([means.get(name, 1.0) for name in signals.FEED_SIGNALS])
+    run = noise * np.random.default_rng(seed).normal(0.0, 1.0, SHARED.shape)
+    return PolicyValues(feed, live, per_request, 500, return_rate, per_user=level + SHARED + run)
 
 
 def test_a_policy_equal_to_the_behaviour_has_no_lift_and_meets_every_constraint():
     report = compare_values(_values(), _values())
     assert all(v["lift"] == 0.0 for v in report["signals"].values())
     assert report["constraints_satisfied"]
-    assert report["constraints"]["click"]["margin_stderr"] == pytest.approx(math.hypot(0.1, 0.1))
+    # paired: the users' shared variation cancels, the interval is a point at zero
+    assert report["constraints"]["click"]["margin_stderr"] == 0.0
+    assert report["constraints"]["click"]["verdict"] == "held"
+
+
+def test_noise_alone_is_inconclusive_not_a_violation():
+    """Two runs that differ only by noise: the interval covers zero on every signal, so no verdict is
+    drawn from a point estimate's sign."""
+    report = compare_values(_values(noise=1.0, seed=1), _values(noise=1.0, seed=2))
+    checks = report["constraints"]
+    assert {c["verdict"] for c in checks.values()} == {"inconclusive"}
+    assert any(c["margin"] < 0 for c in checks.values())  # a point estimate would have called these broken
+    assert report["constraints_satisfied"]
+    for check in checks.values():
+        low, high = check["interval"]
+        assert low < check["margin"] < high
+        assert high - low == pytest.approx(2 * 1.96 * check["margin_stderr"], rel=1e-3)
+
+
+def test_a_clear_shortfall_is_broken_and_a_clear_gain_held():
+    behaviour = _values(noise=0.3, seed=1)
+    policy = _values(noise=0.3, seed=2, like=0.5, click=1.5)
+    checks = compare_values(behaviour, policy)["constraints"]
+    assert checks["like"]["verdict"] == "broken" and not checks["like"]["satisfied"]
+    assert checks["click"]["verdict"] == "held" and checks["click"]["satisfied"]
+
+
+def test_values_of_different_users_cannot_be_paired():
+    other = _values()
+    other = PolicyValues(**{**other.__dict__, "per_user": other.per_user[:10]})
+    with pytest.raises(ValueError, match="paired values should have the same users"):
+        compare_values(_values(), other)
 
 
 def test_constraints_follow_each_signals_direction():
@@ -33,6 +71,7 @@ def test_constraints_follow_each_signals_direction():
     assert checks["click"]["bound"] == "at least"
     assert checks["click"]["satisfied"] and checks["click"]["margin"] == pytest.approx(0.5)
     assert not checks["like"]["satisfied"] and checks["like"]["margin"] == pytest.approx(-0.5)
+    assert checks["like"]["verdict"] == "broken"
     assert checks["hate"]["bound"] == "at most"
     assert checks["hate"]["satisfied"] and checks["hate"]["margin"] == pytest.approx(
         1.0
