@@ -113,7 +113,8 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         f"{config['eval_users']}-user world of the same simulator with the same episode draws.",
         "",
         "Relative lift over the behaviour policy, mean ± std over seeds (hate: lower is better). "
-        "'constraints met' is the share of (auxiliary signal, seed) pairs at least at the behaviour's level.",
+        "'constraints met' is the share of (auxiliary signal, seed) pairs whose paired 95% interval does "
+        "not put the policy below the behaviour's level (recsys_rl.sim.sim_eval: held or inconclusive).",
         "",
         "| algorithm | " + " | ".join(signals.FEED_SIGNALS) + " | constraints met |",
         "|---|" + "---|" * (len(signals.FEED_SIGNALS) + 1),
