@@ -66,7 +66,7 @@ def test_train_help_lists_the_algorithms():
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "{tscac,tscac-det,bc,rcpo,rcpo-mc,ac-main,sl-mgac,sl-mgac-nosl,ac-single-group}" in result.stdout
+    assert "{tscac,tscac-dpg,bc,rcpo,rcpo-mc,ac-main,sl-mgac,sl-mgac-nosl,ac-single-group}" in result.stdout
 
 
 def test_train_reports_the_run_and_logs_progress(bc_run):

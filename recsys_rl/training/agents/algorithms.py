@@ -12,7 +12,8 @@ LIVE_ALLOCATION = "live_allocation"
 #: Feed-ranking algorithms (what feed benchmarks and pipelines iterate over).
 ALGORITHMS: dict[str, str] = {
     "tscac": "Two-Stage Constrained Actor-Critic (closed-form weighted likelihood)",
-    "tscac-det": "TSCAC, deterministic variant (Q-maximising actor + BC + closeness to stage one)",
+    "tscac-dpg": "TSCAC, a deterministic-policy-gradient variant of ours (Q-maximising actor + BC + "
+    "closeness to stage one; not the authors' code)",
     "bc": "behaviour cloning",
     "rcpo": "RCPO with a single critic on the Lagrangian reward",
     "rcpo-mc": "RCPO with the multi-task critic",

@@ -21,9 +21,9 @@ def build_agent(
     train_step_counter: tf.Variable | None = None,
 ) -> FeedAgent:
     common = {"train_step_counter": train_step_counter}
-    if algorithm in ("tscac", "tscac-det"):
+    if algorithm in ("tscac", "tscac-dpg"):
         return TSCACAgent(
-            stats, config, stage_one_steps=stage_one_steps, deterministic=algorithm == "tscac-det", **common
+            stats, config, stage_one_steps=stage_one_steps, deterministic=algorithm == "tscac-dpg", **common
         )
     if algorithm == "bc":
         return BehaviourCloningAgent(stats, config, **common)

@@ -12,9 +12,11 @@ per signal, each with its own discount) learns all along; head i evaluates stage
 watch-time head evaluates the main actor. The training job runs stage one for the first
 ``stage_one_steps`` steps and stage two after.
 
-``deterministic=True`` is the variant of the authors' public code: each actor's mean maximises its
-critic head at the actor's mean plus behaviour cloning, and the main actor also stays close to the
-stage-one actors' means. Its actors serve their mean with the fixed ``initial_std``.
+``deterministic=True`` (algorithm ``tscac-dpg``) is a deterministic-policy-gradient variant of ours, not
+the authors' public code: each actor's mean maximises its critic head at the actor's mean plus
+behaviour cloning, and the main actor also stays close to the stage-one actors' means. Its actors serve
+their mean with the fixed ``initial_std``. (The authors' code trains one stage-one actor on a fixed
+weighted sum of the heads and weighs the main actor's closeness with a Gaussian kernel.)
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class TSCACAgent(FeedAgent):
             stats,
             config,
             train_step_counter=train_step_counter,
-            name="TSCACDeterministic" if deterministic else "TSCAC",
+            name="TSCACDeterministicPolicyGradient" if deterministic else "TSCAC",
         )
         self._aux_actors = [self._new_actor(f"aux_actor_{s}", learn_std=not deterministic) for s in AUXILIARY]
         self._aux_optimizer = tf.keras.optimizers.Adam(config.actor_learning_rate)
