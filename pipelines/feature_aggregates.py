@@ -35,10 +35,10 @@ from apache_beam.utils.windowed_value import WindowedValue
 from recsys_rl.feature_sums import AGGREGATIONS, FACT_COLUMNS, increments
 from recsys_rl.feature_tables import PARQUET_SUFFIX, TIMESTAMP_COLUMN, FeatureTable
 from recsys_rl.pipelines.whole_files import WriteWholeFiles, parquet_file
+from recsys_rl.state import DAY_MS
 
 ITEM_TYPES = ("video", "live")
 
-_DAY_MS = 86_400_000
 _SIGNAL_FIELDS = (
     "watch_time_s",
     "click",
@@ -100,7 +100,7 @@ class _SumInBundle(beam.DoFn):
 
 def _partial_sums(columns: Mapping[str, list], num_shards: int):
     times = np.array(columns["event_time_ms"], dtype=np.int64)
-    day_codes, days = pd.factorize(times // _DAY_MS)
+    day_codes, days = pd.factorize(times // DAY_MS)
     for agg, table_increments in zip(AGGREGATIONS, increments(columns), strict=True):
         table = agg.table
         # number each (entity, day) in hashed C code: Python dicts of tuples cost ~1 us a view

@@ -53,7 +53,14 @@ def user_increments(columns: Mapping[str, Sequence], live: np.ndarray) -> np.nda
     Feed engagement is measured on short-video views, live engagement on live views. The simulator's
     copy of the store (``recsys_rl.sim.stored_features``) sums its views through this too.
     """
-    signal = {name: _exact(columns[name]) for name in _USER_SIGNALS}
+    return _user_sums(_exact_signals(columns), live)
+
+
+def _exact_signals(columns: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
+    return {name: _exact(columns[name]) for name in _USED_SIGNALS}
+
+
+def _user_sums(signal: Mapping[str, np.ndarray], live: np.ndarray) -> np.ndarray:
     video = ~live
     one = np.full(live.size, _ONE, dtype=np.int64)
     interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
@@ -72,21 +79,21 @@ def user_increments(columns: Mapping[str, Sequence], live: np.ndarray) -> np.nda
 def increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:
     """The exact increments each view fact adds to its user's, item's and author's day, in
     ``AGGREGATIONS`` order: one row per fact, one column per sum of the table."""
-    signal = {name: _exact(columns[name]) for name in ("click", "like", "hate", "follow")}
+    signal = _exact_signals(columns)
     one = np.full(signal["click"].size, _ONE, dtype=np.int64)
     # the contract zeroes one of the two watches
-    item_watch = _exact(columns["watch_time_s"]) + _exact(columns["live_watch_s"])
+    item_watch = signal["watch_time_s"] + signal["live_watch_s"]
     item = np.stack([one, signal["click"], item_watch, signal["like"], signal["hate"]], axis=1)
     author = np.stack([one, signal["follow"]], axis=1)
     live = np.array([item_type == "live" for item_type in columns["item_type"]], dtype=bool)
-    return user_increments(columns, live), item, author
+    return _user_sums(signal, live), item, author
 
 
-_USER_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
-FACT_COLUMNS = ("user_id", "item_id", "author_id", "item_type", "event_time_ms", *_USER_SIGNALS)
+_USED_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
+FACT_COLUMNS = ("user_id", "item_id", "author_id", "item_type", "event_time_ms", *_USED_SIGNALS)
 
 
-# The feature values of one entity's day from its sums (in the order of _increments' columns).
+# The feature values of one entity's day from its sums (in the order of ``increments``' columns).
 def user_features(s: Sequence[int], day: int) -> dict[str, Any]:
     views, clicks, likes, watch, interactions, hates, live_views, live_watch = s
     return {
@@ -124,7 +131,7 @@ class Aggregation:
     features: Callable[[Sequence[int], int], dict[str, Any]]
 
 
-# in the order of _increments' results
+# in the order of ``increments``' results
 AGGREGATIONS = (
     Aggregation(USER_ENGAGEMENT, user_features),
     Aggregation(ITEM_STATS, _item_features),

@@ -124,7 +124,9 @@ def write_user_activity(directory: str | Path, user_ids: Sequence[str], groups, 
         )
     bad = groups[(groups < 0) | (groups >= len(ACTIVITY_GROUPS))]
     if bad.size:
-        raise ValueError(f"activity groups should be below {len(ACTIVITY_GROUPS)}, but include {int(bad[0])}")
+        raise ValueError(
+            f"activity groups should be in [0, {len(ACTIVITY_GROUPS)}), but include {int(bad[0])}"
+        )
     timestamp = pa.array(np.full(groups.size, as_of_ms * 1000, np.int64), pa.timestamp("us", tz="UTC"))
     table = pa.Table.from_arrays(
         [pa.array(list(user_ids), pa.string()), timestamp, pa.array(groups)],

@@ -4,7 +4,7 @@ Policies never see the simulator's hidden traits. They see what production servi
 Feast: the account's activity group from the platform's user table (the world publishes every user's,
 ``recsys_rl.sim.events.write_user_table``) and the user's engagement on their last finished day with
 views. The engagement is summed through the feature pipeline's own functions
-(``recsys_rl.pipelines.feature_aggregates.user_increments`` and ``user_features``), per UTC day of the
+(``recsys_rl.feature_sums.user_increments`` and ``user_features``), per UTC day of the
 view as the pipeline groups it, so its rates are the very floats the pipeline writes and serving reads.
 
 A row becomes visible when its day is added, which the simulator does when the day is over, as the

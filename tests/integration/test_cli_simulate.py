@@ -4,7 +4,10 @@ import socket
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
+
+from recsys_rl.state import ACTIVITY_GROUPS
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +24,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_simulate_fills_the_embedded_broker_and_reports_counts():
-    result = _run("simulate", "--users", "60", "--days", "1", "--seed", "5", "--partitions", "2")
+def test_simulate_fills_the_embedded_broker_and_reports_counts(tmp_path):
+    users = tmp_path / "users"
+    result = _run(
+        "simulate",
+        "--users",
+        "60",
+        "--days",
+        "1",
+        "--seed",
+        "5",
+        "--partitions",
+        "2",
+        "--user-table",
+        str(users),
+    )
     assert result.returncode == 0, result.stderr
+    # the world's user table: every account with its activity group, as of the first day's start
+    table = pq.read_table(users).to_pydict()
+    assert sorted(table["user_id"]) == sorted(f"u{i}" for i in range(60))
+    assert set(table["activity_group"]) <= set(range(len(ACTIVITY_GROUPS)))
     lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("  recsys.")}
     for topic in ("recsys.decisions", "recsys.feedback"):
         written = int(lines[topic].split()[1])
