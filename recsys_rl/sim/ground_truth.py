@@ -34,9 +34,11 @@ class PolicyValues:
     per_request: dict[str, float]  # undiscounted mean reward per feed request, FEED_SIGNALS
     episodes: int
     return_rate: float  # fraction of users active on days after the first (long-term effect)
-    # (n_users, FEED_SIGNALS): each user's feed episode values summed over the days, 0 for a user who never
-    # came. Two runs on one world and episode seed have the same users: their difference, user by user,
-    # is the paired comparison.
+    # (n_users, FEED_SIGNALS): each user's expected responses (the simulator's probabilities and means of
+    # the items they viewed, not the draws) summed over every request of every day, undiscounted, 0 for a
+    # user who never came. The multi-day objective and constraints: a user kept away a day adds nothing
+    # that day, so return counts. Two runs on one world and episode seed have the same users: their
+    # difference, user by user, is the paired comparison.
     per_user: np.ndarray
 
 
@@ -86,9 +88,8 @@ def evaluate_logs(days: list[DayLog], n_users: int) -> PolicyValues:
         feed_session, feed_page, feed_reward, np.asarray(signals.discounts(feed_names))
     )
     feed_user = np.concatenate([d.feed.user for d in days])
-    episode_user = feed_user[np.unique(feed_session, return_index=True)[1]]  # episodes in returns' order
     per_user = np.zeros((n_users, len(feed_names)))
-    np.add.at(per_user, episode_user, feed_returns)
+    np.add.at(per_user, feed_user, np.concatenate([d.feed.expected_reward for d in days]))
     live_session = np.concatenate([d.live.session for d in days])
     live_step = step_within_episode(live_session, np.concatenate([d.live.page for d in days]))
     live_reward = np.concatenate([d.live.reward for d in days])
@@ -125,8 +126,21 @@ def monte_carlo_values(
     seed 0, so the default keeps ground truth independent of the data it is compared with. More users
     (``config.n_users``) or days give more episodes and a smaller standard error.
     """
+    logs = run_days(config, feed_policy, allocation_policy, seed=seed, episode_seed=episode_seed, days=days)
+    return evaluate_logs(logs, config.n_users)
+
+
+def run_days(
+    config: SimConfig,
+    feed_policy: FeedPolicy,
+    allocation_policy: AllocationPolicy,
+    *,
+    seed: int,
+    episode_seed: int = 1,
+    days: int = 1,
+) -> list[DayLog]:
+    """The simulator's record of ``days`` days of the policies on the world of ``seed``."""
     if days < 1:
         raise ValueError(f"days should be at least 1, but is {days}")
     sim = Simulator(config, seed, episode_seed=episode_seed)
-    logs = [sim.run_day(feed_policy, allocation_policy) for _ in range(days)]
-    return evaluate_logs(logs, config.n_users)
+    return [sim.run_day(feed_policy, allocation_policy) for _ in range(days)]

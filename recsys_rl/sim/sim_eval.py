@@ -35,9 +35,8 @@ from recsys_rl.sim.behaviour import (
     behaviour_allocation_policy,
     behaviour_feed_policy,
 )
-from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values
+from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values, run_days
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.simulator import Simulator
 from recsys_rl.training.agents.policy_io import POLICY_MANIFEST, PolicyLoadError, load_feed_policy
 from recsys_rl.training.train import RUN_MANIFEST
 
@@ -86,7 +85,7 @@ def evaluate_policy(
     progress: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> dict[str, Any]:
     """Run the behaviour policy and the exported policy on the same world; a JSON-able comparison."""
-    policy = load_feed_policy(policy_directory(config.policy), sample=config.sample)
+    policy = load_feed_policy(policy_directory(config.policy), sample=config.sample, numpy=True)
     behaviour = behaviour_feed_policy()
 
     def values(feed_policy: FeedPolicy) -> PolicyValues:
@@ -122,22 +121,19 @@ def evaluate_policy(
 
 
 def compare_values(behaviour: PolicyValues, policy: PolicyValues) -> dict[str, Any]:
-    """Per feed signal: both values and the policy's relative lift; per auxiliary signal: the constraint."""
-    feed_signals = {
-        name: {
-            "direction": signals.get(name).direction.value,
-            "behaviour": _estimate(behaviour.feed[name]),
-            "policy": _estimate(policy.feed[name]),
-            "lift": _relative(policy.feed[name].mean, behaviour.feed[name].mean),
-        }
-        for name in signals.FEED_SIGNALS
-    }
+    """Per feed signal: both per-user values, the policy's lift and the paired difference with its 95%
+    interval; per auxiliary signal: the constraint verdict read off that interval.
+
+    Every figure is per user over the evaluated days, from expected responses (``PolicyValues.per_user``):
+    the multi-day objective, in which a user kept away a day counts as nothing that day.
+    """
     if behaviour.per_user.shape != policy.per_user.shape:
         raise ValueError(
             f"paired values should have the same users, but have {behaviour.per_user.shape[0]} and "
             f"{policy.per_user.shape[0]}"
         )
-    constraints = {name: _constraint(name, behaviour, policy) for name in AUXILIARY_SIGNALS}
+    feed_signals = {name: _paired(name, behaviour, policy) for name in signals.FEED_SIGNALS}
+    constraints = {name: _constraint(name, feed_signals[name]) for name in AUXILIARY_SIGNALS}
     return {
         "kind": "sim_eval",
         "signals": feed_signals,
@@ -148,28 +144,49 @@ def compare_values(behaviour: PolicyValues, policy: PolicyValues) -> dict[str, A
     }
 
 
-#: Two-sided 95% normal quantile of the constraint intervals.
+#: Two-sided 95% normal quantile of the paired intervals.
 _Z = 1.959963984540054
 
 
-def _constraint(name: str, behaviour: PolicyValues, policy: PolicyValues) -> dict[str, Any]:
-    """The policy against the behaviour on ``name``: the per-user margin in the good direction, its paired
-    interval and the verdict (see the module docstring)."""
-    direction = signals.get(name).direction
+def _paired(name: str, behaviour: PolicyValues, policy: PolicyValues) -> dict[str, Any]:
+    """One signal: each side's per-user mean and the per-user difference (policy - behaviour)."""
     column = signals.FEED_SIGNALS.index(name)
-    margin = direction.sign * (policy.per_user[:, column] - behaviour.per_user[:, column])
-    mean = float(margin.mean()) if margin.size else math.nan
-    stderr = float(margin.std(ddof=1) / math.sqrt(margin.size)) if margin.size > 1 else math.nan
-    low, high = mean - _Z * stderr, mean + _Z * stderr
+    before, after = behaviour.per_user[:, column], policy.per_user[:, column]
+    difference = _mean_and_stderr(after - before)
+    low, high = difference.mean - _Z * difference.stderr, difference.mean + _Z * difference.stderr
+    return {
+        "direction": signals.get(name).direction.value,
+        "behaviour": _estimate(_mean_and_stderr(before)),
+        "policy": _estimate(_mean_and_stderr(after)),
+        "lift": _relative(float(after.mean()), float(before.mean())) if after.size else None,
+        "difference": _finite(difference.mean),
+        "difference_stderr": _finite(difference.stderr),
+        "interval": [_finite(low), _finite(high)],
+    }
+
+
+def _constraint(name: str, paired: dict[str, Any]) -> dict[str, Any]:
+    """The policy against the behaviour on ``name``, from its paired figures: the margin in the good
+    direction, its interval and the verdict (see the module docstring)."""
+    direction = signals.get(name).direction
+    low, high = (math.nan if v is None else direction.sign * v for v in paired["interval"])
+    low, high = min(low, high), max(low, high)
     verdict = "held" if low >= 0.0 else "broken" if high < 0.0 else "inconclusive"  # NaN: inconclusive
+    margin = paired["difference"]
     return {
         "bound": "at least" if direction is signals.Direction.HIGHER_IS_BETTER else "at most",
         "verdict": verdict,
         "satisfied": verdict != "broken",
-        "margin": _finite(mean),  # per user over the evaluated days, paired
-        "margin_stderr": _finite(stderr),
+        "margin": None if margin is None else direction.sign * margin,  # per user over the days, paired
+        "margin_stderr": paired["difference_stderr"],
         "interval": [_finite(low), _finite(high)],
     }
+
+
+def _mean_and_stderr(values: np.ndarray) -> Estimate:
+    mean = float(values.mean()) if values.size else math.nan
+    stderr = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else math.nan
+    return Estimate(mean, stderr, int(values.size))
 
 
 def _estimate(estimate: Estimate) -> dict[str, float | None]:
@@ -225,11 +242,8 @@ def allocation_outcome(
     per user over all days, so an allocation that shortens sessions or keeps users away the next day
     shows in them. Runs of different policies on the same (config, seed, episode_seed) are paired.
     """
-    if days < 1:
-        raise ValueError(f"days should be at least 1, but is {days}")
-    sim = Simulator(config, seed, episode_seed=episode_seed)
     feed = feed_policy or behaviour_feed_policy()
-    logs = [sim.run_day(feed, allocation_policy) for _ in range(days)]
+    logs = run_days(config, feed, allocation_policy, seed=seed, episode_seed=episode_seed, days=days)
     users = config.n_users
     live = sum(np.bincount(d.live.user, weights=d.live.reward[:, 0], minlength=users) for d in logs)
     video = sum(np.bincount(d.feed.user, weights=d.feed.reward[:, 0], minlength=users) for d in logs)
@@ -247,12 +261,12 @@ def compare_allocation(reference: AllocationOutcome, outcome: AllocationOutcome)
     """Per-user metric: both means and the paired difference (outcome - reference) with its stderr."""
     out: dict[str, Any] = {}
     for name in ALLOCATION_USER_METRICS:
-        diff = outcome.per_user[name] - reference.per_user[name]
+        difference = _mean_and_stderr(outcome.per_user[name] - reference.per_user[name])
         out[name] = {
             "reference": float(reference.per_user[name].mean()),
             "policy": float(outcome.per_user[name].mean()),
-            "difference": float(diff.mean()),
-            "difference_stderr": float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None,
+            "difference": difference.mean,
+            "difference_stderr": _finite(difference.stderr),
             "lift": _relative(float(outcome.per_user[name].mean()), float(reference.per_user[name].mean())),
         }
     return out

@@ -114,6 +114,9 @@ class FeedLog:
     live_inserted: np.ndarray  # (n,) bool
     live_slot: np.ndarray  # (n,) slot of ``served`` that holds the live stream, -1 for none
     reward: np.ndarray  # (n, K) sum of feed signals over the viewed videos of the page
+    # (n, K) the same sum of the viewed videos' expected responses (probabilities and means given the
+    # user's state on the page, not draws): ground truth without the per-view sampling noise
+    expected_reward: np.ndarray
     done: np.ndarray  # (n,) bool: the session ended on this page
 
     def contexts(self) -> RequestContexts:
@@ -354,6 +357,7 @@ class Simulator:
                     "live_inserted": outcome.live_inserted,
                     "live_slot": np.where(outcome.live_inserted, cfg.live_position, -1),
                     "reward": outcome.feed_reward,
+                    "expected_reward": outcome.expected_feed_reward,
                     "done": ~continuing,
                 }
             )
@@ -481,6 +485,9 @@ class Simulator:
         # cumulative sums run slot by slot, as the views happened: the same floats in any batch
         offset = np.cumsum(signals[..., 0] + signals[..., 8] + cfg.item_overhead_s, axis=1)
         feed_reward = np.cumsum(np.where(viewed[..., None], slot_video, 0.0), axis=1)[:, -1]
+        ranked_expected = np.take_along_axis(expected, ranked_cols[..., None], 1)
+        slot_expected = np.take_along_axis(ranked_expected, safe_rank[..., None], 1)
+        expected_feed_reward = np.where((viewed & ~is_live)[..., None], slot_expected, 0.0).sum(axis=1)
         live_viewed = (viewed & is_live).any(axis=1)
         reached_end = viewed[:, size - 1]
         row, slot = np.nonzero(viewed)  # by row, then slot
@@ -501,6 +508,7 @@ class Simulator:
             served=served,
             live_inserted=inserted,
             feed_reward=feed_reward,
+            expected_feed_reward=expected_feed_reward,
             live_rows=live_rows,
             live_id=live_id,
             live_state=live_state,
@@ -565,6 +573,7 @@ class PageOutcome:
     served: np.ndarray
     live_inserted: np.ndarray
     feed_reward: np.ndarray
+    expected_feed_reward: np.ndarray
     live_rows: np.ndarray
     live_id: np.ndarray
     live_state: np.ndarray

@@ -96,6 +96,15 @@ def test_the_numpy_twin_of_an_exported_actor_matches_it_and_a_mismatch_is_refuse
     np.testing.assert_allclose(twin.mean(states), policy.mean(states), atol=1e-5)
     actions = twin.mean(states) + 0.3
     np.testing.assert_allclose(twin.log_prob(states, actions), policy.log_prob(states, actions), atol=1e-4)
+    # a policy loaded with its twin acts as the SavedModel does, on the same draws
+    for sample in (False, True):
+        saved = load_feed_policy(tmp_path / "policy", sample=sample)
+        fast = load_feed_policy(tmp_path / "policy", sample=sample, numpy=True)
+        assert fast.twin is not None and saved.twin is None
+        by_saved = saved.act(states, np.random.default_rng(3))
+        by_twin = fast.act(states, np.random.default_rng(3))
+        np.testing.assert_allclose(by_twin[0], by_saved[0], atol=1e-5)
+        np.testing.assert_allclose(by_twin[1], by_saved[1], atol=1e-3)
 
     class Drifted(type(policy)):
         def mean(self, states):  # a SavedModel whose function is not the layout numpy_actor reads

@@ -46,7 +46,7 @@ def _actor(**overrides) -> GaussianActorNetwork:
     return actor
 
 
-def _critic(funnel=(), mean=STATE_MEAN, std=STATE_STD) -> MultiTaskCriticNetwork:
+def _critic(funnel=(), mean=STATE_MEAN, std=STATE_STD, shared_trunk=False) -> MultiTaskCriticNetwork:
     critic = MultiTaskCriticNetwork(
         (feed_observation_spec(), feed_action_spec()),
         signals.FEED_SIGNALS,
@@ -55,6 +55,7 @@ def _critic(funnel=(), mean=STATE_MEAN, std=STATE_STD) -> MultiTaskCriticNetwork
         hidden=(16, 16),
         head_hidden=8,
         funnel=funnel,
+        shared_trunk=shared_trunk,
     )
     critic.create_variables()
     return critic
@@ -231,6 +232,34 @@ def test_a_later_funnel_head_reads_the_earlier_heads_value():
     np.testing.assert_array_equal(after[:, like], before[:, like])  # without a funnel the heads are apart
 
 
+def test_independent_trunks_keep_each_heads_loss_in_its_own_trunk():
+    """The paper's critics: a sparse head's TD error cannot move the features the other heads read."""
+    critic = _critic()
+    follow = signals.FEED_SIGNALS.index("follow")
+    rng = np.random.default_rng(8)
+    states, actions = _states(rng, 16), _actions(rng, 16)
+    kernels = [v for v in critic.trainable_variables if "/critic_" in v.name and "kernel" in v.name]
+    assert [k.shape[0] for k in kernels] == [len(signals.FEED_SIGNALS)] * 2  # one stack per head, per layer
+    with tf.GradientTape() as tape:
+        q, _ = critic((states, actions))
+        loss = tf.reduce_sum(tf.square(q[:, follow]))
+    for grad in tape.gradient(loss, kernels):
+        per_stack = np.abs(grad.numpy()).sum(axis=(1, 2))
+        assert per_stack[follow] > 0.0
+        assert not np.any(np.delete(per_stack, follow))
+
+
+def test_a_shared_trunk_is_read_by_every_head():
+    critic = _critic(shared_trunk=True)
+    rng = np.random.default_rng(9)
+    states, actions = _states(rng, 8), _actions(rng, 8)
+    before, _ = critic((states, actions))
+    (first,) = [v for v in critic.trainable_variables if v.name.endswith("critic_0/bias:0")]
+    first.assign_add(tf.ones_like(first))
+    after, _ = critic((states, actions))
+    assert np.all(np.abs(after.numpy() - before.numpy()).max(axis=0) > 1e-4)  # every head moved
+
+
 def test_unknown_funnel_signal_is_rejected_by_the_critic():
     with pytest.raises(ValueError, match=r"funnel signals \['clicks'\] are not among"):
         _critic(funnel=("clicks", "like"))
@@ -256,6 +285,11 @@ def test_unknown_funnel_signal_is_rejected_by_the_critic():
         pytest.param({"target_update_tau": 1.5}, r"target_update_tau should be in \(0, 1\]", id="tau-big"),
         pytest.param(
             {"funnel": ("click", "likes")}, r"funnel names unknown signals \['likes'\]", id="funnel"
+        ),
+        pytest.param(
+            {"critic_trunk": "split"},
+            r"critic_trunk should be one of \['independent', 'shared'\]",
+            id="trunk",
         ),
     ],
 )

@@ -13,6 +13,7 @@ from recsys_rl.training.agents.policy_io import PolicyLoadError
 USERS = 400
 # the users' own variation, which two runs on one world share: a paired difference cancels it
 SHARED = np.random.default_rng(0).normal(0.0, 1.0, (USERS, len(signals.FEED_SIGNALS)))
+SHARED -= SHARED.mean(axis=0)  # so that the users' mean is the level given
 
 
 def _values(return_rate: float = 0.7, noise: float = 0.0, seed: int = 1, **means: float) -> PolicyValues:
@@ -91,7 +92,9 @@ def test_more_hate_than_the_behaviour_violates_its_constraint():
 
 
 def test_figures_that_do_not_exist_are_null_so_the_report_is_strict_json():
-    report = compare_values(_values(return_rate=float("nan"), share=0.0), _values(return_rate=float("nan")))
+    behaviour = _values(return_rate=float("nan"))
+    behaviour.per_user[:, signals.FEED_SIGNALS.index("share")] = 0.0  # nobody shared
+    report = compare_values(behaviour, _values(return_rate=float("nan")))
     assert report["return_rate"] == {"behaviour": None, "policy": None}
     assert report["signals"]["share"]["lift"] is None  # relative to a behaviour value of zero
     json.dumps(report, allow_nan=False)

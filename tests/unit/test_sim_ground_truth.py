@@ -5,7 +5,7 @@ import pytest
 
 from recsys_rl import signals
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim.ground_truth import discounted_returns, monte_carlo_values, step_within_episode
+from recsys_rl.sim.ground_truth import discounted_returns, monte_carlo_values, run_days, step_within_episode
 from recsys_rl.sim.parameters import SimConfig
 
 FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
@@ -63,3 +63,17 @@ def test_multi_day_values_report_the_return_rate():
 def test_days_must_be_positive():
     with pytest.raises(ValueError, match="days should be at least 1, but is 0"):
         monte_carlo_values(SimConfig(n_users=10), FEED, LIVE, seed=0, days=0)
+
+
+def test_per_user_values_sum_each_users_expected_responses_over_every_day():
+    config = SimConfig(n_users=300)
+    values = monte_carlo_values(config, FEED, LIVE, seed=4, days=2)
+    logs = run_days(config, FEED, LIVE, seed=4, days=2)
+    by_hand = np.zeros((config.n_users, len(signals.FEED_SIGNALS)))
+    for day in logs:
+        np.add.at(by_hand, day.feed.user, day.feed.expected_reward)
+    np.testing.assert_allclose(values.per_user, by_hand)
+    # both days count: a user's total over two days exceeds the first day's
+    first_day = np.zeros_like(by_hand)
+    np.add.at(first_day, logs[0].feed.user, logs[0].feed.expected_reward)
+    assert values.per_user[:, 0].sum() > first_day[:, 0].sum()

@@ -183,3 +183,19 @@ def test_a_day_stays_in_its_utc_day_with_a_users_sessions_in_order():
                 assert next_start - last_view[session] >= config.min_session_gap_s * 1000 - 1
                 followed += 1
         assert followed > 100
+
+
+def test_expected_rewards_are_the_viewed_videos_expectations_and_agree_with_the_draws():
+    """Ground truth sums each viewed video's expected responses: no draw of its own, the same mean."""
+    feed = _days(13, days=1, users=3000)[0].feed
+    expected, drawn = feed.expected_reward, feed.reward
+    assert expected.shape == drawn.shape
+    # probabilities, not draws: fractional where draws are counts, and a click per viewed video at most
+    assert np.any((expected[:, 1] > 0) & (expected[:, 1] % 1 != 0))
+    viewed_videos = np.count_nonzero(feed.served >= 0, axis=1)  # an upper bound on the page's views
+    assert np.all(expected[:, 1] <= viewed_videos)
+    for column, name in enumerate(("watch_time", "click", "like")):
+        gap = drawn[:, column] - expected[:, column]
+        stderr = gap.std(ddof=1) / np.sqrt(gap.size)
+        assert abs(gap.mean()) < 4.0 * stderr, name  # unbiased: the draws' mean within noise
+        assert expected[:, column].var() < drawn[:, column].var(), name  # less noise than the draws

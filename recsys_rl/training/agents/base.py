@@ -28,15 +28,19 @@ from recsys_rl.training.agents.specs import (
     feed_transition_spec,
 )
 
+#: How a multi-task critic's heads get their features (``AgentConfig.critic_trunk``).
+CRITIC_TRUNKS = ("independent", "shared")
+
 
 @dataclass(frozen=True)
 class AgentConfig:
     """Network sizes and update settings shared by all feed agents; each agent reads what it uses."""
 
     actor_hidden: tuple[int, ...] = (64, 64)
-    critic_hidden: tuple[int, ...] = (128, 128)
+    critic_hidden: tuple[int, ...] = (64, 64)  # each trunk's layers (the one torso's when shared)
     head_hidden: int = 32
     funnel: tuple[str, ...] = ()  # progressive critic heads, dense first, e.g. (click, like, follow)
+    critic_trunk: str = "independent"  # one trunk per critic head (the TSCAC paper's), or "shared"
     actor_learning_rate: float = 3e-4
     critic_learning_rate: float = 3e-4
     target_update_tau: float = 0.005
@@ -53,6 +57,10 @@ class AgentConfig:
     multiplier_learning_rate: float = 0.01  # RCPO: Lagrange multiplier step
     initial_multiplier: float = 1.0  # RCPO: starting lambda of every constraint
     constraint_slack: float = 0.0  # RCPO: allowed shortfall below the behaviour level, in reward stds
+    # Every critic head's discount; None keeps each signal's default from the registry. 0 is the myopic
+    # control of bench/policy_quality.py: the same agent valuing only the page in front of it, so that
+    # what the sequential formulation adds is measured rather than assumed.
+    discount: float | None = None
 
     def __post_init__(self) -> None:
         positive = (
@@ -75,6 +83,12 @@ class AgentConfig:
         for name in ("actor_hidden", "critic_hidden"):
             if not getattr(self, name) or min(getattr(self, name)) < 1:
                 raise ValueError(f"{name} should list positive layer sizes, but is {getattr(self, name)}")
+        if self.critic_trunk not in CRITIC_TRUNKS:
+            raise ValueError(
+                f"critic_trunk should be one of {list(CRITIC_TRUNKS)}, but is {self.critic_trunk!r}"
+            )
+        if self.discount is not None and not 0.0 <= self.discount < 1.0:
+            raise ValueError(f"discount should be in [0, 1) or None, but is {self.discount}")
         unknown = [s for s in self.funnel if s not in signals.FEED_SIGNALS]
         if unknown:
             raise ValueError(f"funnel names unknown signals {unknown}; known: {list(signals.FEED_SIGNALS)}")
@@ -153,6 +167,7 @@ class FeedAgent(tf_agent.TFAgent):
             hidden=self._config.critic_hidden,
             head_hidden=self._config.head_hidden,
             funnel=funnel,
+            shared_trunk=self._config.critic_trunk == "shared",
             name="critic",
         )
         critic.create_variables()
@@ -290,5 +305,8 @@ def _in_cross_replica_context(update) -> None:
         context.merge_call(lambda strategy: update())
 
 
-def gammas_for(head_names: Sequence[str]) -> tf.Tensor:
+def gammas_for(head_names: Sequence[str], config: AgentConfig) -> tf.Tensor:
+    """Each head's discount: the registry's default, or the config's one discount for all."""
+    if config.discount is not None:
+        return tf.constant([config.discount] * len(head_names), tf.float32)
     return tf.constant(signals.discounts(tuple(head_names)), tf.float32)

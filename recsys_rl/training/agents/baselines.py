@@ -72,7 +72,7 @@ class RCPOAgent(FeedAgent):
         self._heads = heads[critic]
         # the Lagrangian reward is dominated by watch time, so it takes watch time's discount
         gamma_names = (signals.FEED_MAIN_SIGNAL,) if critic == "single" else self._heads
-        self._gammas = gammas_for(gamma_names)
+        self._gammas = gammas_for(gamma_names, config)
         self._critic = self._new_critic(self._heads, config.funnel if critic == "multi" else ())
         self._target_critic = self._new_target(self._critic)
         self._critic_optimizer = tf.keras.optimizers.Adam(config.critic_learning_rate)

@@ -6,6 +6,7 @@ exported policy then takes the raw logged state vector, and serving cannot apply
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +22,32 @@ LOG_STD_RANGE = (-5.0, 1.0)
 
 def _mlp(sizes: Sequence[int], name: str) -> list[tf.keras.layers.Layer]:
     return [tf.keras.layers.Dense(n, activation="relu", name=f"{name}_{i}") for i, n in enumerate(sizes)]
+
+
+class _StackedDense(tf.keras.layers.Layer):
+    """``stacks`` independent ReLU layers in one op: (B, in) or (S, B, in) -> (S, B, units).
+
+    The critic's independent trunks: one einsum per depth instead of one small matmul per signal, each
+    stack initialised as its own Glorot-uniform layer would be.
+    """
+
+    def __init__(self, stacks: int, units: int, name: str) -> None:
+        super().__init__(name=name)
+        self._stacks, self._units = stacks, units
+
+    def build(self, input_shape) -> None:
+        fan_in = int(input_shape[-1])
+        limit = math.sqrt(6.0 / (fan_in + self._units))
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(self._stacks, fan_in, self._units),
+            initializer=tf.keras.initializers.RandomUniform(-limit, limit),
+        )
+        self.bias = self.add_weight(name="bias", shape=(self._stacks, 1, self._units), initializer="zeros")
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        equation = "bi,siu->sbu" if x.shape.rank == 2 else "sbi,siu->sbu"
+        return tf.nn.relu(tf.einsum(equation, x, self.kernel) + self.bias)
 
 
 class _StateNormalizer(tf.Module):
@@ -86,8 +113,10 @@ class GaussianActorNetwork(network.Network):
 class MultiTaskCriticNetwork(network.Network):
     """(s, a) -> one Q-value per signal (B, S), in units of each signal's reward standard deviation.
 
-    A shared torso feeds one small head per signal, so every signal gets its own TD loss and discount
-    (a single head on a summed reward lets dense watch time drown the sparse interactions). With a
+    Every signal has its own head, TD loss and discount (a single head on a summed reward lets dense
+    watch time drown the sparse interactions). By default each head also has its own trunk, as in the
+    TSCAC paper's critics: a sparse signal's TD errors then cannot reshape the features the others
+    read. ``shared_trunk=True`` gives one torso for every head instead (cheaper, benchmarked). With a
     ``funnel`` (signal names, dense first), each head in it also sees the Q-values of the heads before
     it, detached so that a sparse head's TD error cannot distort the denser head it reads: the
     progressive multi-task critic of DESIGN 3.3.
@@ -100,9 +129,10 @@ class MultiTaskCriticNetwork(network.Network):
         *,
         state_mean: np.ndarray,
         state_std: np.ndarray,
-        hidden: Sequence[int] = (128, 128),
+        hidden: Sequence[int] = (64, 64),
         head_hidden: int = 32,
         funnel: Sequence[str] = (),
+        shared_trunk: bool = False,
         name: str = "MultiTaskCriticNetwork",
     ) -> None:
         super().__init__(input_tensor_spec=input_spec, state_spec=(), name=name)
@@ -114,7 +144,11 @@ class MultiTaskCriticNetwork(network.Network):
         self._signal_names = tuple(signal_names)
         self._funnel = tuple(signal_names.index(s) for s in funnel)
         self._normalizer = _StateNormalizer(state_mean, state_std)
-        self._torso = _mlp(hidden, "critic")
+        self._shared_trunk = shared_trunk
+        if shared_trunk:
+            self._torso = _mlp(hidden, "critic")
+        else:
+            self._torso = [_StackedDense(len(signal_names), n, f"critic_{i}") for i, n in enumerate(hidden)]
         self._heads = [
             (
                 tf.keras.layers.Dense(head_hidden, activation="relu", name=f"head_{s}_hidden"),
@@ -132,14 +166,16 @@ class MultiTaskCriticNetwork(network.Network):
         x = tf.concat([self._normalizer(observations), tf.cast(actions, tf.float32)], axis=-1)
         for layer in self._torso:
             x = layer(x)
+        # each head's features: the one torso's output, or its own trunk's (S, B, units) slice
+        features = [x] * len(self._heads) if self._shared_trunk else tf.unstack(x, len(self._heads))
         values: list[tf.Tensor | None] = [None] * len(self._heads)
         upstream: list[tf.Tensor] = []
         for index in self._funnel:  # funnel heads in order, each reading the ones before it
-            values[index] = self._head(index, tf.concat([x, *upstream], axis=-1))
+            values[index] = self._head(index, tf.concat([features[index], *upstream], axis=-1))
             upstream.append(tf.stop_gradient(values[index]))
         for index in range(len(self._heads)):
             if values[index] is None:
-                values[index] = self._head(index, x)
+                values[index] = self._head(index, features[index])
         return tf.concat(values, axis=-1), network_state
 
     def _head(self, index: int, features: tf.Tensor) -> tf.Tensor:

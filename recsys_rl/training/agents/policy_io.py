@@ -26,6 +26,7 @@ written to a temporary name and renamed, so a reader never sees a half-exported 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -157,16 +158,28 @@ class SavedFeedPolicy(_SavedPolicy):
     the simulator's Gaussian behaviour policy does: runs of two policies on one simulated world then
     see the same random users and responses (common random numbers), so their difference is measured
     with far less noise than two independent runs would allow.
+
+    With a ``twin`` (``load_feed_policy(..., numpy=True)``) the checked numpy copy of the actor computes
+    instead of the SavedModel: a simulator page is a small batch, where TensorFlow's per-call dispatch
+    costs more than the network.
     """
 
+    twin: NumpyGaussianActor | None = None
+
     def mean(self, states: np.ndarray) -> np.ndarray:
+        if self.twin is not None:
+            return self.twin.mean(states)
         return self.model.mean_action({"observation": _f32(states)}).numpy().astype(np.float64)
 
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        if self.twin is not None:
+            return self.twin.log_prob(states, actions)
         out = self.model.log_probability({"observation": _f32(states), "action": _f32(actions)})
         return out.numpy().astype(np.float64)
 
     def std(self, states: np.ndarray) -> np.ndarray:
+        if self.twin is not None:
+            return np.broadcast_to(self.twin.sigma, (len(states), self.twin.sigma.size))
         return self.model.action_std({"observation": _f32(states)}).numpy().astype(np.float64)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -257,10 +270,14 @@ def _open_policy(directory: Path, kind: str, features: tuple[str, ...], verify: 
     return manifest, model
 
 
-def load_feed_policy(directory: str | Path, *, sample: bool = False, verify: bool = True) -> SavedFeedPolicy:
+def load_feed_policy(
+    directory: str | Path, *, sample: bool = False, verify: bool = True, numpy: bool = False
+) -> SavedFeedPolicy:
+    """The exported feed policy; ``numpy``: computed by its numpy twin, checked against it first."""
     directory = Path(directory)
     manifest, model = _open_policy(directory, "feed_policy", FEED_STATE_FEATURES, verify)
-    return SavedFeedPolicy(directory, manifest, model, sample)
+    policy = SavedFeedPolicy(directory, manifest, model, sample)
+    return dataclasses.replace(policy, twin=numpy_actor(policy)) if numpy else policy
 
 
 # -- live allocation ----------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ class TSCACAgent(FeedAgent):
         self._critic = self._new_critic(signals.FEED_SIGNALS, config.funnel)
         self._target_critic = self._new_target(self._critic)
         self._critic_optimizer = tf.keras.optimizers.Adam(config.critic_learning_rate)
-        self._gammas = gammas_for(signals.FEED_SIGNALS)
+        self._gammas = gammas_for(signals.FEED_SIGNALS, config)
         # head j bootstraps from policy j: 0 is the main actor, 1.. the stage-one actors in AUXILIARY order
         self._head_policy = [
             0 if s == signals.FEED_MAIN_SIGNAL else 1 + AUXILIARY.index(s) for s in signals.FEED_SIGNALS

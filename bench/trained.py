@@ -1,0 +1,74 @@
+"""The quality benchmarks' common first half: simulated logs through Kafka and Beam, then training runs.
+
+Both ``policy_quality.py`` and ``allocation_quality.py`` judge policies trained the production way on one
+dataset of behaviour-policy logs; this builds the dataset and trains every named run with every seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
+
+# isort: split
+from recsys_rl.kafka import open_broker
+from recsys_rl.pipelines.simulated import simulated_dataset
+from recsys_rl.training.train import TrainConfig, train
+
+
+@dataclass
+class TrainedRuns:
+    """Per run label, one entry per seed, in the seeds' order."""
+
+    policy_dirs: dict[str, list[Path]] = field(default_factory=dict)
+    train_seconds: dict[str, list[float]] = field(default_factory=dict)
+    final_metrics: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+
+@contextmanager
+def logged_dataset(work: str | Path, *, users: int, days: int, seed: int):
+    """The behaviour policies' logs of ``users`` x ``days`` on world ``seed``, built by the pipeline on an
+    embedded broker; the build result (dataset directory and manifest) while the broker is up."""
+    started = time.perf_counter()
+    with open_broker(None, "embedded") as broker:
+        built = simulated_dataset(broker.bootstrap_servers, f"{work}/data", users=users, days=days, seed=seed)
+        print(f"dataset built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        yield built
+
+
+def train_runs(
+    dataset_dir: Path,
+    work: str | Path,
+    runs: Mapping[str, Mapping[str, Any]],
+    seeds: Sequence[int],
+) -> TrainedRuns:
+    """Train every run (a label and its TrainConfig fields, ``agent`` as a mapping of AgentConfig
+    fields) once per seed on ``dataset_dir``; seeds outermost, so a cut-short run has every label."""
+    out = TrainedRuns({k: [] for k in runs}, {k: [] for k in runs}, {k: [] for k in runs})
+    for seed in seeds:
+        for label, fields_ in runs.items():
+            settings = dict(fields_)
+            config = TrainConfig(
+                data=str(dataset_dir),
+                out=str(Path(work) / f"{label}-s{seed}"),
+                seed=seed,
+                **{k: v for k, v in settings.items() if k != "agent"},
+            )
+            if "agent" in settings:
+                config = dataclasses.replace(
+                    config, agent=dataclasses.replace(config.agent, **settings["agent"])
+                )
+            started = time.perf_counter()
+            result = train(config)
+            out.train_seconds[label].append(time.perf_counter() - started)
+            out.final_metrics[label].append(result.manifest["final_metrics"])
+            out.policy_dirs[label].append(Path(config.out) / "policy")
+            print(f"trained {label} seed {seed} in {out.train_seconds[label][-1]:.0f} s", file=sys.stderr)
+    return out

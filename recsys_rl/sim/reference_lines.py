@@ -1,0 +1,243 @@
+"""Reference lines for the feed benchmark: the best fusion weightings a search on ground truth finds.
+
+A trained policy's lift over the behaviour policy means little alone: the world may have no room, or a
+fixed global reweighting may already take all of it. Two references, found by searching on the
+simulator's ground truth (expected responses, several days per user) rather than learnt from logs, say
+how much room there is and how much of it needs personalisation:
+
+- the best **global** weighting: one fusion-logit vector for every request, the best candidate under the
+  constraints;
+- a **personalised oracle**: one weighting per observable segment (activity group x whether the user's
+  logged interaction rate is above the prior), the assignment of candidates to segments with the most
+  watch time under the same global constraints.
+
+Both are selected on one world and scored on others, so the selection's luck does not count as headroom.
+The search is a random search in logit space around the behaviour policy's fusion (its mean, each signal
+moved alone, random directions, then a local round around the best global candidate); CMA-ES would search
+further, but every candidate costs a simulated world.
+
+Segment values come from one run per candidate: the users are independent in the simulator, so a
+segment's requests under a global candidate are what they would be under any policy that serves that
+segment the same way. A user can move between the two interaction buckets between days, so this is an
+approximation; it can only make the oracle worse at scoring time (the composite policy is simulated as it
+is), never flatter it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from recsys_rl import signals
+from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.ground_truth import run_days
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.state import ACTIVITY_GROUPS, FEED_STATE_FEATURES, PRIOR_INTERACTION_RATE
+
+_GROUP_COLUMNS = [FEED_STATE_FEATURES.index(f"group_{name}") for name in ACTIVITY_GROUPS]
+_INTERACTION_COLUMN = FEED_STATE_FEATURES.index("hist_interaction_rate")
+#: The state's interaction-rate feature of a user at the prior (the feature is per view, x10).
+_PRIOR_INTERACTION_FEATURE = PRIOR_INTERACTION_RATE * 10.0
+N_SEGMENTS = 2 * len(ACTIVITY_GROUPS)
+#: Signs that turn every feed signal into something to raise.
+_SIGNS = np.asarray(signals.directions(signals.FEED_SIGNALS), dtype=np.float64)
+
+
+def segment_of(states: np.ndarray) -> np.ndarray:
+    """(n,) segment of each feed state: activity group x (logged interaction rate above the prior)."""
+    group = np.argmax(states[:, _GROUP_COLUMNS], axis=1)
+    social = states[:, _INTERACTION_COLUMN] > _PRIOR_INTERACTION_FEATURE
+    return 2 * group + social.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class SegmentedFeedPolicy:
+    """Fixed fusion logits per segment (the same row everywhere: a global weighting).
+
+    Deterministic, so the log-probability of its action is 0; it draws the normals a Gaussian policy would,
+    so that runs of it and of the behaviour policy stay in step (common random numbers).
+    """
+
+    logits: np.ndarray  # (N_SEGMENTS, K)
+    version: str = "segmented-feed"
+
+    def __post_init__(self) -> None:
+        shape = (N_SEGMENTS, len(FEED_ACTION_NAMES))
+        if np.shape(self.logits) != shape:
+            raise ValueError(
+                f"SegmentedFeedPolicy.logits should have shape {shape}, but has {np.shape(self.logits)}"
+            )
+
+    @classmethod
+    def global_weighting(cls, logits: np.ndarray, version: str = "global-feed") -> SegmentedFeedPolicy:
+        return cls(np.tile(np.asarray(logits, np.float64), (N_SEGMENTS, 1)), version)
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        rng.standard_normal((states.shape[0], self.logits.shape[1]))
+        return self.logits[segment_of(states)], np.zeros(states.shape[0])
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The random search: how many candidates and how far they go, and the world they are judged on."""
+
+    users: int = 10_000
+    days: int = 3
+    seed: int = 1_000  # the selection world; scoring worlds must be others
+    axis_step: float = 0.7  # each signal's logit moved alone by +- this
+    random_candidates: int = 24
+    random_scale: float = 0.7  # std of a random direction, per logit
+    local_candidates: int = 12
+    local_scale: float = 0.35
+
+
+@dataclass(frozen=True)
+class SegmentTotals:
+    """Summed expected responses per segment (S, K) and over everything (K,) of one policy's run."""
+
+    by_segment: np.ndarray
+    total: np.ndarray
+
+
+def segment_totals(config: SimConfig, policy, *, seed: int, days: int) -> SegmentTotals:
+    """Run ``policy`` with the behaviour allocation for ``days`` days; its responses summed by segment."""
+    logs = run_days(config, policy, behaviour_allocation_policy(), seed=seed, days=days)
+    state = np.concatenate([d.feed.state for d in logs])
+    expected = np.concatenate([d.feed.expected_reward for d in logs])
+    by_segment = np.zeros((N_SEGMENTS, expected.shape[1]))
+    np.add.at(by_segment, segment_of(state), expected)
+    return SegmentTotals(by_segment, by_segment.sum(axis=0))
+
+
+def holds(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Whether every auxiliary signal of ``candidate`` (..., K) is at least at ``reference``'s level
+    (hate at most): the TSCAC constraint, on point values."""
+    margin = _SIGNS * (candidate - reference)
+    return np.all(margin[..., 1:] >= 0.0, axis=-1)
+
+
+@dataclass(frozen=True)
+class ReferenceLines:
+    """What the search chose, and the candidates' selection-world values it chose from."""
+
+    global_policy: SegmentedFeedPolicy
+    oracle_policy: SegmentedFeedPolicy
+    candidates: np.ndarray  # (C, K) logits
+    behaviour: SegmentTotals
+    values: list[SegmentTotals]  # per candidate
+    global_index: int
+    oracle_indices: np.ndarray  # (S,) candidate per segment
+
+    def summary(self) -> dict:
+        """JSON-able: the chosen logits and their selection-world lifts over the behaviour policy."""
+
+        def lift(value: np.ndarray, reference: np.ndarray) -> list[float]:
+            return [float(x) for x in (value - reference) / np.abs(reference)]
+
+        oracle_total = sum(self.values[c].by_segment[s] for s, c in enumerate(self.oracle_indices))
+        return {
+            "candidates": int(self.candidates.shape[0]),
+            "global_logits": self.candidates[self.global_index].round(4).tolist(),
+            "oracle_logits": self.oracle_policy.logits.round(4).tolist(),
+            "selection_lift": {
+                "global": dict(
+                    zip(
+                        signals.FEED_SIGNALS,
+                        lift(self.values[self.global_index].total, self.behaviour.total),
+                        strict=True,
+                    )
+                ),
+                "oracle": dict(
+                    zip(signals.FEED_SIGNALS, lift(oracle_total, self.behaviour.total), strict=True)
+                ),
+            },
+        }
+
+
+def search_reference_lines(
+    search: SearchConfig, world: SimConfig, progress=lambda message: None
+) -> ReferenceLines:
+    """Random search over global weightings; the best under the constraints globally and per segment."""
+    config = SimConfig(**{**world.__dict__, "n_users": search.users})
+    rng = np.random.default_rng(np.random.SeedSequence(search.seed, spawn_key=(7,)))
+    base = behaviour_feed_policy().base_logits
+    behaviour = segment_totals(config, behaviour_feed_policy(), seed=search.seed, days=search.days)
+    k = base.size
+    first_round = np.vstack(
+        [
+            base,
+            base + search.axis_step * np.eye(k),
+            base - search.axis_step * np.eye(k),
+            base + search.random_scale * rng.standard_normal((search.random_candidates, k)),
+        ]
+    )
+
+    def run(candidates: np.ndarray) -> list[SegmentTotals]:
+        out = []
+        for i, logits in enumerate(candidates):
+            out.append(
+                segment_totals(
+                    config, SegmentedFeedPolicy.global_weighting(logits), seed=search.seed, days=search.days
+                )
+            )
+            progress(f"candidate {i + 1}/{len(candidates)}")
+        return out
+
+    values = run(first_round)
+    best = _best_global(values, behaviour)
+    local = first_round[best] + search.local_scale * rng.standard_normal((search.local_candidates, k))
+    candidates = np.vstack([first_round, local])
+    values += run(local)
+    best = _best_global(values, behaviour)
+    per_segment = _best_per_segment(values, behaviour, fallback=best, rng=rng)
+    return ReferenceLines(
+        global_policy=SegmentedFeedPolicy.global_weighting(candidates[best], "reference-global"),
+        oracle_policy=SegmentedFeedPolicy(candidates[per_segment], "reference-oracle"),
+        candidates=candidates,
+        behaviour=behaviour,
+        values=values,
+        global_index=best,
+        oracle_indices=per_segment,
+    )
+
+
+def _best_global(values: Sequence[SegmentTotals], behaviour: SegmentTotals) -> int:
+    """The candidate with the most watch time among those holding every constraint (the mean, index 0,
+    when none does)."""
+    totals = np.stack([v.total for v in values])
+    feasible = holds(totals, behaviour.total)
+    watch = np.where(feasible, totals[:, 0], -np.inf)
+    return int(np.argmax(watch)) if feasible.any() else 0
+
+
+def _best_per_segment(
+    values: Sequence[SegmentTotals], behaviour: SegmentTotals, fallback: int, rng: np.random.Generator
+) -> np.ndarray:
+    """A candidate per segment: the most watch time in total with every constraint held in total.
+
+    Segments may trade: more watch time where an auxiliary signal is cheap to give up, made good where it
+    is cheap to raise, which is what personalisation buys under global constraints. Found by Lagrangian
+    relaxation: for multipliers on the auxiliary signals (relative to the behaviour's totals), each
+    segment takes its best candidate for watch time plus the weighted signals; over random multipliers,
+    the best assignment that holds every constraint wins (``fallback`` everywhere when none beats it).
+    """
+    by_segment = np.stack([v.by_segment for v in values])  # (C, S, K)
+    scaled = _SIGNS * by_segment / np.abs(behaviour.total)  # every signal to raise, relative units
+    n_segments = by_segment.shape[1]
+    best = np.full(n_segments, fallback)
+    best_watch = by_segment[fallback, :, 0].sum()
+    multipliers = np.exp(rng.uniform(np.log(1e-2), np.log(1e2), (_MULTIPLIER_DRAWS, scaled.shape[2] - 1)))
+    for weights in np.vstack([np.zeros((1, multipliers.shape[1])), multipliers]):
+        score = scaled[..., 0] + scaled[..., 1:] @ weights  # (C, S)
+        choice = np.argmax(score, axis=0)
+        total = by_segment[choice, np.arange(n_segments)].sum(axis=0)
+        if holds(total, behaviour.total) and total[0] > best_watch:
+            best, best_watch = choice, total[0]
+    return best
+
+
+#: Random multiplier vectors the oracle's Lagrangian relaxation tries (cheap: table look-ups only).
+_MULTIPLIER_DRAWS = 4_000
