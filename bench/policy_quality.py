@@ -53,6 +53,13 @@ RUNS: dict[str, dict[str, Any]] = {
     "rcpo-mc": {"algo": "rcpo-mc"},
     "ac-main": {"algo": "ac-main"},
 }
+#: TSCAC's variants, on the first three seeds: the lambda sweep (in reward units, around the default
+#: 0.02) and the shared critic trunk against the paper's independent ones.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "tscac-lambda-0.005": {"algo": "tscac", "agent": {"aux_lambda": 0.005}},
+    "tscac-lambda-0.1": {"algo": "tscac", "agent": {"aux_lambda": 0.1}},
+    "tscac-shared-trunk": {"algo": "tscac", "agent": {"critic_trunk": "shared"}},
+}
 BASELINES = ("rcpo", "rcpo-mc", "ac-main")
 REFERENCES = ("global", "oracle")
 MODES: dict[str, dict[str, Any]] = {
@@ -62,6 +69,7 @@ MODES: dict[str, dict[str, Any]] = {
         "days": 1,
         "steps": 100,
         "seeds": (0,),
+        "variant_seeds": (),
         "eval_users": 1_500,
         "eval_days": 2,
         "eval_worlds": 1,
@@ -72,6 +80,7 @@ MODES: dict[str, dict[str, Any]] = {
         "days": 2,
         "steps": 1_500,
         "seeds": (0, 1, 2, 3, 4),
+        "variant_seeds": (0, 1, 2),
         "eval_users": 20_000,
         "eval_days": 3,
         "eval_worlds": 2,
@@ -213,12 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reference search done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     with tempfile.TemporaryDirectory() as work:
         with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
-            trained = train_runs(
-                built.dataset_dir,
-                work,
-                {label: {**fields, "steps": settings["steps"]} for label, fields in RUNS.items()},
-                settings["seeds"],
-            )
+            runs = {label: {**fields, "steps": settings["steps"]} for label, fields in RUNS.items()}
+            if settings["variant_seeds"]:
+                runs.update(
+                    {
+                        label: {**fields, "steps": settings["steps"], "seeds": settings["variant_seeds"]}
+                        for label, fields in VARIANTS.items()
+                    }
+                )
+            trained = train_runs(built.dataset_dir, work, runs, settings["seeds"])
         worlds = [EVAL_WORLD + args.seed + i for i in range(settings["eval_worlds"])]
 
         def values(policy, world: int) -> PolicyValues:
@@ -251,8 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         "mode": args.mode,
         "seed": args.seed,
         "config": {
-            **{k: v for k, v in settings.items() if k not in ("seeds", "search")},
+            **{k: v for k, v in settings.items() if k not in ("seeds", "variant_seeds", "search")},
             "seeds": list(settings["seeds"]),
+            "variant_seeds": list(settings["variant_seeds"]),
+            "variants": VARIANTS,
             "search": search.__dict__,
             "eval_world_seeds": worlds,
             "runs": RUNS,

@@ -50,11 +50,13 @@ def train_runs(
     seeds: Sequence[int],
 ) -> TrainedRuns:
     """Train every run (a label and its TrainConfig fields, ``agent`` as a mapping of AgentConfig
-    fields) once per seed on ``dataset_dir``; seeds outermost, so a cut-short run has every label."""
+    fields, ``seeds`` to train fewer than all) once per seed on ``dataset_dir``; seeds outermost."""
     out = TrainedRuns({k: [] for k in runs}, {k: [] for k in runs}, {k: [] for k in runs})
     for seed in seeds:
         for label, fields_ in runs.items():
             settings = dict(fields_)
+            if seed not in settings.pop("seeds", seeds):
+                continue
             config = TrainConfig(
                 data=str(dataset_dir),
                 out=str(Path(work) / f"{label}-s{seed}"),

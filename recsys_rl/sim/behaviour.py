@@ -129,11 +129,7 @@ def behaviour_allocation_policy(epsilon: float = 0.05) -> BernoulliAllocationPol
 @dataclass(frozen=True)
 class ThresholdAllocationPolicy:
     """Greedy allocation: insert whenever the predicted live watch time exceeds ``threshold_s`` seconds.
-
-    Deterministic, so its log-probability is 0 for the decision it takes; it draws one uniform per state
-    anyway, as every allocation policy here does, so that simulator runs stay in step (common random
-    numbers).
-    """
+    Deterministic, so its log-probability is 0 for the decision it takes."""
 
     threshold_s: float
     version: str = "greedy-live-v1"
@@ -144,7 +140,6 @@ class ThresholdAllocationPolicy:
         return (states[:, column] * LIVE_PREDICTION_SCALE[0] > self.threshold_s).astype(np.float64)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rng.random(states.shape[0])
         return self.insert_probability(states).astype(np.int64), np.zeros(states.shape[0])
 
 

@@ -37,10 +37,11 @@ class FollowGraph:
         found = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
         return self._keys[found] == keys
 
-    def followed_videos(self, users: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One random video of a random followed author per user; -1 where the user follows no one who
-        has videos. Draws the same random numbers whoever follows whom."""
-        pick_author, pick_video = rng.random(users.size), rng.random(users.size)
+    def followed_videos(
+        self, users: np.ndarray, pick_author: np.ndarray, pick_video: np.ndarray
+    ) -> np.ndarray:
+        """One video of a followed author per user, chosen by the uniforms ``pick_author`` and
+        ``pick_video`` (n,); -1 where the user follows no one who has videos."""
         if self._keys.size == 0:
             return np.full(users.size, -1, dtype=np.int64)
         low = np.searchsorted(self._keys, users.astype(np.int64) * self._n_authors)

@@ -24,11 +24,11 @@ class ResponseModel:
     click_bias: float = -1.0
     click_appeal: float = 0.5
     click_bait: float = 2.0
-    # watch fraction of a clicked item: sigmoid(watch_bias + watch_appeal * appeal - watch_bait * clickbait)
+    # mean watch fraction of a clicked item (Beta(1, b) around it, responses.py): sigmoid(watch_bias +
+    # watch_appeal * appeal - watch_bait * clickbait)
     watch_bias: float = 0.5
     watch_appeal: float = 0.8
     watch_bait: float = 2.5
-    watch_concentration: float = 4.0
     # seconds a non-clicked item is on screen before the swipe
     preview_s: float = 2.5
     # interactions given a click: rate * exp(sensitivity * appeal), capped below 1

@@ -55,11 +55,8 @@ def segment_of(states: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SegmentedFeedPolicy:
-    """Fixed fusion logits per segment (the same row everywhere: a global weighting).
-
-    Deterministic, so the log-probability of its action is 0; it draws the normals a Gaussian policy would,
-    so that runs of it and of the behaviour policy stay in step (common random numbers).
-    """
+    """Fixed fusion logits per segment (the same row everywhere: a global weighting). Deterministic, so
+    the log-probability of its action is 0."""
 
     logits: np.ndarray  # (N_SEGMENTS, K)
     version: str = "segmented-feed"
@@ -76,7 +73,6 @@ class SegmentedFeedPolicy:
         return cls(np.tile(np.asarray(logits, np.float64), (N_SEGMENTS, 1)), version)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rng.standard_normal((states.shape[0], self.logits.shape[1]))
         return self.logits[segment_of(states)], np.zeros(states.shape[0])
 
 

@@ -80,6 +80,17 @@ class VideoResponseProbs:
         hate = np.minimum(model.hate_rate * np.exp(hate_logit), 0.9)
         return cls(click, fraction, v.duration_s[videos], interaction, hate)
 
+    def take(self, columns: np.ndarray) -> VideoResponseProbs:
+        """The probabilities of the items at ``columns`` (n, k) of each row (the ranked ones)."""
+
+        def pick(values: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(values, columns, axis=1)
+
+        interaction = {name: pick(values) for name, values in self.interaction.items()}
+        return VideoResponseProbs(
+            pick(self.click), pick(self.watch_fraction), pick(self.duration_s), interaction, pick(self.hate)
+        )
+
     def expected(self, model: ResponseModel) -> np.ndarray:
         """Expected per-view responses, stacked on a last axis in FEED_RESPONSE_COLUMNS order."""
         preview = np.minimum(model.preview_s, self.duration_s)
@@ -89,16 +100,26 @@ class VideoResponseProbs:
         columns.append(self.hate)
         return np.stack(columns, axis=-1)
 
-    def sample(self, model: ResponseModel, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Realised responses (..., 7) in FEED_RESPONSE_COLUMNS order, and the satisfaction of each view."""
-        shape = self.click.shape
-        clicked = rng.random(shape) < self.click
-        k = model.watch_concentration
-        fraction = rng.beta(self.watch_fraction * k, (1.0 - self.watch_fraction) * k)
+    def sample(self, model: ResponseModel, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Realised responses (..., 7) in FEED_RESPONSE_COLUMNS order, and the satisfaction of each view,
+        from ``uniforms`` (..., 7): click, watch fraction, like, follow, comment, share, hate.
+
+        The watch fraction of a click is Beta(1, b) with b = (1 - m) / m, whose mean is the model's m:
+        the one beta family with a closed-form quantile, 1 - (1 - u)^(1 / b), so the draw is a function of
+        its uniform (common random numbers, ``recsys_rl.sim.draws``). Its density falls from 0 for m < 0.5
+        (most clicked videos abandoned early) and rises to 1 for m > 0.5 (most watched to the end), the two
+        shapes of KuaiRand's play-ratio distribution.
+        """
+        clicked = uniforms[..., 0] < self.click
+        m = self.watch_fraction
+        fraction = 1.0 - (1.0 - uniforms[..., 1]) ** (m / (1.0 - m))
         preview = np.minimum(model.preview_s, self.duration_s)
         watch = np.where(clicked, fraction * self.duration_s, preview)
-        draws = {name: clicked & (rng.random(shape) < self.interaction[name]) for name in _INTERACTIONS}
-        hate = rng.random(shape) < self.hate
+        draws = {
+            name: clicked & (uniforms[..., 2 + i] < self.interaction[name])
+            for i, name in enumerate(_INTERACTIONS)
+        }
+        hate = uniforms[..., 6] < self.hate
         satisfaction = (
             np.where(clicked, fraction, model.sat_skip)
             + model.sat_like * draws["like"]
@@ -138,19 +159,17 @@ class LiveResponseProbs:
         """Expected live watch seconds and gift value of one live view."""
         return self.enter * self.watch_mean_s, self.enter * self.gift_rate * model.live_gift_mean
 
-    def sample(
-        self, model: ResponseModel, rng: np.random.Generator
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Realised live watch seconds, gift value and satisfaction of one live view per user.
+    def sample(self, model: ResponseModel, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Realised live watch seconds, gift value and satisfaction of one live view per user, from
+        ``uniforms`` (n, 4): entry, watch, gift, gift value (exponentials by their quantile).
 
         A user who skips the live stream is mildly annoyed in proportion to how little they like live
         content, which is what makes over-allocation cost short-video time through earlier exits.
         """
-        n = self.enter.shape
-        entered = rng.random(n) < self.enter
-        watch = np.where(entered, rng.exponential(self.watch_mean_s), 0.0)
-        gifted = entered & (rng.random(n) < self.gift_rate)
-        gift = np.where(gifted, rng.exponential(model.live_gift_mean, n), 0.0)
+        entered = uniforms[:, 0] < self.enter
+        watch = np.where(entered, -self.watch_mean_s * np.log(uniforms[:, 1]), 0.0)
+        gifted = entered & (uniforms[:, 2] < self.gift_rate)
+        gift = np.where(gifted, -model.live_gift_mean * np.log(uniforms[:, 3]), 0.0)
         satisfaction = np.where(
             entered, np.minimum(watch / 30.0, 2.0), -model.live_skip_dislike * (1.0 - self.live_affinity)
         )

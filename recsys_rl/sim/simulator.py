@@ -25,6 +25,7 @@ import numpy as np
 
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
+from recsys_rl.sim.draws import KeyedDraws, Purpose
 from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.parameters import SimConfig
@@ -185,17 +186,19 @@ class Simulator:
         """``seed`` fixes the world; ``episode_seed`` the users' draws on it, so that ground truth can
         replay the world of a logged run with episodes independent of the logged ones.
 
-        The two come from distinct spawn keys of one ``SeedSequence``: the world is child 0, the episodes
-        of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out). Entropy
-        lists are not enough, since ``SeedSequence([seed, 0])`` equals ``SeedSequence([seed])``: day 0's
-        return draws would reuse the numbers that assigned the activity groups.
+        They come from distinct spawn keys of one ``SeedSequence``: the world is child 0, the users' draws
+        of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out) and the
+        generator the policies explore with child ``episode_seed`` of child 2. Entropy lists are not
+        enough, since ``SeedSequence([seed, 0])`` equals ``SeedSequence([seed])``: day 0's return draws
+        would reuse the numbers that assigned the activity groups. The users' draws are keyed by user,
+        day, session and page (``recsys_rl.sim.draws``), so runs of two policies share them.
         """
         self.config = config
         self.seed = seed
         world = np.random.SeedSequence(seed, spawn_key=(0,))
-        episodes = np.random.SeedSequence(seed, spawn_key=(1, episode_seed))
         self.world = World.generate(config, np.random.default_rng(world))
-        self.rng = np.random.default_rng(episodes)
+        self.draws = KeyedDraws(np.random.SeedSequence(seed, spawn_key=(1, episode_seed)))
+        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2, episode_seed)))
         # the platform's user table holds every account's group from the start (see events.write_user_table)
         self.store = SimulatedFeatureStore(self.world.users.group)
         self.follows = FollowGraph(config.n_authors, self.world.videos.author)
@@ -207,21 +210,29 @@ class Simulator:
 
     # ------------------------------------------------------------------ day level
     def run_day(self, feed_policy: FeedPolicy, allocation_policy: AllocationPolicy) -> DayLog:
-        cfg, rng = self.config, self.rng
+        cfg, draws = self.config, self.draws
         users = self.world.users
         base = np.asarray(cfg.return_base)[users.group]
-        returning = rng.random(cfg.n_users) < return_probability(base, self._satisfaction, cfg.response)
-        extra = rng.poisson(np.asarray(cfg.sessions_per_day)[users.group] - 1.0)
+        user_days = draws.rows(np.arange(cfg.n_users), np.full(cfg.n_users, self.day))
+        returning = draws.uniform(user_days, Purpose.RETURN) < return_probability(
+            base, self._satisfaction, cfg.response
+        )
+        extra = draws.poisson(
+            user_days, Purpose.EXTRA_SESSIONS, np.asarray(cfg.sessions_per_day)[users.group] - 1.0
+        )
         n_sessions = np.where(returning, 1 + extra, 0)
         lane_user = np.repeat(np.arange(cfg.n_users), n_sessions)
         n_lanes = lane_user.size
-        # planned start hour of each session, ascending within a user (lane_user is sorted)
-        planned_h = _FIRST_SESSION_HOUR + _SESSION_WINDOW_H * rng.random(n_lanes)
-        planned_h = planned_h[np.lexsort((planned_h, lane_user))]
         lane_session = self._next_session + np.arange(n_lanes)
         self._next_session += n_lanes
         first = np.r_[True, lane_user[1:] != lane_user[:-1]] if n_lanes else np.zeros(0, bool)
         rank = np.arange(n_lanes) - np.maximum.accumulate(np.where(first, np.arange(n_lanes), 0))
+        # planned start hour of each session, ascending within a user (lane_user is sorted)
+        hour_draws = draws.uniform(
+            draws.rows(lane_user, np.full(n_lanes, self.day), rank), Purpose.SESSION_HOUR
+        )
+        planned_h = _FIRST_SESSION_HOUR + _SESSION_WINDOW_H * hour_draws
+        planned_h = planned_h[np.lexsort((planned_h, lane_user))]
 
         start_s = self.day * _DAY_S + planned_h * 3600.0  # seconds since the run's start
         last_start_s = self.day * _DAY_S + _LAST_SESSION_START_H * 3600.0
@@ -242,7 +253,7 @@ class Simulator:
             opened += lanes.size
             start_ms = cfg.start_time_ms + np.round(start_s[lanes] * 1000.0).astype(np.int64)
             wave = self._run_sessions(
-                lane_user[lanes], lane_session[lanes], start_ms, feed_policy, allocation_policy
+                lane_user[lanes], lane_session[lanes], k, start_ms, feed_policy, allocation_policy
             )
             end_s[lanes] = start_s[lanes] + wave.elapsed
             sat_sum[lanes], view_count[lanes] = wave.satisfaction, wave.views
@@ -282,8 +293,9 @@ class Simulator:
         return log
 
     # ------------------------------------------------------------------ page level
-    def _run_sessions(self, lane_user, lane_session, start_ms, feed_policy, allocation_policy) -> _Wave:
-        """Sessions starting at ``start_ms``, page by page until every one has ended."""
+    def _run_sessions(self, lane_user, lane_session, rank, start_ms, feed_policy, allocation_policy) -> _Wave:
+        """The users' ``rank``-th sessions of the day, starting at ``start_ms``, page by page until every
+        one has ended."""
         cfg = self.config
         n = lane_user.size
         wave = _Wave(elapsed=np.zeros(n), satisfaction=np.zeros(n), views=np.zeros(n))
@@ -307,6 +319,10 @@ class Simulator:
                 utc_offset_minutes=np.zeros(lanes.size, np.int64),  # the simulated users live on UTC
             )
             state = feed_states(self.store.lookup(users), request)
+            # whose draws: the user's day, session and page, whatever happened to anyone else
+            rows = self.draws.rows(
+                users, np.full(lanes.size, self.day), np.full(lanes.size, rank), np.full(lanes.size, page)
+            )
             requests = self._next_request + np.arange(lanes.size)
             context = PageContext(
                 users=users,
@@ -317,7 +333,7 @@ class Simulator:
                 predictions=np.empty((lanes.size, 0, 0)),
             )
             session = _SessionState(topic_clicks[lanes], patience[lanes])
-            outcome = self._run_page(users, state, feed_policy, allocation_policy, context, session)
+            outcome = self._run_page(users, rows, state, feed_policy, allocation_policy, context, session)
             patience[lanes] = session.patience
             self._next_request += lanes.size
 
@@ -392,40 +408,48 @@ class Simulator:
         return wave
 
     def _run_page(
-        self, users, state, feed_policy, allocation_policy, context: PageContext, session: _SessionState
+        self, users, rows, state, feed_policy, allocation_policy, context: PageContext, session: _SessionState
     ) -> PageOutcome:
-        """One page for each row; ``session`` (the rows' session so far) is updated with its views."""
-        cfg, rng, world = self.config, self.rng, self.world
+        """One page for each row, with the rows' keyed draws; ``session`` (the rows' session so far) is
+        updated with its views."""
+        cfg, draws, world = self.config, self.draws, self.world
         model = cfg.response
         n, size = users.size, cfg.page_size
 
         # upstream candidates: topics drawn from the user's interests, then a random video of the topic
         cum = np.cumsum(world.users.interest[users], axis=1)
-        topic = (rng.random((n, cfg.n_candidates, 1)) * cum[:, -1:, None] > cum[:, None, :]).sum(axis=2)
+        c = cfg.n_candidates
+        topic_draw = draws.uniform(rows, Purpose.CANDIDATE_TOPIC, (c,))
+        topic = (topic_draw[..., None] * cum[:, -1:, None] > cum[:, None, :]).sum(axis=2)
         topic = np.minimum(topic, cfg.n_topics - 1)
         candidates = world.videos.topic_start[topic] + (
-            rng.random((n, cfg.n_candidates)) * world.videos.topic_count[topic]
+            draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (c,)) * world.videos.topic_count[topic]
         ).astype(np.int64)
         # the following feed: the last candidates come from followed authors, for users who follow any
-        for j in range(cfg.n_candidates - cfg.followed_candidates, cfg.n_candidates):
-            followed_video = self.follows.followed_videos(users, rng)
+        pick_author = draws.uniform(rows, Purpose.FOLLOWED_AUTHOR, (cfg.followed_candidates,))
+        pick_video = draws.uniform(rows, Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
+        for i, j in enumerate(range(c - cfg.followed_candidates, c)):
+            followed_video = self.follows.followed_videos(users, pick_author[:, i], pick_video[:, i])
             candidates[:, j] = np.where(followed_video >= 0, followed_video, candidates[:, j])
         followed = self.follows.follows(users[:, None], world.videos.author[candidates])
         probs = VideoResponseProbs.of(world, model, users, candidates, session.topic_clicks, followed)
         expected = probs.expected(model)
-        predictions = expected * rng.lognormal(0.0, model.prediction_noise, expected.shape)
+        noise = draws.normal(rows, Purpose.PREDICTION_NOISE, expected.shape[1:])
+        predictions = expected * np.exp(model.prediction_noise * noise)
 
         context = dataclasses.replace(context, candidates=candidates, predictions=predictions)
-        action, log_propensity = _act(feed_policy, state, rng, context)
+        action, log_propensity = _act(feed_policy, state, self.rng, context)
         ranked_cols = top_k(fusion_scores(predictions, action), size)
         ranked = np.take_along_axis(candidates, ranked_cols, axis=1)
 
         # live allocation for requests that have a live candidate
-        live_rows = np.flatnonzero(rng.random(n) < cfg.live_availability)
-        live_id = rng.integers(0, cfg.n_lives, live_rows.size)
+        live_rows = np.flatnonzero(draws.uniform(rows, Purpose.LIVE_OFFERED) < cfg.live_availability)
+        live_id = (draws.uniform(rows[live_rows], Purpose.LIVE_ID) * cfg.n_lives).astype(np.int64)
         live_probs = LiveResponseProbs.of(world, model, users[live_rows], live_id)
         exp_watch, exp_gift = live_probs.expected(model)
-        noise = rng.lognormal(0.0, model.prediction_noise, (live_rows.size, 2))
+        noise = np.exp(
+            model.prediction_noise * draws.normal(rows[live_rows], Purpose.LIVE_PREDICTION_NOISE, (2,))
+        )
         displaced_pred = predictions[live_rows, ranked_cols[live_rows, size - 1], 0]
         # float32, as the allocation request carries them: the live state is built from what serving sees
         live_predictions = np.column_stack(
@@ -433,7 +457,7 @@ class Simulator:
         ).astype(np.float32)
         live_state = live_states(state[live_rows], live_predictions)
         live_context = context.rows(live_rows, live_id[:, None], live_predictions[:, None, :])
-        live_action, live_log_propensity = _act(allocation_policy, live_state, rng, live_context)
+        live_action, live_log_propensity = _act(allocation_policy, live_state, self.rng, live_context)
         inserted = np.zeros(n, dtype=bool)
         inserted[live_rows] = live_action == 1
 
@@ -444,17 +468,16 @@ class Simulator:
         live_of_row = np.full(n, -1)
         live_of_row[live_rows] = live_id
 
-        ranked_followed = np.take_along_axis(followed, ranked_cols, axis=1)
-        ranked_probs = VideoResponseProbs.of(
-            world, model, users, ranked, session.topic_clicks, ranked_followed
+        video_signals, video_sat = probs.take(ranked_cols).sample(
+            model, draws.uniform(rows, Purpose.VIDEO_RESPONSE, (size, 7))
         )
-        video_signals, video_sat = ranked_probs.sample(model, rng)
         live_watch = np.zeros(n)
         live_gift = np.zeros(n)
         live_sat = np.zeros(n)
         ins_rows = np.flatnonzero(inserted)
         ins_probs = LiveResponseProbs.of(world, model, users[ins_rows], live_of_row[ins_rows])
-        live_watch[ins_rows], live_gift[ins_rows], live_sat[ins_rows] = ins_probs.sample(model, rng)
+        live_draws = draws.uniform(rows[ins_rows], Purpose.LIVE_RESPONSE, (4,))
+        live_watch[ins_rows], live_gift[ins_rows], live_sat[ins_rows] = ins_probs.sample(model, live_draws)
 
         # every slot's item and response at once; only leaving is sequential (it depends on the page so far)
         is_live = slot_rank < 0
@@ -475,12 +498,13 @@ class Simulator:
         viewed = np.empty((n, size), dtype=bool)  # the user was still on the page at the slot
         exits = np.empty((n, size), dtype=bool)
         alive = np.ones(n, dtype=bool)
+        exit_draws = draws.uniform(rows, Purpose.EXIT, (size,))
         for s in range(size):
             viewed[:, s] = alive
             hazard = -model.exit_satisfaction * surplus[:, s] - model.patience_weight * session.patience
             p_exit = np.clip(exit_base * np.exp(hazard), 0.0, 1.0)
             session.patience[alive] = model.patience_decay * session.patience[alive] + surplus[alive, s]
-            exits[:, s] = alive & (rng.random(n) < p_exit)
+            exits[:, s] = alive & (exit_draws[:, s] < p_exit)
             alive &= ~exits[:, s]
         # cumulative sums run slot by slot, as the views happened: the same floats in any batch
         offset = np.cumsum(signals[..., 0] + signals[..., 8] + cfg.item_overhead_s, axis=1)

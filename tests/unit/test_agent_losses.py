@@ -173,7 +173,7 @@ def test_stage_two_becomes_behaviour_cloning_as_the_behaviour_lambda_grows():
     for behaviour_lambda in (1.0, 10.0, 100.0, 1000.0, 10000.0):
         config = AgentConfig(behaviour_lambda=behaviour_lambda, aux_lambda=1.0, max_weight=20.0)
         total = behaviour_lambda + len(AUXILIARY)
-        log_w = stage_two_log_weights(losses.standardised(advantage), behaviour, priors, config)
+        log_w = stage_two_log_weights(advantage, behaviour, priors, config)
         weights = losses.normalised_weights(log_w, config.max_weight)
         loss = float(losses.weighted_log_likelihood_loss(log_probs, weights))
         gaps.append(abs(loss - bc_loss))
@@ -186,10 +186,23 @@ def test_stage_two_becomes_behaviour_cloning_as_the_behaviour_lambda_grows():
     assert all(later < earlier for earlier, later in itertools.pairwise(gaps))
 
 
-def test_standardised_divides_by_the_batch_standard_deviation():
-    values = _t([2.0, 4.0, 6.0])  # population std sqrt(8 / 3)
-    _close(losses.standardised(values), np.array([2.0, 4.0, 6.0]) / math.sqrt(8 / 3), atol=1e-5)
-    _close(losses.standardised(values * 1000.0), losses.standardised(values), atol=1e-5)
+def test_stage_two_lambdas_are_in_reward_units_whatever_the_rest_of_the_batch_holds():
+    """A row's log-weight is A / L plus its priors' term: scaling the other rows' advantages (a batch
+    with a larger spread) leaves it alone, as it would not if advantages were standardised per batch."""
+    rng = np.random.default_rng(8)
+    batch = 32
+    advantage = rng.normal(0.0, 1.0, batch)
+    behaviour = _t(rng.normal(-8.0, 2.0, batch))
+    priors = _t(rng.normal(-8.0, 2.0, (batch, len(AUXILIARY))))
+    config = AgentConfig(behaviour_lambda=0.05, aux_lambda=0.02)
+    spread = advantage * 10.0
+    spread[0] = advantage[0]
+    narrow = stage_two_log_weights(_t(advantage), behaviour, priors, config).numpy()
+    wide = stage_two_log_weights(_t(spread), behaviour, priors, config).numpy()
+    assert narrow[0] == pytest.approx(wide[0], rel=1e-6)
+    total = config.behaviour_lambda + len(AUXILIARY) * config.aux_lambda
+    doubled = stage_two_log_weights(_t(2.0 * advantage), behaviour, priors, config).numpy()
+    np.testing.assert_allclose(doubled - narrow, advantage / total, rtol=1e-4, atol=1e-4)
 
 
 # -- deterministic actor update -------------------------------------------------------------------

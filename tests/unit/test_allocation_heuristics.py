@@ -8,7 +8,6 @@ import pytest
 from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,
-    behaviour_allocation_policy,
 )
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.sim_eval import allocation_outcome, compare_allocation
@@ -42,19 +41,6 @@ def test_fixed_rate_ignores_the_state_and_logs_its_bernoulli_probabilities():
 def test_a_fixed_rate_outside_the_open_unit_interval_is_refused(rate):
     with pytest.raises(ValueError, match="rate should be in"):
         FixedRateAllocationPolicy(rate)
-
-
-@pytest.mark.parametrize(
-    "policy",
-    [ThresholdAllocationPolicy(13.0), FixedRateAllocationPolicy(0.3), behaviour_allocation_policy()],
-    ids=["greedy", "fixed-rate", "behaviour"],
-)
-def test_every_allocation_policy_draws_one_uniform_per_state(policy):
-    """Common random numbers: policies stay in step on the simulator's generator whatever they decide."""
-    rng, reference = np.random.default_rng(1), np.random.default_rng(1)
-    policy.act(live_states([10.0, 20.0, 30.0]), rng)
-    reference.random(3)
-    assert rng.random() == reference.random()
 
 
 def test_allocation_outcomes_are_paired_and_add_up():

@@ -30,9 +30,11 @@ def test_a_follow_is_remembered_once_and_found_by_user_and_author():
 def test_followed_videos_are_by_followed_authors_and_none_for_others():
     graph = FollowGraph(n_authors=5, video_author=VIDEO_AUTHOR)
     rng = np.random.default_rng(0)
-    assert graph.followed_videos(np.array([0, 1]), rng).tolist() == [-1, -1]  # nobody follows anyone
+    nobody = graph.followed_videos(np.array([0, 1]), rng.random(2), rng.random(2))
+    assert nobody.tolist() == [-1, -1]  # nobody follows anyone
     graph.add(np.array([0, 0, 1]), np.array([1, 2, 3]))
-    drawn = np.array([graph.followed_videos(np.array([0, 1, 2]), rng) for _ in range(200)])
+    users = np.array([0, 1, 2])
+    drawn = np.array([graph.followed_videos(users, rng.random(3), rng.random(3)) for _ in range(200)])
     assert set(VIDEO_AUTHOR[drawn[:, 0]]) == {1, 2}  # both of user 0's authors, and only them
     assert set(drawn[:, 1]) == {-1} and set(drawn[:, 2]) == {
         -1

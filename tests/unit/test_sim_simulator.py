@@ -199,3 +199,57 @@ def test_expected_rewards_are_the_viewed_videos_expectations_and_agree_with_the_
         stderr = gap.std(ddof=1) / np.sqrt(gap.size)
         assert abs(gap.mean()) < 4.0 * stderr, name  # unbiased: the draws' mean within noise
         assert expected[:, column].var() < drawn[:, column].var(), name  # less noise than the draws
+
+
+def _first_pages(feed) -> np.ndarray:
+    """Rows of each user's first page of the day, before anything the policy showed (a follow, which
+    adds followed authors' candidates to later pages) could differ."""
+    first_session = np.zeros(feed.user.max() + 1, np.int64) + np.iinfo(np.int64).max
+    np.minimum.at(first_session, feed.user, feed.session)
+    return (feed.page == 0) & (feed.session == first_session[feed.user])
+
+
+class _GreedyDrawer:
+    """The behaviour policy, drawing many extra numbers from the policies' generator on every call."""
+
+    version = "greedy-drawer"
+
+    def act(self, states, rng):
+        rng.standard_normal(1000)
+        return FEED.act(states, rng)
+
+
+def test_what_a_policy_draws_does_not_move_the_users_draws():
+    """Common random numbers: users' draws are keyed by who and where, not by a shared stream's position."""
+    config = SimConfig(n_users=300)
+    plain, drawer = Simulator(config, 8), Simulator(config, 8)
+    a, b = plain.run_day(FEED, LIVE), drawer.run_day(_GreedyDrawer(), LIVE)
+    # the same users came and opened the same first pages: same candidates and upstream predictions
+    assert a.returning_users == b.returning_users
+    first_a, first_b = _first_pages(a.feed), _first_pages(b.feed)
+    np.testing.assert_array_equal(a.feed.user[first_a], b.feed.user[first_b])
+    np.testing.assert_array_equal(a.feed.candidates[first_a], b.feed.candidates[first_b])
+    np.testing.assert_array_equal(a.feed.predictions[first_a], b.feed.predictions[first_b])
+    # drawn after the ranking policy acted on the page: which rows were offered which live stream
+    offered_a = np.isin(a.live.request, a.feed.request[first_a])
+    offered_b = np.isin(b.live.request, b.feed.request[first_b])
+    np.testing.assert_array_equal(a.live.user[offered_a], b.live.user[offered_b])
+    np.testing.assert_array_equal(a.live.live[offered_a], b.live.live[offered_b])
+    # while the policy's own draws did move: the actions differ
+    assert not np.array_equal(a.feed.action[first_a], b.feed.action[first_b])
+
+
+def test_two_rankings_of_one_world_are_compared_on_the_same_users_draws():
+    """A different ranking changes what users see, not who comes back on day one or their candidates."""
+    config = SimConfig(n_users=400)
+    watch_heavy = behaviour_feed_policy()
+    watch_heavy = type(watch_heavy)(
+        watch_heavy.base_logits + np.eye(len(watch_heavy.base_logits))[0],
+        watch_heavy.state_coef,
+        watch_heavy.sigma,
+    )
+    a = Simulator(config, 9).run_day(FEED, LIVE)
+    b = Simulator(config, 9).run_day(watch_heavy, LIVE)
+    first_a, first_b = _first_pages(a.feed), _first_pages(b.feed)
+    np.testing.assert_array_equal(a.feed.candidates[first_a], b.feed.candidates[first_b])
+    assert not np.array_equal(a.feed.served[first_a], b.feed.served[first_b])

@@ -45,10 +45,10 @@ class AgentConfig:
     critic_learning_rate: float = 3e-4
     target_update_tau: float = 0.005
     initial_std: float = 0.3  # actors' std at start; the fixed serving std of deterministic-update actors
-    # The lambdas and the BC weight are calibration knobs (DESIGN 3.1). These defaults come from simulator
-    # logs (bench/policy_quality.py): advantages are standardised per batch, so a total lambda well
-    # below one lets the watch-time advantage lead while the priors keep the policy near the data; with
-    # no BC term at all the deterministic actors ran off the data and lost 40% of watch time.
+    # The lambdas and the BC weight are calibration knobs (DESIGN 3.1). The lambdas are in reward units:
+    # advantages in each signal's per-step reward standard deviations, never rescaled per batch; the
+    # benchmark (bench/policy_quality.py) sweeps aux_lambda. With no BC term at all the deterministic
+    # actors ran off the data and lost 40% of watch time.
     aux_lambda: float = 0.02  # TSCAC: lambda_i of every stage-one prior
     behaviour_lambda: float = 0.05  # weight of the offline behaviour term (TSCAC, AWR stage one)
     max_weight: float = 20.0  # cap on a normalised likelihood weight

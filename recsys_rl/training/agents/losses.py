@@ -65,11 +65,6 @@ def weighted_log_likelihood_loss(log_probs: tf.Tensor, weights: tf.Tensor) -> tf
     return -tf.reduce_mean(weights * log_probs)
 
 
-def standardised(values: tf.Tensor) -> tf.Tensor:
-    """values / their batch standard deviation: makes a lambda mean the same thing on any reward scale."""
-    return values / (tf.math.reduce_std(values) + 1e-6)
-
-
 def deterministic_actor_loss(
     q_at_mean: tf.Tensor,
     mean: tf.Tensor,

@@ -153,11 +153,8 @@ class _SavedPolicy:
 class SavedFeedPolicy(_SavedPolicy):
     """A loaded feed policy with numpy in and out; meets the simulator's ``FeedPolicy`` protocol.
 
-    ``act`` serves the mean (``sample=False``) or mean + std * noise, and returns the log-density of
-    the action it returns. It draws the noise from the caller's generator in both modes, exactly as
-    the simulator's Gaussian behaviour policy does: runs of two policies on one simulated world then
-    see the same random users and responses (common random numbers), so their difference is measured
-    with far less noise than two independent runs would allow.
+    ``act`` serves the mean (``sample=False``) or mean + std * noise from the caller's generator, and
+    returns the log-density of the action it returns.
 
     With a ``twin`` (``load_feed_policy(..., numpy=True)``) the checked numpy copy of the actor computes
     instead of the SavedModel: a simulator page is a small batch, where TensorFlow's per-call dispatch
@@ -183,10 +180,9 @@ class SavedFeedPolicy(_SavedPolicy):
         return self.model.action_std({"observation": _f32(states)}).numpy().astype(np.float64)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        noise = rng.standard_normal((states.shape[0], len(FEED_ACTION_NAMES)))
         actions = self.mean(states)
         if self.sample:
-            actions = actions + self.std(states) * noise
+            actions = actions + self.std(states) * rng.standard_normal(actions.shape)
         return actions, self.log_prob(states, actions)
 
 
@@ -337,9 +333,7 @@ class SavedAllocationPolicy(_SavedPolicy):
     """A loaded allocation policy with numpy in and out; meets the simulator's ``AllocationPolicy``.
 
     ``act`` inserts with the policy's probability (``sample=True``) or serves its mode (insert iff the
-    probability is at least one half) and returns the log-probability of the decision it returns. It
-    draws one uniform per state from the caller's generator in both modes, as the behaviour allocation
-    policy does, so simulator runs of two policies see the same users (common random numbers).
+    probability is at least one half) and returns the log-probability of the decision it returns.
     """
 
     def insert_probability(self, states: np.ndarray) -> np.ndarray:
@@ -353,8 +347,7 @@ class SavedAllocationPolicy(_SavedPolicy):
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         p = self.insert_probability(states)
-        uniform = rng.random(p.shape)
-        inserts = (uniform < p) if self.sample else (p >= 0.5)
+        inserts = (rng.random(p.shape) < p) if self.sample else (p >= 0.5)
         actions = inserts.astype(np.int64)
         return actions, np.where(inserts, np.log(p), np.log1p(-p))
 

@@ -7,7 +7,9 @@ the behaviour policy":
 
     pi*(a|s)  ~  beta^(l_b/L) * prod_i pi_i(a|s)^(l_i/L) * exp(A_main(s, a) / L),  L = l_b + sum_i l_i
 
-by likelihood on the logged actions with weights pi*/beta, normalised per batch. The critic (one head
+by likelihood on the logged actions with weights pi*/beta, normalised per batch. Advantages and lambdas
+are in reward units (each signal's Q in its per-step reward standard deviations), as in the closed form;
+stage one's temperature is ``behaviour_lambda`` in the same units. The critic (one head
 per signal, each with its own discount) learns all along; head i evaluates stage-one actor i and the
 watch-time head evaluates the main actor. The training job runs stage one for the first
 ``stage_one_steps`` steps and stage two after.
@@ -129,7 +131,7 @@ class TSCACAgent(FeedAgent):
                 else:
                     advantage = tf.stop_gradient(sign * (q_logged[:, head] - q_at_means[i, :, head]))
                     log_w = losses.closed_form_log_weights(
-                        losses.standardised(advantage), behaviour, None, None, self._config.behaviour_lambda
+                        advantage, behaviour, None, None, self._config.behaviour_lambda
                     )
                     weights = losses.normalised_weights(log_w, self._config.max_weight)
                     dist, _ = actor(observations, training=True)
@@ -162,7 +164,7 @@ class TSCACAgent(FeedAgent):
         action = experience.action_step.action
         prior_log_probs = tf.stack([a(observations)[0].log_prob(action) for a in self._aux_actors], axis=1)
         log_w = stage_two_log_weights(
-            losses.standardised(advantage),
+            advantage,
             self._behaviour_log_prob(experience),
             prior_log_probs,
             self._config,
@@ -171,7 +173,13 @@ class TSCACAgent(FeedAgent):
 
 
 def stage_two_log_weights(advantage, behaviour_log_prob, prior_log_probs, config: AgentConfig) -> tf.Tensor:
-    """TSCAC's stage-two log-weights with every auxiliary prior at ``config.aux_lambda``."""
+    """TSCAC's stage-two log-weights with every auxiliary prior at ``config.aux_lambda``.
+
+    The lambdas are in reward units: ``advantage`` is the critic's, in units of the main signal's
+    per-step reward standard deviation (a fixed statistic of the dataset), never rescaled by the batch.
+    A row's weight is then the closed form's exp(A / L) whatever else the batch holds, and a lambda
+    means the same in every batch and run on that data.
+    """
     lambdas = tf.fill([len(AUXILIARY)], tf.constant(config.aux_lambda, tf.float32))
     return losses.closed_form_log_weights(
         tf.stop_gradient(advantage),
