@@ -45,7 +45,6 @@ bench: install
 	$(BIN)/python bench/policy_quality.py --full --out bench/results/policy_quality.json --docs docs/policy_quality.md
 	$(BIN)/python bench/allocation_quality.py --full --out bench/results/allocation_quality.json --docs docs/allocation_quality.md
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
-	$(BIN)/python bench/feed_headroom.py --full --out bench/results/feed_headroom.json
 	$(BIN)/python bench/serving.py --full --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --full --out bench/results/feature_reads.json
 
@@ -56,7 +55,6 @@ bench-quick: install
 	$(BIN)/python bench/policy_quality.py --quick --out bench/results/policy_quality.quick.json
 	$(BIN)/python bench/allocation_quality.py --quick --out bench/results/allocation_quality.quick.json
 	$(BIN)/python bench/ope.py --quick --out bench/results/ope.json
-	$(BIN)/python bench/feed_headroom.py --quick --out bench/results/feed_headroom.json
 	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --quick --out bench/results/feature_reads.json
 

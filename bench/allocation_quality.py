@@ -23,6 +23,7 @@ single-group actor-critic.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import tempfile
@@ -33,10 +34,10 @@ from typing import Any
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
 # isort: split
-from common import bench_parser, git_commit, write_result
+import numpy as np
+from common import bench_parser, git_commit, rounded, write_result
+from trained import logged_dataset, train_runs
 
-from recsys_rl.kafka import open_broker
-from recsys_rl.pipelines.simulated import simulated_dataset
 from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,
@@ -46,7 +47,6 @@ from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.sim_eval import AllocationOutcome, allocation_outcome, compare_allocation
 from recsys_rl.training.agents.allocation import VARIANTS
 from recsys_rl.training.agents.policy_io import load_allocation_policy
-from recsys_rl.training.train import TrainConfig, train
 
 LEARNED = tuple(VARIANTS)  # sl-mgac, sl-mgac-nosl, ac-single-group
 #: Greedy allocation inserts a live stream predicted to hold the user longer than this: about one short
@@ -127,6 +127,55 @@ def verdicts(table: dict[str, dict[str, Any]], paired: dict[str, list[dict[str, 
     return out
 
 
+def paired_z(
+    ours: list[AllocationOutcome], theirs: list[AllocationOutcome], metric: str = "total_usage_s"
+) -> dict[str, float]:
+    """``ours`` (one outcome per training seed) minus ``theirs`` (one per seed, or one for a heuristic)
+    on ``metric`` per user: the mean difference, its standard error and their ratio z.
+
+    The error adds the evaluation world's (per-user differences averaged over seeds, across users) and
+    the training seeds' (the seeds' mean differences, across seeds): the seeds share one world and its
+    draws, so the spread over seeds alone would miss the world's noise. Conservative, as the first part
+    holds some of the second.
+    """
+    theirs = theirs * len(ours) if len(theirs) == 1 else theirs
+    per_seed = [o.per_user[metric] - t.per_user[metric] for o, t in zip(ours, theirs, strict=True)]
+    per_user = np.mean(per_seed, axis=0)
+    world = float(per_user.std(ddof=1) / math.sqrt(per_user.size))
+    seed_means = [float(d.mean()) for d in per_seed]
+    seeds = statistics.stdev(seed_means) / math.sqrt(len(seed_means)) if len(seed_means) > 1 else 0.0
+    stderr = math.hypot(world, seeds)
+    mean = float(per_user.mean())
+    return {"difference": mean, "stderr": stderr, "z": mean / stderr if stderr > 0 else math.nan}
+
+
+#: SL-MGAC's distinctive parts, each removed by one ablation (recsys_rl.training.agents.allocation).
+ABLATIONS = {"sl-mgac-nosl": "supervised heads", "ac-single-group": "group towers"}
+
+
+def issue16_verdicts(outcomes: dict[str, list[AllocationOutcome]]) -> dict[str, Any]:
+    """SL-MGAC against greedy on total usage, and against each ablation on total usage and live watch."""
+    main = outcomes["sl-mgac"]
+    greedy = paired_z(main, outcomes["greedy"])
+    out: dict[str, Any] = {
+        "sl_mgac_usage_vs_greedy": greedy,
+        "sl_mgac_usage_vs_greedy_z": greedy["z"],
+        "sl_mgac_ahead_of_greedy": greedy["z"] > 2.0,
+    }
+    for ablation, part in ABLATIONS.items():
+        if ablation not in outcomes:
+            continue
+        usage, live = paired_z(main, outcomes[ablation]), paired_z(main, outcomes[ablation], "live_watch_s")
+        out[f"sl_mgac_vs_{ablation}"] = {
+            "part": part,
+            "total_usage_s": usage,
+            "live_watch_s": live,
+            # ahead on one beyond two standard errors and not behind on the other beyond two
+            "earns_its_place": max(usage["z"], live["z"]) > 2.0 and min(usage["z"], live["z"]) > -2.0,
+        }
+    return out
+
+
 def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
     config = result["config"]
     lines = [
@@ -162,17 +211,16 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
             f"{100 * r['constraint_met_share']:.0f}% |"
         )
     lines += ["", "Verdicts (SL-MGAC against the targets of issue 8):", ""]
-    lines += [f"- `{k}`: {_rounded(v)}" for k, v in result["verdicts"].items()]
+    lines += [f"- `{k}`: {rounded(v, 2)}" for k, v in result["verdicts"].items()]
+    lines += [
+        "",
+        "Issue 16: SL-MGAC minus greedy and minus each ablation, per user over the evaluation days, z = "
+        "difference / standard error (the world's and the seeds' errors added, `paired_z`):",
+        "",
+    ]
+    lines += [f"- `{k}`: {rounded(v, 2)}" for k, v in result["issue16"].items()]
     lines += ["", "## Findings", "", *findings(table, result), "", METHOD]
     return "\n".join(lines)
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 2)
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
 
 
 def _triple(r: dict[str, Any]) -> str:
@@ -270,37 +318,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     commit = git_commit()
     algorithms = settings["algorithms"]
-    with tempfile.TemporaryDirectory() as work, open_broker(None, "embedded") as broker:
-        built = simulated_dataset(
-            broker.bootstrap_servers,
-            f"{work}/data",
-            users=settings["users"],
-            days=settings["days"],
-            seed=args.seed,
+    with tempfile.TemporaryDirectory() as work:
+        with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
+            runs = {
+                algo: {
+                    "algo": algo,
+                    "steps": settings["steps"],
+                    "batch_size": settings["batch_size"],
+                    "log_every": max(settings["steps"] // 10, 1),
+                }
+                for algo in algorithms
+            }
+            trained = train_runs(built.dataset_dir, work, runs, settings["seeds"])
+        policy_dirs, train_seconds, final_metrics = (
+            trained.policy_dirs,
+            trained.train_seconds,
+            trained.final_metrics,
         )
-        print(f"dataset built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        policy_dirs: dict[str, list[Path]] = {algo: [] for algo in algorithms}
-        train_seconds: dict[str, list[float]] = {algo: [] for algo in algorithms}
-        final_metrics: dict[str, list[dict[str, float]]] = {algo: [] for algo in algorithms}
-        for seed in settings["seeds"]:
-            for algo in algorithms:
-                run = Path(work) / f"{algo}-s{seed}"
-                t0 = time.perf_counter()
-                result = train(
-                    TrainConfig(
-                        algo=algo,
-                        data=str(built.dataset_dir),
-                        out=str(run),
-                        steps=settings["steps"],
-                        batch_size=settings["batch_size"],
-                        seed=seed,
-                        log_every=max(settings["steps"] // 10, 1),
-                    )
-                )
-                train_seconds[algo].append(time.perf_counter() - t0)
-                final_metrics[algo].append(result.manifest["final_metrics"])
-                policy_dirs[algo].append(run / "policy")
-                print(f"trained {algo} seed {seed} in {train_seconds[algo][-1]:.0f} s", file=sys.stderr)
         logged_rate = logged_insert_rate(built.dataset_dir)
 
         def run_policy(policy) -> AllocationOutcome:
@@ -346,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         "train_seconds": train_seconds,
     }
     result["verdicts"] = verdicts(table, paired)
+    result["issue16"] = issue16_verdicts(outcomes)
+    result["sl_mgac_usage_vs_greedy_z"] = result["issue16"]["sl_mgac_usage_vs_greedy_z"]
     result["meets_targets"] = all(
         result["verdicts"].get(k, False)
         for k in (

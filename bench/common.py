@@ -55,6 +55,17 @@ def repeat_rate(work: Callable[[], int], repeats: int) -> dict[str, Any]:
     }
 
 
+def rounded(value: Any, digits: int) -> Any:
+    """``value`` with every float in it rounded, for the Markdown the benchmarks write."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    return value
+
+
 def write_result(path: str | Path, result: dict[str, Any]) -> None:
     """Write JSON atomically: a reader never sees half a result file."""
     path = Path(path)

@@ -34,7 +34,7 @@ from typing import Any
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
 # isort: split
-from common import bench_parser, git_commit, write_result
+from common import bench_parser, git_commit, rounded, write_result
 from trained import logged_dataset, train_runs
 
 from recsys_rl import signals
@@ -196,17 +196,43 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         cells.append(f"{100 * dep['mean']:+.2f}% ± {100 * dep['std']:.2f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Verdicts:", ""]
-    lines += [f"- `{k}`: {_rounded(v)}" for k, v in result["verdicts"].items()]
-    lines.append("")
+    lines += [f"- `{k}`: {rounded(v, 4)}" for k, v in result["verdicts"].items()]
+    search = result["search"]
+    lines += [
+        "",
+        "On the selection world the search chose them with these lifts over the behaviour policy "
+        "(watch time; the scoring worlds above are what counts): global "
+        f"{100 * search['selection_lift']['global'][signals.FEED_MAIN_SIGNAL]:+.2f}%, oracle "
+        f"{100 * search['selection_lift']['oracle'][signals.FEED_MAIN_SIGNAL]:+.2f}%.",
+        "",
+        METHOD,
+    ]
     return "\n".join(lines)
 
 
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
+METHOD = """## The protocol
+
+- **Objective and constraints.** Per user, each signal's total over the evaluation days, from expected
+  responses (the simulator's probabilities and means for the videos each user viewed, not the draws):
+  a user kept away a day adds nothing that day, so next-day return counts in watch time and in every
+  constraint. Verdicts come from the paired 95% interval of the per-user difference against the
+  behaviour policy; the users' draws are keyed per user (common random numbers, docs/simulator.md), so
+  the pairing is real.
+- **Worlds.** Training logs come from one world, the reference search from a second, evaluation from
+  others: nothing is judged on the world it was chosen or trained on.
+- **Reference lines** (recsys_rl/sim/reference_lines.py). The best global weighting is the candidate with
+  the most watch time that holds every constraint on the selection world, from a random search around
+  the behaviour policy's fusion (its mean, each logit moved alone, random directions, a local round). The
+  personalised oracle assigns one candidate per observable segment (activity group x logged interaction
+  rate above the prior) to get the most watch time with every constraint held in total, by Lagrangian
+  relaxation over the same candidates' per-segment values.
+- **Learned runs.** TSCAC; its myopic control (every critic discount 0); RCPO, RCPO with the multi-task
+  critic, the watch-time-only actor-critic; TSCAC's lambda sweep and its shared-trunk critic on three
+  seeds. Every policy serves its mean.
+- **Deployable lift.** The watch-time lift where no constraint is broken, 0 where one is (the gate keeps
+  the behaviour policy). `tscac_share_of_oracle_headroom` is TSCAC's mean deployable lift over the
+  oracle's; "ahead" is a paired (by training seed) mean difference beyond two standard errors.
+"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -240,13 +240,14 @@ def allocation_outcome(
 
     Live watch, short-video watch and their sum, the total usage the platform constraint protects, are
     per user over all days, so an allocation that shortens sessions or keeps users away the next day
-    shows in them. Runs of different policies on the same (config, seed, episode_seed) are paired.
+    shows in them. Short-video watch is the viewed videos' expected watch (``FeedLog.expected_reward``);
+    live watch is as drawn. Runs of different policies on the same (config, seed, episode_seed) are paired.
     """
     feed = feed_policy or behaviour_feed_policy()
     logs = run_days(config, feed, allocation_policy, seed=seed, episode_seed=episode_seed, days=days)
     users = config.n_users
     live = sum(np.bincount(d.live.user, weights=d.live.reward[:, 0], minlength=users) for d in logs)
-    video = sum(np.bincount(d.feed.user, weights=d.feed.reward[:, 0], minlength=users) for d in logs)
+    video = sum(np.bincount(d.feed.user, weights=d.feed.expected_reward[:, 0], minlength=users) for d in logs)
     actions = np.concatenate([d.live.action for d in logs])
     later = logs[1:]
     return AllocationOutcome(

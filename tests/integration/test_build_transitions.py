@@ -125,7 +125,7 @@ def test_same_offsets_give_byte_identical_shards_in_memory_and_with_two_worker_p
 def test_bad_records_are_dead_lettered_counted_and_published(apache_kafka, tmp_path):
     suffix = uuid.uuid4().hex[:8]
     sim_config = SimulateConfig(
-        users=5, seed=3, partitions=1, decisions_topic=f"dec-{suffix}", feedback_topic=f"fb-{suffix}"
+        users=20, seed=3, partitions=1, decisions_topic=f"dec-{suffix}", feedback_topic=f"fb-{suffix}"
     )
     run_simulation(sim_config, apache_kafka.bootstrap_servers)
     good = next(read_range(apache_kafka.bootstrap_servers, sim_config.feedback_topic))

@@ -94,7 +94,7 @@ def _bless_rate(
 
 @pytest.mark.parametrize(
     ("watch_shift", "why_bad"),
-    [(-0.5, "truly worse on watch time"), (1.5, "truly breaks the auxiliary constraints")],
+    [(-0.5, "truly worse on watch time"), (2.0, "truly breaks the auxiliary constraints")],
 )
 def test_the_gate_rarely_blesses_a_truly_bad_candidate(watch_shift: float, why_bad: str):
     candidate = _candidate(watch_shift)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -248,3 +249,25 @@ def test_training_mirrors_over_several_devices(feed_dataset: Path, tmp_path: Pat
     assert np.all(np.isfinite(actions))
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [6, 12]
+
+
+def test_rcpo_multipliers_move_on_their_slower_timescale(feed_dataset: Path):
+    """RCPO's two timescales: the actor steps on every batch, the multipliers once per period, driven by
+    the constraint critic's discounted values."""
+    dataset = open_dataset(feed_dataset)
+    config = dataclasses.replace(SMALL, multiplier_every=3, multiplier_learning_rate=0.5)
+    agent = build_agent("rcpo", transition_statistics(dataset), config, stage_one_steps=0)
+    step = tf.function(agent.train, autograph=False)
+    batches = iter(read_transitions(dataset, 128, seed=0))
+    seen = []
+    for _ in range(6):
+        info = step(next(batches))
+        seen.append(agent.multipliers.numpy().copy())
+    initial = np.full(len(seen[0]), config.initial_multiplier)
+    np.testing.assert_array_equal(seen[0], initial)
+    np.testing.assert_array_equal(seen[1], initial)
+    assert not np.array_equal(seen[2], initial)  # the first period's step
+    np.testing.assert_array_equal(seen[3], seen[2])
+    np.testing.assert_array_equal(seen[4], seen[2])
+    assert not np.array_equal(seen[5], seen[4])
+    assert {f"constraint_critic/{s}" for s in ("click", "hate")} <= set(info.extra)

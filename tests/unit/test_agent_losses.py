@@ -246,3 +246,29 @@ def test_deterministic_actor_loss_pulls_the_mean_toward_the_logged_action(bc_wei
         loss = losses.deterministic_actor_loss(_t([1.0]), mean, _t([[0.0, 0.0]]), bc_weight)
     # d/dmu of bc * |mu - a|^2 = 2 * bc * (mu - a); the Q term does not depend on mu here
     _close(tape.gradient(loss, mean), [[2.0 * bc_weight * 1.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    ("multiplier", "gap", "slack", "expected"),
+    [
+        pytest.param(1.0, -2.0, 0.0, 1.2, id="insertions-cost-usage"),
+        pytest.param(1.0, 2.0, 0.0, 0.8, id="insertions-add-usage"),
+        pytest.param(1.0, -2.0, 3.0, 0.9, id="within-the-slack"),
+        pytest.param(0.05, 2.0, 0.0, 0.0, id="never-negative"),
+    ],
+)
+def test_the_lagrange_multiplier_step(multiplier, gap, slack, expected):
+    step = losses.multiplier_step(tf.constant(multiplier), tf.constant(gap), 0.1, slack)
+    assert float(step) == pytest.approx(expected)
+
+
+def test_slow_multipliers_step_once_per_period_on_the_averaged_gaps():
+    multipliers = losses.SlowMultipliers(2, 1.0, learning_rate=0.1, slack=0.0, every=3, name="test")
+    multipliers.observe(tf.constant([-3.0, 1.0]))
+    multipliers.observe(tf.constant([0.0, 1.0]))
+    _close(multipliers.values, [1.0, 1.0])  # the actor's timescale: unchanged within the period
+    multipliers.observe(tf.constant([0.0, 1.0]))
+    _close(multipliers.values, [1.1, 0.9])  # one step on the mean gaps (-1, 1)
+    for _ in range(3):
+        multipliers.observe(tf.constant([2.0, 0.0]))
+    _close(multipliers.values, [0.9, 0.9])  # the next period's mean alone, not the first period's

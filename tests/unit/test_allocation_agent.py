@@ -17,7 +17,6 @@ from recsys_rl.training.agents.allocation import (
     SLMGACAgent,
     anti_greedy_penalty,
     categorical_projection,
-    multiplier_step,
     usage_rewards,
 )
 from recsys_rl.training.agents.data import TransitionStatistics
@@ -336,17 +335,3 @@ def test_the_logging_policys_insert_probability_comes_from_the_logged_propensity
     )
     mu = SLMGACAgent.logged_insert_probability(experience)
     np.testing.assert_allclose(mu.numpy(), [0.3, 0.2], rtol=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("multiplier", "gap", "slack", "expected"),
-    [
-        pytest.param(1.0, -2.0, 0.0, 1.2, id="insertions-cost-usage"),
-        pytest.param(1.0, 2.0, 0.0, 0.8, id="insertions-add-usage"),
-        pytest.param(1.0, -2.0, 3.0, 0.9, id="within-the-slack"),
-        pytest.param(0.05, 2.0, 0.0, 0.0, id="never-negative"),
-    ],
-)
-def test_the_lagrange_multiplier_step(multiplier, gap, slack, expected):
-    step = multiplier_step(tf.constant(multiplier), tf.constant(gap), 0.1, slack)
-    assert float(step) == pytest.approx(expected)

@@ -59,6 +59,7 @@ from recsys_rl import signals
 from recsys_rl.state import ACTIVITY_GROUPS, LIVE_PREDICTION_SCALE, LIVE_STATE_FEATURES
 from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context
 from recsys_rl.training.agents.data import TransitionStatistics
+from recsys_rl.training.agents.losses import multiplier_step
 from recsys_rl.training.agents.networks import (
     SUPERVISED_TARGETS,
     AllocationCriticNetwork,
@@ -192,12 +193,6 @@ def usage_rewards(
     (from the states' ``session_watch``); after the session's last decision only the live watch."""
     video = 100.0 * (next_observations[:, _SESSION_WATCH] - observations[:, _SESSION_WATCH])
     return live_watch + continues * tf.nn.relu(video)
-
-
-def multiplier_step(multiplier: tf.Tensor, gap: tf.Tensor, learning_rate: float, slack: float) -> tf.Tensor:
-    """lambda <- max(0, lambda - lr * (gap + slack)): up while the insertions cost usage beyond the slack,
-    down (never below zero) while they add usage."""
-    return tf.nn.relu(multiplier - learning_rate * (gap + slack))
 
 
 def expected_values(logits: tf.Tensor, atoms: tf.Tensor) -> tf.Tensor:

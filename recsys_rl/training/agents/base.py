@@ -55,6 +55,7 @@ class AgentConfig:
     bc_weight: float = 0.1  # deterministic updates: behaviour-cloning term
     closeness_weight: float = 0.1  # TSCAC deterministic: closeness to the stage-one actors
     multiplier_learning_rate: float = 0.01  # RCPO: Lagrange multiplier step
+    multiplier_every: int = 10  # RCPO: batches per multiplier step (the slower of its two timescales)
     initial_multiplier: float = 1.0  # RCPO: starting lambda of every constraint
     constraint_slack: float = 0.0  # RCPO: allowed shortfall below the behaviour level, in reward stds
     # Every critic head's discount; None keeps each signal's default from the registry. 0 is the myopic
@@ -71,6 +72,7 @@ class AgentConfig:
             "behaviour_lambda",
             "max_weight",
             "multiplier_learning_rate",
+            "multiplier_every",
         )
         for name in positive:
             if getattr(self, name) <= 0:

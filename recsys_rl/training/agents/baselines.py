@@ -1,15 +1,18 @@
 """The baselines TSCAC is compared with (DESIGN 3.1), on the same data, networks and updates.
 
 * ``BehaviourCloningAgent``: maximum likelihood of the logged actions.
-* ``RCPOAgent`` (Reward Constrained Policy Optimisation, offline): the actor maximises a Lagrangian
-  reward, watch time + sum_i lambda_i * auxiliary_i (hate with a minus sign), and each lambda_i grows
-  while the policy falls short of the behaviour policy on signal i and shrinks otherwise.
-  - ``critic="single"``: one critic head on the Lagrangian reward, as in the original RCPO. The
-    shortfall of signal i is estimated per batch with self-normalised importance weights on the
-    immediate rewards (the only per-signal estimate a single critic leaves).
+* ``RCPOAgent`` (Reward Constrained Policy Optimisation, Tessler, Mankowitz & Mannor, ICLR 2019,
+  offline): the actor maximises a Lagrangian reward, watch time + sum_i lambda_i * auxiliary_i (hate with
+  a minus sign), and each lambda_i grows while the policy's discounted value of signal i falls short of
+  the behaviour's and shrinks otherwise. As in the paper, the multipliers run on a slower timescale than
+  the actor (``losses.SlowMultipliers``: a step every ``multiplier_every`` batches on the averaged gaps),
+  and the gap is the discounted constraint value, estimated by a per-signal critic as
+  E[Q_i(s, pi(s)) - Q_i(s, a_logged)] (the paper estimates it from on-policy returns, which offline
+  training does not have).
+  - ``critic="single"``: one critic head on the Lagrangian reward trains the actor, as in the original
+    RCPO; a separate per-signal constraint critic serves only the multipliers.
   - ``critic="multi"``: one head per signal (the multi-task critic); the actor maximises the
-    lambda-weighted sum of heads, and the shortfall of signal i is the head's mean gap between the
-    actor's action and the logged one.
+    lambda-weighted sum of heads, and the same heads give the gaps.
   - ``critic="main"``: one head on watch time and no multipliers: the single-objective actor-critic.
 """
 
@@ -23,6 +26,7 @@ from tf_agents.agents import tf_agent
 from recsys_rl import signals
 from recsys_rl.training.agents.base import AgentConfig, FeedAgent, gammas_for
 from recsys_rl.training.agents.data import TransitionStatistics
+from recsys_rl.training.agents.losses import SlowMultipliers
 
 AUXILIARY = tuple(s for s in signals.FEED_SIGNALS if s != signals.FEED_MAIN_SIGNAL)
 _AUX_INDEX = [signals.FEED_SIGNALS.index(s) for s in AUXILIARY]
@@ -76,12 +80,23 @@ class RCPOAgent(FeedAgent):
         self._critic = self._new_critic(self._heads, config.funnel if critic == "multi" else ())
         self._target_critic = self._new_target(self._critic)
         self._critic_optimizer = tf.keras.optimizers.Adam(config.critic_learning_rate)
-        initial = 0.0 if critic == "main" else config.initial_multiplier
-        self._multipliers = tf.Variable(
-            tf.fill([len(AUXILIARY)], initial), trainable=False, name="multipliers"
+        self._slow = SlowMultipliers(
+            len(AUXILIARY),
+            0.0 if critic == "main" else config.initial_multiplier,
+            config.multiplier_learning_rate,
+            config.constraint_slack,
+            config.multiplier_every,
+            name="lagrange",
         )
+        self._multipliers = self._slow.values
         self._actor_optimizer.build(self._actor.trainable_variables)
         self._critic_optimizer.build(self._critic.trainable_variables)
+        if critic == "single":  # per-signal values for the multipliers only; the actor never reads them
+            self._constraint_critic = self._new_critic(AUXILIARY)
+            self._constraint_target = self._new_target(self._constraint_critic)
+            self._constraint_optimizer = tf.keras.optimizers.Adam(config.critic_learning_rate)
+            self._constraint_optimizer.build(self._constraint_critic.trainable_variables)
+            self._constraint_gammas = gammas_for(AUXILIARY, config)
 
     @property
     def multipliers(self) -> tf.Variable:
@@ -106,7 +121,6 @@ class RCPOAgent(FeedAgent):
 
     def _train(self, experience, weights=None):
         del weights
-        observations = experience.time_step.observation
         scaled = self._scaled_rewards(experience)
         next_mean, _ = self._actor.mean_and_std(experience.next_time_step.observation)
         critic_losses = self._critic_update(
@@ -124,23 +138,32 @@ class RCPOAgent(FeedAgent):
         )
         extra = {f"critic/{name}": critic_losses[i] for i, name in enumerate(self._heads)}
         extra["actor/main"] = actor_loss
+        if self._kind == "single":
+            constraint_losses = self._critic_update(
+                self._constraint_critic,
+                self._constraint_target,
+                self._constraint_optimizer,
+                experience,
+                tf.gather(scaled, _AUX_INDEX, axis=1),
+                self._constraint_gammas,
+                next_mean[None],
+                [0] * len(AUXILIARY),
+            )
+            extra.update({f"constraint_critic/{s}": constraint_losses[i] for i, s in enumerate(AUXILIARY)})
         if self._kind != "main":
-            gaps = self._constraint_gaps(experience, observations, scaled)
-            step = self._config.multiplier_learning_rate * (gaps + self._config.constraint_slack)
-            self._multipliers.assign(tf.nn.relu(self._multipliers - step))
+            gaps = self._constraint_gaps(experience)
+            self._slow.observe(gaps)
             for i, name in enumerate(AUXILIARY):
                 extra[f"multiplier/{name}"] = self._multipliers[i]
                 extra[f"constraint_gap/{name}"] = gaps[i]
         self.train_step_counter.assign_add(1)
         return tf_agent.LossInfo(loss=tf.reduce_sum(critic_losses) + actor_loss, extra=extra)
 
-    def _constraint_gaps(self, experience, observations, scaled) -> tf.Tensor:
-        """Per auxiliary signal, how much better (+) or worse (-) the policy does than the logged actions."""
+    def _constraint_gaps(self, experience) -> tf.Tensor:
+        """Per auxiliary signal, how much better (+) or worse (-) the policy's discounted value is than the
+        logged actions': E[Q_i(s, pi(s)) - Q_i(s, a_logged)], in the critic's reward units."""
         if self._kind == "multi":
-            advantage = self._advantage(self._critic, experience, self._actor)  # logged minus policy
-            return -tf.reduce_mean(tf.gather(advantage, _AUX_INDEX, axis=1), axis=0) * _AUX_SIGNS
-        dist, _ = self._actor(observations)
-        log_ratio = dist.log_prob(experience.action_step.action) - self._behaviour_log_prob(experience)
-        ratio = tf.nn.softmax(log_ratio)  # self-normalised importance weights
-        aux = tf.gather(scaled, _AUX_INDEX, axis=1)
-        return (tf.linalg.matvec(aux, ratio, transpose_a=True) - tf.reduce_mean(aux, axis=0)) * _AUX_SIGNS
+            advantage = tf.gather(self._advantage(self._critic, experience, self._actor), _AUX_INDEX, axis=1)
+        else:
+            advantage = self._advantage(self._constraint_critic, experience, self._actor)
+        return -tf.reduce_mean(advantage, axis=0) * _AUX_SIGNS

@@ -65,6 +65,40 @@ def weighted_log_likelihood_loss(log_probs: tf.Tensor, weights: tf.Tensor) -> tf
     return -tf.reduce_mean(weights * log_probs)
 
 
+def multiplier_step(multiplier: tf.Tensor, gap: tf.Tensor, learning_rate: float, slack: float) -> tf.Tensor:
+    """lambda <- max(0, lambda - lr * (gap + slack)): up while the policy falls short of its constraint
+    by more than the slack (a negative gap), down (never below zero) while it does better."""
+    return tf.nn.relu(multiplier - learning_rate * (gap + slack))
+
+
+class SlowMultipliers(tf.Module):
+    """Lagrange multipliers on the slow timescale of RCPO's two (Tessler, Mankowitz & Mannor, ICLR 2019).
+
+    The critic and actor step on every batch; the multipliers step once every ``every`` batches, on the
+    constraint gaps averaged over those batches, so the actor sees nearly fixed multipliers (the faster
+    process has converged for them) and the multipliers see a less noisy gap.
+    """
+
+    def __init__(
+        self, size: int, initial: float, learning_rate: float, slack: float, every: int, name: str
+    ) -> None:
+        super().__init__(name=name)
+        self.values = tf.Variable(tf.fill([size], float(initial)), trainable=False, name="multipliers")
+        self._gap_sum = tf.Variable(tf.zeros([size]), trainable=False, name="gap_sum")
+        self._count = tf.Variable(0.0, trainable=False, name="gap_count")
+        self._learning_rate, self._slack, self._every = learning_rate, slack, float(every)
+
+    def observe(self, gaps: tf.Tensor) -> None:
+        """Add one batch's gaps (+: the policy does better than the constraint's level)."""
+        total = self._gap_sum + gaps
+        count = self._count + 1.0
+        due = tf.cast(count >= self._every, tf.float32)  # arithmetic, not control flow: any tf.function
+        stepped = multiplier_step(self.values, total / count, self._learning_rate, self._slack)
+        self.values.assign(due * stepped + (1.0 - due) * self.values)
+        self._gap_sum.assign((1.0 - due) * total)
+        self._count.assign((1.0 - due) * count)
+
+
 def deterministic_actor_loss(
     q_at_mean: tf.Tensor,
     mean: tf.Tensor,
