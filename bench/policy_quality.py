@@ -54,10 +54,10 @@ RUNS: dict[str, dict[str, Any]] = {
     "ac-main": {"algo": "ac-main"},
 }
 #: TSCAC's variants, on the first three seeds: the lambda sweep (in reward units, around the default
-#: 0.02) and the shared critic trunk against the paper's independent ones.
+#: 0.1) and the shared critic trunk against the paper's independent ones.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "tscac-lambda-0.005": {"algo": "tscac", "agent": {"aux_lambda": 0.005}},
-    "tscac-lambda-0.1": {"algo": "tscac", "agent": {"aux_lambda": 0.1}},
+    "tscac-lambda-0.03": {"algo": "tscac", "agent": {"aux_lambda": 0.03}},
+    "tscac-lambda-0.3": {"algo": "tscac", "agent": {"aux_lambda": 0.3}},
     "tscac-shared-trunk": {"algo": "tscac", "agent": {"critic_trunk": "shared"}},
 }
 BASELINES = ("rcpo", "rcpo-mc", "ac-main")

@@ -22,7 +22,8 @@ import numpy as np
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
 
 
 class Purpose(enum.IntEnum):
@@ -65,22 +66,29 @@ class KeyedDraws:
                 key = _mix(key + np.asarray(part).astype(np.uint64) * _GOLDEN)
             return key
 
-    def uniform(self, rows: np.ndarray, purpose: Purpose, shape: tuple[int, ...] = ()) -> np.ndarray:
-        """(n, *shape) uniforms in (0, 1): one per row and position of ``shape``, for ``purpose``."""
-        positions = math.prod(shape)
+    def _bits(self, rows: np.ndarray, purpose: Purpose, count: int) -> np.ndarray:
+        """(n, 2 * ceil(count / 2)) uint64 holding 32 random bits each: both halves of every hash used."""
         with np.errstate(over="ignore"):
-            offset = _mix((np.arange(positions, dtype=np.uint64) + np.uint64(int(purpose) << 32)) * _GOLDEN)
-            bits = _mix(rows.reshape(-1, 1) ^ offset[None, :])
-        return (((bits >> _S11).astype(np.float64) + 0.5) * 2.0**-53).reshape(rows.shape + shape)
+            positions = np.arange(-(-count // 2), dtype=np.uint64) + np.uint64(int(purpose) << 32)
+            hashes = _mix(rows.reshape(-1, 1) ^ _mix(positions * _GOLDEN)[None, :])
+        return np.concatenate([hashes & _LOW32, hashes >> _S32], axis=1)
+
+    def uniform(self, rows: np.ndarray, purpose: Purpose, shape: tuple[int, ...] = ()) -> np.ndarray:
+        """(n, *shape) uniforms in (0, 1) with 32-bit resolution: one per row and position of ``shape``."""
+        count = math.prod(shape)
+        bits = self._bits(rows, purpose, count)[:, :count]
+        return ((bits.astype(np.float64) + 0.5) * 2.0**-32).reshape(rows.shape + shape)
 
     def normal(self, rows: np.ndarray, purpose: Purpose, shape: tuple[int, ...] = ()) -> np.ndarray:
-        """(n, *shape) standard normals by Box-Muller, both halves of each pair used."""
-        half = -(-math.prod(shape) // 2)
-        u = self.uniform(rows, purpose, (2, half))
-        radius = np.sqrt(-2.0 * np.log(u[:, 0]))
-        angle = 2.0 * np.pi * u[:, 1]
+        """(n, *shape) standard normals by Box-Muller (float32 arithmetic), both of each pair used."""
+        count = math.prod(shape)
+        bits = self._bits(rows, purpose, count)
+        half = bits.shape[1] // 2
+        u = (bits.astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-32)
+        radius = np.sqrt(np.float32(-2.0) * np.log(u[:, :half]))
+        angle = np.float32(2.0 * np.pi) * u[:, half:]
         z = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
-        return z[:, : math.prod(shape)].reshape(rows.shape + shape)
+        return z[:, :count].reshape(rows.shape + shape)
 
     def poisson(self, rows: np.ndarray, purpose: Purpose, mean: np.ndarray) -> np.ndarray:
         """(n,) Poisson counts with per-row ``mean`` by inverting the distribution function."""

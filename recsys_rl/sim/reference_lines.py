@@ -12,9 +12,10 @@ how much room there is and how much of it needs personalisation:
   watch time under the same global constraints.
 
 Both are selected on one world and scored on others, so the selection's luck does not count as headroom.
-The search is a random search in logit space around the behaviour policy's fusion (its mean, each signal
-moved alone, random directions, then a local round around the best global candidate); CMA-ES would search
-further, but every candidate costs a simulated world.
+Every candidate is the behaviour policy's fusion made deterministic, its state dependence kept and its
+constant logits moved. The search is a random search in that logit space (the behaviour's own logits,
+each signal moved alone, random directions, then local rounds around the best global candidate);
+CMA-ES would search further, but every candidate costs a simulated world.
 
 Segment values come from one run per candidate: the users are independent in the simulator, so a
 segment's requests under a global candidate are what they would be under any policy that serves that
@@ -55,25 +56,29 @@ def segment_of(states: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SegmentedFeedPolicy:
-    """Fixed fusion logits per segment (the same row everywhere: a global weighting). Deterministic, so
-    the log-probability of its action is 0."""
+    """The behaviour policy's fusion made deterministic, with its constant logits chosen per segment (the
+    same row everywhere: a global weighting) and its state dependence kept. Deterministic, so the
+    log-probability of its action is 0."""
 
     logits: np.ndarray  # (N_SEGMENTS, K)
+    state_coef: np.ndarray  # (len(FEED_STATE_FEATURES), K)
     version: str = "segmented-feed"
 
     def __post_init__(self) -> None:
-        shape = (N_SEGMENTS, len(FEED_ACTION_NAMES))
-        if np.shape(self.logits) != shape:
-            raise ValueError(
-                f"SegmentedFeedPolicy.logits should have shape {shape}, but has {np.shape(self.logits)}"
-            )
+        k = len(FEED_ACTION_NAMES)
+        for name, shape in (("logits", (N_SEGMENTS, k)), ("state_coef", (len(FEED_STATE_FEATURES), k))):
+            actual = np.shape(getattr(self, name))
+            if actual != shape:
+                raise ValueError(f"SegmentedFeedPolicy.{name} should have shape {shape}, but has {actual}")
 
     @classmethod
-    def global_weighting(cls, logits: np.ndarray, version: str = "global-feed") -> SegmentedFeedPolicy:
-        return cls(np.tile(np.asarray(logits, np.float64), (N_SEGMENTS, 1)), version)
+    def global_weighting(
+        cls, logits: np.ndarray, state_coef: np.ndarray, version: str = "global-feed"
+    ) -> SegmentedFeedPolicy:
+        return cls(np.tile(np.asarray(logits, np.float64), (N_SEGMENTS, 1)), state_coef, version)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        return self.logits[segment_of(states)], np.zeros(states.shape[0])
+        return self.logits[segment_of(states)] + states @ self.state_coef, np.zeros(states.shape[0])
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,8 @@ class SearchConfig:
     axis_step: float = 0.7  # each signal's logit moved alone by +- this
     random_candidates: int = 24
     random_scale: float = 0.7  # std of a random direction, per logit
-    local_candidates: int = 12
-    local_scale: float = 0.35
+    local_candidates: int = 12  # per local round, around the best global candidate so far
+    local_scales: tuple[float, ...] = (0.35, 0.15)  # one local round each
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ def search_reference_lines(
     """Random search over global weightings; the best under the constraints globally and per segment."""
     config = SimConfig(**{**world.__dict__, "n_users": search.users})
     rng = np.random.default_rng(np.random.SeedSequence(search.seed, spawn_key=(7,)))
-    base = behaviour_feed_policy().base_logits
+    base, coef = behaviour_feed_policy().base_logits, behaviour_feed_policy().state_coef
     behaviour = segment_totals(config, behaviour_feed_policy(), seed=search.seed, days=search.days)
     k = base.size
     first_round = np.vstack(
@@ -176,22 +181,27 @@ def search_reference_lines(
         for i, logits in enumerate(candidates):
             out.append(
                 segment_totals(
-                    config, SegmentedFeedPolicy.global_weighting(logits), seed=search.seed, days=search.days
+                    config,
+                    SegmentedFeedPolicy.global_weighting(logits, coef),
+                    seed=search.seed,
+                    days=search.days,
                 )
             )
             progress(f"candidate {i + 1}/{len(candidates)}")
         return out
 
+    candidates = first_round
     values = run(first_round)
-    best = _best_global(values, behaviour)
-    local = first_round[best] + search.local_scale * rng.standard_normal((search.local_candidates, k))
-    candidates = np.vstack([first_round, local])
-    values += run(local)
+    for scale in search.local_scales:
+        best = _best_global(values, behaviour)
+        local = candidates[best] + scale * rng.standard_normal((search.local_candidates, k))
+        candidates = np.vstack([candidates, local])
+        values += run(local)
     best = _best_global(values, behaviour)
     per_segment = _best_per_segment(values, behaviour, fallback=best, rng=rng)
     return ReferenceLines(
-        global_policy=SegmentedFeedPolicy.global_weighting(candidates[best], "reference-global"),
-        oracle_policy=SegmentedFeedPolicy(candidates[per_segment], "reference-oracle"),
+        global_policy=SegmentedFeedPolicy.global_weighting(candidates[best], coef, "reference-global"),
+        oracle_policy=SegmentedFeedPolicy(candidates[per_segment], coef, "reference-oracle"),
         candidates=candidates,
         behaviour=behaviour,
         values=values,

@@ -8,6 +8,10 @@ slots, never over users). A session starts at its planned hour, or the sessionis
 user's previous session ended if that is later; running the waves in order makes that time known when
 the session starts, so every request carries the time it will be logged with.
 
+Every random number a user's episode needs is keyed by user, day, session, page, purpose and position
+(``recsys_rl.sim.draws``), so runs of two policies on one world share the users' draws (common random
+numbers); the policies' own exploration comes from a separate generator.
+
 Every state is built by ``recsys_rl.state.feed_states`` from the user's stored rows
 (``SimulatedFeatureStore``, updated when a day is over) and the request's context, as serving builds it.
 

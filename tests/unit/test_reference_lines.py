@@ -1,0 +1,96 @@
+"""Reference lines: segments from observable state, constraint checks, and the two selections."""
+
+import numpy as np
+import pytest
+
+from recsys_rl import signals
+from recsys_rl.sim import reference_lines as rl
+from recsys_rl.sim.behaviour import behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.state import ACTIVITY_GROUPS, FEED_STATE_FEATURES, PRIOR_INTERACTION_RATE
+
+K = len(signals.FEED_SIGNALS)
+
+
+def _state(group: int, interaction_rate: float) -> np.ndarray:
+    state = np.zeros(len(FEED_STATE_FEATURES))
+    state[FEED_STATE_FEATURES.index(f"group_{ACTIVITY_GROUPS[group]}")] = 1.0
+    state[FEED_STATE_FEATURES.index("hist_interaction_rate")] = interaction_rate * 10.0
+    return state
+
+
+def test_segments_are_the_activity_group_and_whether_the_logged_interaction_rate_beats_the_prior():
+    states = np.stack(
+        [
+            _state(0, PRIOR_INTERACTION_RATE * 2),
+            _state(0, PRIOR_INTERACTION_RATE / 2),
+            _state(3, PRIOR_INTERACTION_RATE * 2),
+        ]
+    )
+    assert rl.segment_of(states).tolist() == [1, 0, 7]
+
+
+def test_a_segmented_policy_serves_its_segments_logits_plus_the_state_dependence():
+    coef = behaviour_feed_policy().state_coef
+    logits = np.arange(rl.N_SEGMENTS * K, dtype=float).reshape(rl.N_SEGMENTS, K)
+    policy = rl.SegmentedFeedPolicy(logits, coef)
+    states = np.stack([_state(2, 0.0), _state(1, 1.0)])
+    actions, log_prob = policy.act(states, np.random.default_rng(0))
+    np.testing.assert_allclose(actions, logits[[4, 3]] + states @ coef)
+    assert log_prob.tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match=r"SegmentedFeedPolicy.logits should have shape \(8, 7\)"):
+        rl.SegmentedFeedPolicy(logits[:3], coef)
+
+
+def test_holds_asks_every_auxiliary_signal_to_keep_its_level_in_its_direction():
+    reference = np.ones(K)
+    better = reference.copy()
+    better[0] = 0.5  # watch time is the objective, not a constraint
+    better[signals.FEED_SIGNALS.index("hate")] = 0.9  # less hate is fine
+    assert rl.holds(better, reference)
+    worse = reference.copy()
+    worse[signals.FEED_SIGNALS.index("hate")] = 1.1
+    assert not rl.holds(worse, reference)
+    fewer_likes = reference.copy()
+    fewer_likes[signals.FEED_SIGNALS.index("like")] = 0.99
+    assert not rl.holds(fewer_likes, reference)
+
+
+def _totals(by_segment: np.ndarray) -> rl.SegmentTotals:
+    return rl.SegmentTotals(by_segment, by_segment.sum(axis=0))
+
+
+def test_the_oracle_trades_between_segments_under_the_global_constraints():
+    """Two segments, two candidates: each candidate wins watch time in one segment by giving up likes
+    there and adding them in the other. Neither holds the constraint everywhere alone; the mix does."""
+    like = signals.FEED_SIGNALS.index("like")
+    behaviour = np.ones((rl.N_SEGMENTS, K))
+    first, second = behaviour.copy(), behaviour.copy()
+    first[0, [0, like]] = [1.5, 0.6]  # segment 0: +0.5 watch, -0.4 likes
+    first[1, like] = 0.7  # segment 1: -0.3 likes
+    second[1, [0, like]] = [1.1, 1.8]  # segment 1: +0.1 watch, +0.8 likes
+    second[0, like] = 0.0  # segment 0: -1 like
+    greedy = behaviour.copy()
+    greedy[1, [0, like]] = [1.3, 0.0]  # segment 1's most watch time, but it gives up all its likes
+    # candidate 0: the behaviour itself
+    values = [_totals(behaviour), _totals(first), _totals(second), _totals(greedy)]
+    assert rl._best_global(values, _totals(behaviour)) == 0  # alone, neither new candidate holds
+    chosen = rl._best_per_segment(values, _totals(behaviour), fallback=0, rng=np.random.default_rng(0))
+    # first where it gains, second where it pays the likes back (not greedy, which would break them)
+    assert chosen[:2].tolist() == [1, 2]
+    total = sum(values[c].by_segment[s] for s, c in enumerate(chosen))
+    assert rl.holds(total, behaviour.sum(axis=0)) and total[0] > behaviour[:, 0].sum()
+
+
+def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_global():
+    search = rl.SearchConfig(users=300, days=1, random_candidates=2, local_candidates=1, local_scales=(0.2,))
+    lines = rl.search_reference_lines(search, SimConfig())
+    assert lines.candidates.shape == (1 + 2 * K + 2 + 1, K)
+    np.testing.assert_array_equal(lines.candidates[0], behaviour_feed_policy().base_logits)
+    global_total = lines.values[lines.global_index].total
+    oracle_total = sum(lines.values[c].by_segment[s] for s, c in enumerate(lines.oracle_indices))
+    if lines.global_index:  # a candidate other than the behaviour's own logits must hold
+        assert rl.holds(global_total, lines.behaviour.total)
+    assert oracle_total[0] >= global_total[0] - 1e-9
+    summary = lines.summary()
+    assert set(summary["selection_lift"]) == {"global", "oracle"}
