@@ -241,17 +241,18 @@ def findings(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> list[s
         live = [p["live_watch_s"]["difference"] for p in pairs]
         usage = [p["total_usage_s"]["difference"] for p in pairs]
         stderr = max(p["total_usage_s"]["difference_stderr"] or 0.0 for p in pairs)
-        significant = all(
-            u > 2.0 * (p["total_usage_s"]["difference_stderr"] or 0.0)
-            for u, p in zip(usage, pairs, strict=True)
-        )
+        margins = [2.0 * (p["total_usage_s"]["difference_stderr"] or 0.0) for p in pairs]
+        ahead = all(u > m for u, m in zip(usage, margins, strict=True))
+        behind = all(u < -m for u, m in zip(usage, margins, strict=True))
         out.append(
             f"- Against {ref}: live watch {statistics.fmean(live):+.1f} s and total usage "
             f"{statistics.fmean(usage):+.1f} s per user (paired, mean over seeds; per-seed usage differences "
             f"{min(usage):+.1f} to {max(usage):+.1f} s, standard error up to {stderr:.1f} s): "
             + (
                 "ahead on usage on every seed beyond two standard errors."
-                if significant
+                if ahead
+                else "behind on usage on every seed beyond two standard errors."
+                if behind
                 else "on usage, not significantly different on some seed: on par, not ahead."
             )
         )
