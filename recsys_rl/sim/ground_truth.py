@@ -31,7 +31,9 @@ class PolicyValues:
 
     feed: dict[str, Estimate]  # FEED_SIGNALS, discounted over the session's feed requests
     live: dict[str, Estimate]  # LIVE_SIGNALS, discounted over the session's allocation decisions
-    per_request: dict[str, float]  # undiscounted mean reward per feed request, FEED_SIGNALS
+    # undiscounted mean reward per feed request, FEED_SIGNALS, from the expected responses of the viewed
+    # videos (the same mean as the draws', without their noise)
+    per_request: dict[str, float]
     episodes: int
     return_rate: float  # fraction of users active on days after the first (long-term effect)
     # (n_users, FEED_SIGNALS): each user's expected responses (the simulator's probabilities and means of
@@ -104,7 +106,13 @@ def evaluate_logs(days: list[DayLog], n_users: int) -> PolicyValues:
     return PolicyValues(
         feed=_estimates(feed_names, feed_returns),
         live=_estimates(live_names, all_live),
-        per_request=dict(zip(feed_names, map(float, feed_reward.mean(axis=0)), strict=True)),
+        per_request=dict(
+            zip(
+                feed_names,
+                map(float, np.concatenate([d.feed.expected_reward for d in days]).mean(axis=0)),
+                strict=True,
+            )
+        ),
         episodes=int(feed_returns.shape[0]),
         return_rate=return_rate,
         per_user=per_user,
