@@ -331,11 +331,6 @@ def main(argv: list[str] | None = None) -> int:
                 for algo in algorithms
             }
             trained = train_runs(built.dataset_dir, work, runs, settings["seeds"])
-        policy_dirs, train_seconds, final_metrics = (
-            trained.policy_dirs,
-            trained.train_seconds,
-            trained.final_metrics,
-        )
         logged_rate = logged_insert_rate(built.dataset_dir)
 
         def run_policy(policy) -> AllocationOutcome:
@@ -352,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             "fixed-rate": FixedRateAllocationPolicy(logged_rate),
         }
         outcomes = {name: [run_policy(p)] for name, p in heuristics.items()}
-        for algo, dirs in policy_dirs.items():
+        for algo, dirs in trained.policy_dirs.items():
             outcomes[algo] = [run_policy(load_allocation_policy(d)) for d in dirs]
     behaviour = outcomes["behaviour"][0]
     table = {name: row(runs, behaviour) for name, runs in outcomes.items()}
@@ -377,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         "table": table,
         "runs": {name: [o.summary() for o in runs] for name, runs in outcomes.items()},
         "sl_mgac_paired": paired,
-        "final_metrics": final_metrics,
-        "train_seconds": train_seconds,
+        "final_metrics": trained.final_metrics,
+        "train_seconds": trained.train_seconds,
     }
     result["verdicts"] = verdicts(table, paired)
     result["issue16"] = issue16_verdicts(outcomes)

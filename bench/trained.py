@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,9 @@ from recsys_rl.training.train import TrainConfig, train
 class TrainedRuns:
     """Per run label, one entry per seed, in the seeds' order."""
 
-    policy_dirs: dict[str, list[Path]] = field(default_factory=dict)
-    train_seconds: dict[str, list[float]] = field(default_factory=dict)
-    final_metrics: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    policy_dirs: dict[str, list[Path]]
+    train_seconds: dict[str, list[float]]
+    final_metrics: dict[str, list[dict[str, float]]]
 
 
 @contextmanager
