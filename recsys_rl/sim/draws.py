@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import enum
 import math
+import sys
 
 import numpy as np
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
-_LOW32 = np.uint64(0xFFFFFFFF)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 class Purpose(enum.IntEnum):
@@ -66,27 +66,33 @@ class KeyedDraws:
                 key = _mix(key + np.asarray(part).astype(np.uint64) * _GOLDEN)
             return key
 
-    def _bits(self, rows: np.ndarray, purpose: Purpose, count: int) -> np.ndarray:
-        """(n, 2 * ceil(count / 2)) uint64 holding 32 random bits each: both halves of every hash used."""
+    def _bits(self, rows: np.ndarray, purpose: Purpose, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two (n, ceil(count / 2)) uint32 arrays of random bits: the low and the high halves of every hash
+        (read in place, as a view: splitting them arithmetically cost more than the hash itself)."""
         with np.errstate(over="ignore"):
             positions = np.arange(-(-count // 2), dtype=np.uint64) + np.uint64(int(purpose) << 32)
             hashes = _mix(rows.reshape(-1, 1) ^ _mix(positions * _GOLDEN)[None, :])
-        return np.concatenate([hashes & _LOW32, hashes >> _S32], axis=1)
+        halves = hashes.view(np.uint32).reshape(*hashes.shape, 2)
+        low, high = (0, 1) if sys.byteorder == "little" else (1, 0)
+        return halves[..., low], halves[..., high]
 
     def uniform(self, rows: np.ndarray, purpose: Purpose, shape: tuple[int, ...] = ()) -> np.ndarray:
         """(n, *shape) uniforms in (0, 1) with 32-bit resolution: one per row and position of ``shape``."""
         count = math.prod(shape)
-        bits = self._bits(rows, purpose, count)[:, :count]
-        return ((bits.astype(np.float64) + 0.5) * 2.0**-32).reshape(rows.shape + shape)
+        low, high = self._bits(rows, purpose, count)
+        out = np.empty((rows.size, 2 * low.shape[1]))
+        np.add(low, 0.5, out=out[:, : low.shape[1]])
+        np.add(high, 0.5, out=out[:, low.shape[1] :])
+        out *= 2.0**-32
+        return out[:, :count].reshape(rows.shape + shape)
 
     def normal(self, rows: np.ndarray, purpose: Purpose, shape: tuple[int, ...] = ()) -> np.ndarray:
         """(n, *shape) standard normals by Box-Muller (float32 arithmetic), both of each pair used."""
         count = math.prod(shape)
-        bits = self._bits(rows, purpose, count)
-        half = bits.shape[1] // 2
-        u = (bits.astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-32)
-        radius = np.sqrt(np.float32(-2.0) * np.log(u[:, :half]))
-        angle = np.float32(2.0 * np.pi) * u[:, half:]
+        low, high = self._bits(rows, purpose, count)
+        scale, half = np.float32(2.0**-32), np.float32(0.5)
+        radius = np.sqrt(np.float32(-2.0) * np.log((low.astype(np.float32) + half) * scale))
+        angle = np.float32(2.0 * np.pi) * ((high.astype(np.float32) + half) * scale)
         z = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
         return z[:, :count].reshape(rows.shape + shape)
 

@@ -24,15 +24,33 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+#: Rows of ``VideoResponseProbs.table``; the interactions and hate follow in FACTOR_SIGNALS order.
+_PROB_ROWS = ("click", "watch_fraction", "duration_s", *FACTOR_SIGNALS)
+_CLICK, _FRACTION, _DURATION = 0, 1, 2
+_RATES = 3  # first of the interactions' probabilities given a click
+_HATE = len(_PROB_ROWS) - 1
+
+
 @dataclass(frozen=True)
 class VideoResponseProbs:
-    """Response probabilities of users for videos; arrays broadcast to one shape."""
+    """Response probabilities of users for videos, stacked on the first axis of one array
+    (``_PROB_ROWS``: click, mean watch fraction after a click, duration, the interactions' probabilities
+    given a click, hate): picking the ranked items is one gather, and every row is a contiguous array
+    (see ``world.Videos`` on why the layout is attribute-major)."""
 
-    click: np.ndarray
-    watch_fraction: np.ndarray  # mean fraction of the duration watched after a click
-    duration_s: np.ndarray
-    interaction: dict[str, np.ndarray]  # probability given a click
-    hate: np.ndarray
+    table: np.ndarray  # (len(_PROB_ROWS), n, m)
+
+    @property
+    def click(self) -> np.ndarray:
+        return self.table[_CLICK]
+
+    @property
+    def watch_fraction(self) -> np.ndarray:
+        return self.table[_FRACTION]
+
+    @property
+    def interaction(self) -> dict[str, np.ndarray]:
+        return {name: self.table[_RATES + _FACTOR[name]] for name in _INTERACTIONS}
 
     @classmethod
     def of(
@@ -48,61 +66,54 @@ class VideoResponseProbs:
         (n, topics) counts each user's clicked views per topic earlier in the session (satiation);
         ``followed`` (n, m) says which videos are by an author the user follows."""
         v = world.videos
+        attributes = np.take(v.attributes, videos, axis=1)  # (VIDEO_ATTRIBUTES, n, m)
+        quality, bait, duration, factors = attributes[0], attributes[1], attributes[2], attributes[3:]
         topics = v.topic[videos]
         affinity = np.log(world.users.interest[users[:, None], topics] * world.users.interest.shape[1])
-        appeal = model.affinity_weight * affinity + model.quality_weight * v.quality[videos]
+        appeal = model.affinity_weight * affinity + model.quality_weight * quality
         if topic_clicks is not None:
-            appeal = appeal - model.satiation * np.take_along_axis(topic_clicks, topics, axis=1)
+            appeal -= model.satiation * np.take_along_axis(topic_clicks, topics, axis=1)
         if followed is not None:
-            appeal = appeal + model.follow_affinity * followed
-        bait = v.clickbait[videos]
-        click = _sigmoid(
+            appeal += model.follow_affinity * followed
+        table = np.empty((len(_PROB_ROWS), *videos.shape))
+        table[_CLICK] = _sigmoid(
             model.click_bias
             + model.click_appeal * appeal
             + model.click_bait * bait
             + world.users.click_bias[users][:, None]
         )
-        fraction = _sigmoid(model.watch_bias + model.watch_appeal * appeal - model.watch_bait * bait)
-        # each signal has its own user and item factor on top of the shared appeal (distinct drivers)
-        factor = world.users.propensity[users][:, None, :] + v.appeal[videos]
-        rates = {
-            "like": model.like_rate,
-            "follow": model.follow_rate,
-            "comment": model.comment_rate,
-            "share": model.share_rate,
-        }
-        shared = model.interaction_appeal * appeal
-        interaction = {
-            name: np.minimum(rate * np.exp(shared + factor[..., _FACTOR[name]]), 0.9)
-            for name, rate in rates.items()
-        }
-        hate_logit = -model.hate_appeal * appeal + model.hate_bait * bait + factor[..., _FACTOR["hate"]]
-        hate = np.minimum(model.hate_rate * np.exp(hate_logit), 0.9)
-        return cls(click, fraction, v.duration_s[videos], interaction, hate)
+        table[_FRACTION] = _sigmoid(model.watch_bias + model.watch_appeal * appeal - model.watch_bait * bait)
+        table[_DURATION] = duration
+        # each signal has its own user and item factor on top of the shared appeal (distinct drivers):
+        # rate * exp(sensitivity * appeal) * the user's factor * the item's factor
+        user_factors = np.exp(world.users.propensity[users]).T  # (FACTOR_SIGNALS, n)
+        shared = np.exp(model.interaction_appeal * appeal)
+        rates = (model.like_rate, model.follow_rate, model.comment_rate, model.share_rate)
+        for i, rate in enumerate(rates):
+            np.minimum((rate * user_factors[i])[:, None] * shared * factors[i], 0.9, out=table[_RATES + i])
+        hate = np.exp(model.hate_bait * bait - model.hate_appeal * appeal) * factors[-1]
+        np.minimum((model.hate_rate * user_factors[-1])[:, None] * hate, 0.9, out=table[_HATE])
+        return cls(table)
 
     def take(self, columns: np.ndarray) -> VideoResponseProbs:
         """The probabilities of the items at ``columns`` (n, k) of each row (the ranked ones)."""
-
-        def pick(values: np.ndarray) -> np.ndarray:
-            return np.take_along_axis(values, columns, axis=1)
-
-        interaction = {name: pick(values) for name, values in self.interaction.items()}
-        return VideoResponseProbs(
-            pick(self.click), pick(self.watch_fraction), pick(self.duration_s), interaction, pick(self.hate)
-        )
+        return VideoResponseProbs(np.take_along_axis(self.table, columns[None], axis=-1))
 
     def expected(self, model: ResponseModel) -> np.ndarray:
-        """Expected per-view responses, stacked on a last axis in FEED_RESPONSE_COLUMNS order."""
-        preview = np.minimum(model.preview_s, self.duration_s)
-        watch = self.click * self.duration_s * self.watch_fraction + (1.0 - self.click) * preview
-        columns = [watch, self.click]
-        columns += [self.click * self.interaction[name] for name in _INTERACTIONS]
-        columns.append(self.hate)
-        return np.stack(columns, axis=-1)
+        """Expected per-view responses (n, m, 7), on a last axis in FEED_RESPONSE_COLUMNS order."""
+        t = self.table
+        click, duration = t[_CLICK], t[_DURATION]
+        out = np.empty((*click.shape, len(FEED_RESPONSE_COLUMNS)))
+        out[..., 0] = click * duration * t[_FRACTION] + (1.0 - click) * np.minimum(model.preview_s, duration)
+        out[..., 1] = click
+        for i in range(len(_INTERACTIONS)):
+            out[..., 2 + i] = click * t[_RATES + i]
+        out[..., 6] = t[_HATE]
+        return out
 
     def sample(self, model: ResponseModel, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Realised responses (..., 7) in FEED_RESPONSE_COLUMNS order, and the satisfaction of each view,
-        from ``uniforms`` (..., 7): click, watch fraction, like, follow, comment, share, hate.
+        """Realised responses (n, k, 7) in FEED_RESPONSE_COLUMNS order, and the satisfaction of each view,
+        from ``uniforms`` (n, k, 7): click, watch fraction, like, follow, comment, share, hate.
 
         The watch fraction of a click is Beta(1, b) with b = (1 - m) / m, whose mean is the model's m:
         the one beta family with a closed-form quantile, 1 - (1 - u)^(1 / b), so the draw is a function of
@@ -110,26 +121,22 @@ class VideoResponseProbs:
         (most clicked videos abandoned early) and rises to 1 for m > 0.5 (most watched to the end), the two
         shapes of KuaiRand's play-ratio distribution.
         """
-        clicked = uniforms[..., 0] < self.click
-        m = self.watch_fraction
+        t = self.table
+        out = np.empty((*t.shape[1:], len(FEED_RESPONSE_COLUMNS)))
+        clicked = uniforms[..., 0] < t[_CLICK]
+        m = t[_FRACTION]
         fraction = 1.0 - (1.0 - uniforms[..., 1]) ** (m / (1.0 - m))
-        preview = np.minimum(model.preview_s, self.duration_s)
-        watch = np.where(clicked, fraction * self.duration_s, preview)
-        draws = {
-            name: clicked & (uniforms[..., 2 + i] < self.interaction[name])
-            for i, name in enumerate(_INTERACTIONS)
-        }
-        hate = uniforms[..., 6] < self.hate
-        satisfaction = (
-            np.where(clicked, fraction, model.sat_skip)
-            + model.sat_like * draws["like"]
-            + model.sat_follow * draws["follow"]
-            + model.sat_comment * draws["comment"]
-            + model.sat_share * draws["share"]
-            - model.sat_hate * hate
-        )
-        columns = [watch, clicked] + [draws[name] for name in _INTERACTIONS] + [hate]
-        return np.stack(columns, axis=-1).astype(np.float64), satisfaction
+        out[..., 0] = np.where(clicked, fraction * t[_DURATION], np.minimum(model.preview_s, t[_DURATION]))
+        out[..., 1] = clicked
+        satisfaction = np.where(clicked, fraction, model.sat_skip)
+        weights = (model.sat_like, model.sat_follow, model.sat_comment, model.sat_share)
+        for i, weight in enumerate(weights):
+            interacted = clicked & (uniforms[..., 2 + i] < t[_RATES + i])
+            out[..., 2 + i] = interacted
+            satisfaction += weight * interacted
+        hate = uniforms[..., 6] < t[_HATE]
+        out[..., 6] = hate
+        return out, satisfaction - model.sat_hate * hate
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,19 @@ class PageContext:
         )
 
 
+def _inverse_cdf_rows(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """For each row of ``weights`` (n, k), the categories (n, m) that the row's ``uniforms`` (n, m) pick
+    with probability proportional to the weights: the number of the row's cumulative weights below each
+    uniform, counted one category at a time (k small), which touches each draw k times but never builds
+    the (n, m, k) comparison cube."""
+    cum = np.cumsum(weights, axis=1)
+    scaled = uniforms * cum[:, -1:]
+    found = np.zeros(uniforms.shape, np.int64)
+    for k in range(weights.shape[1] - 1):
+        found += scaled > cum[:, k : k + 1]
+    return found
+
+
 def _act(policy, states: np.ndarray, rng: np.random.Generator, context: PageContext):
     """A policy's actions for a page: with the page's context when the policy asks for it."""
     act_in_context = getattr(policy, "act_in_context", None)
@@ -421,11 +434,10 @@ class Simulator:
         n, size = users.size, cfg.page_size
 
         # upstream candidates: topics drawn from the user's interests, then a random video of the topic
-        cum = np.cumsum(world.users.interest[users], axis=1)
         c = cfg.n_candidates
-        topic_draw = draws.uniform(rows, Purpose.CANDIDATE_TOPIC, (c,))
-        topic = (topic_draw[..., None] * cum[:, -1:, None] > cum[:, None, :]).sum(axis=2)
-        topic = np.minimum(topic, cfg.n_topics - 1)
+        topic = _inverse_cdf_rows(
+            world.users.interest[users], draws.uniform(rows, Purpose.CANDIDATE_TOPIC, (c,))
+        )
         candidates = world.videos.topic_start[topic] + (
             draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (c,)) * world.videos.topic_count[topic]
         ).astype(np.int64)

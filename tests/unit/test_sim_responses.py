@@ -10,7 +10,7 @@ from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.responses import VideoResponseProbs
 from recsys_rl.sim.simulator import Simulator
-from recsys_rl.sim.world import World
+from recsys_rl.sim.world import FACTOR_SIGNALS, World
 
 CONFIG = SimConfig(n_users=2000)
 WORLD = World.generate(CONFIG, np.random.default_rng(0))
@@ -19,7 +19,9 @@ MODEL = CONFIG.response
 
 def _without_signal_factors(world: World) -> World:
     users = dataclasses.replace(world.users, propensity=np.zeros_like(world.users.propensity))
-    videos = dataclasses.replace(world.videos, appeal=np.zeros_like(world.videos.appeal))
+    attributes = world.videos.attributes.copy()
+    attributes[-len(FACTOR_SIGNALS) :] = 1.0  # every item multiplies each rate by one
+    videos = dataclasses.replace(world.videos, attributes=attributes)
     return dataclasses.replace(world, users=users, videos=videos)
 
 
