@@ -38,11 +38,18 @@ def _exact(values: list[float]) -> np.ndarray:
     return np.rint(scaled).astype(np.int64)
 
 
-def _ratio(numerator: int, denominator: int) -> float | None:
+def _ratio(numerator, denominator):
+    """A rate, None without a denominator; on int64 columns (the simulator's whole day at once) NaN
+    there instead. Both are the same correctly rounded quotient: sums stay below 2**53, where int64 to
+    float64 is exact and IEEE division rounds as Python's int / int does."""
+    if isinstance(denominator, np.ndarray):
+        return np.divide(
+            numerator, denominator, out=np.full(denominator.shape, np.nan), where=denominator != 0
+        )
     return numerator / denominator if denominator else None
 
 
-def _count(micro: int) -> int:
+def _count(micro):
     return micro // _ONE
 
 
@@ -93,8 +100,9 @@ _USED_SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", 
 FACT_COLUMNS = ("user_id", "item_id", "author_id", "item_type", "event_time_ms", *_USED_SIGNALS)
 
 
-# The feature values of one entity's day from its sums (in the order of ``increments``' columns).
-def user_features(s: Sequence[int], day: int) -> dict[str, Any]:
+# The feature values of one entity's day from its sums (in the order of ``increments``' columns); for
+# users, also of many users' days at once from the sums' int64 columns.
+def user_features(s: Sequence[int] | Sequence[np.ndarray], day: int | np.ndarray) -> dict[str, Any]:
     views, clicks, likes, watch, interactions, hates, live_views, live_watch = s
     return {
         "day": day,

@@ -27,7 +27,7 @@ def fusion_weights(actions: np.ndarray) -> np.ndarray:
 
 def fusion_scores(predictions: np.ndarray, actions: np.ndarray) -> np.ndarray:
     """Scores (n, C) of candidates with predictions (n, C, K) under per-request actions (n, K)."""
-    return np.einsum("nck,nk->nc", predictions / PREDICTION_SCALE, fusion_weights(actions))
+    return np.einsum("nck,nk->nc", predictions, fusion_weights(actions) / PREDICTION_SCALE)
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:

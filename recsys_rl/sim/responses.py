@@ -69,24 +69,26 @@ class VideoResponseProbs:
         attributes = np.take(v.attributes, videos, axis=1)  # (VIDEO_ATTRIBUTES, n, m)
         quality, bait, duration, factors = attributes[0], attributes[1], attributes[2], attributes[3:]
         topics = v.topic[videos]
-        affinity = np.log(world.users.interest[users[:, None], topics] * world.users.interest.shape[1])
+        affinity = np.log(
+            (world.users.interest[users[:, None], topics] * world.users.interest.shape[1]).astype(np.float32)
+        )
         appeal = model.affinity_weight * affinity + model.quality_weight * quality
         if topic_clicks is not None:
-            appeal -= model.satiation * np.take_along_axis(topic_clicks, topics, axis=1)
+            appeal -= (model.satiation * np.take_along_axis(topic_clicks, topics, axis=1)).astype(np.float32)
         if followed is not None:
             appeal += model.follow_affinity * followed
-        table = np.empty((len(_PROB_ROWS), *videos.shape))
+        table = np.empty((len(_PROB_ROWS), *videos.shape), np.float32)
         table[_CLICK] = _sigmoid(
             model.click_bias
             + model.click_appeal * appeal
             + model.click_bait * bait
-            + world.users.click_bias[users][:, None]
+            + world.users.click_bias[users].astype(np.float32)[:, None]
         )
         table[_FRACTION] = _sigmoid(model.watch_bias + model.watch_appeal * appeal - model.watch_bait * bait)
         table[_DURATION] = duration
         # each signal has its own user and item factor on top of the shared appeal (distinct drivers):
         # rate * exp(sensitivity * appeal) * the user's factor * the item's factor
-        user_factors = np.exp(world.users.propensity[users]).T  # (FACTOR_SIGNALS, n)
+        user_factors = np.exp(world.users.propensity[users]).T.astype(np.float32)  # (FACTOR_SIGNALS, n)
         shared = np.exp(model.interaction_appeal * appeal)
         rates = (model.like_rate, model.follow_rate, model.comment_rate, model.share_rate)
         for i, rate in enumerate(rates):
@@ -103,7 +105,7 @@ class VideoResponseProbs:
         """Expected per-view responses (n, m, 7), on a last axis in FEED_RESPONSE_COLUMNS order."""
         t = self.table
         click, duration = t[_CLICK], t[_DURATION]
-        out = np.empty((*click.shape, len(FEED_RESPONSE_COLUMNS)))
+        out = np.empty((*click.shape, len(FEED_RESPONSE_COLUMNS)), np.float32)
         out[..., 0] = click * duration * t[_FRACTION] + (1.0 - click) * np.minimum(model.preview_s, duration)
         out[..., 1] = click
         for i in range(len(_INTERACTIONS)):

@@ -50,11 +50,9 @@ class SimulatedFeatureStore:
         keys, codes = np.unique(views.user * span + (days - first_day), return_inverse=True)
         sums = np.zeros((len(keys), increments.shape[1]), dtype=np.int64)
         np.add.at(sums, codes, increments)
-        rows = self._rows
-        for key, day_sums in zip(keys.tolist(), sums.tolist(), strict=True):
-            user, day = key // span, first_day + key % span
-            if day < rows.day[user]:
-                continue
-            for name, value in user_features(day_sums, day).items():
-                if name in _ENGAGEMENT_COLUMNS:
-                    getattr(rows, name)[user] = np.nan if value is None else value
+        user, day = keys // span, first_day + keys % span
+        latest = np.r_[user[1:] != user[:-1], True]  # keys are sorted by user, then day
+        newer = latest & (day >= self._rows.day[user])
+        features = user_features(tuple(sums[newer].T), day[newer])
+        for name in _ENGAGEMENT_COLUMNS:
+            getattr(self._rows, name)[user[newer]] = features[name]

@@ -135,5 +135,5 @@ def _generate_videos(config: SimConfig, rng: np.random.Generator) -> Videos:
     # a follow goes to the author, so its pull is the author's, shared by all their videos
     follow = FACTOR_SIGNALS.index("follow")
     appeal[:, follow] = _log_factors(rng, config.n_authors, config.item_signal_spread)[author]
-    attributes = np.vstack([quality, clickbait, duration_s, np.exp(appeal).T])
+    attributes = np.vstack([quality, clickbait, duration_s, np.exp(appeal).T]).astype(np.float32)
     return Videos(topic, author, attributes, starts, counts)

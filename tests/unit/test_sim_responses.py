@@ -41,7 +41,7 @@ def test_each_interaction_has_its_own_user_and_item_drivers():
     # with the factors switched off, the ratio is the same constant everywhere
     flat = _without_signal_factors(WORLD)
     flat_ratio = np.log(_probs(flat).interaction["comment"] / _probs(flat).interaction["like"])
-    assert flat_ratio.std() < 1e-9
+    assert flat_ratio.std() < 1e-5  # float32 rounding only
 
 
 def test_factors_spread_the_rates_without_moving_their_average():
