@@ -3,16 +3,19 @@
 Logs of the behaviour policies go the production way (simulator -> embedded Kafka -> the Beam pipeline)
 into one dataset; SL-MGAC and its learned comparisons (SL-MGAC without the supervised heads, the
 single-group actor-critic) train on its ``live_allocation`` transitions once per seed. Every policy then
-runs in one larger world of the same simulator with the same episode draws (common random numbers) for
-two days, beside the heuristics measured in the same run: the behaviour (logging) allocation, greedy
+runs for two days on evaluation worlds the training never saw (``trained.evaluation_worlds``), every
+policy with the same episode draws on each (common random numbers), beside the heuristics measured in
+the same run: the behaviour (logging) allocation, greedy
 allocation (insert whenever the predicted live watch time exceeds a threshold) and a fixed-rate heuristic
 (insert with the logged insert rate, whatever the state). Learned policies serve their mode.
 
 Figures, per user over the two days: live watch time, total usage time (short video + live), the
 next-day return rate, the allocation rate, and constraint satisfaction (total usage not significantly
-below the behaviour policy's: paired difference + 2 standard errors >= 0). Spread across seeds is the
-standard deviation over training seeds on one fixed evaluation world, so it measures how much the
-training seed moves the policy; the heuristics do not train and have none.
+below the behaviour policy's: paired difference + 2 standard errors >= 0), with the watch of every
+viewed item counted by its expectation (ground truth without the per-view draws). The worlds' users are
+pooled. Spread across seeds is the standard deviation over training seeds on the same evaluation
+worlds, so it measures how much the training seed moves the policy; the heuristics do not train and
+have none.
 
 Targets (issue 8): more live watch time than the fixed-rate heuristic with no loss of total usage time,
 no loss to greedy allocation on total usage time, and a smaller spread across seeds than the
@@ -36,7 +39,7 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 import numpy as np
 from common import bench_parser, git_commit, rounded, write_result
-from trained import logged_dataset, train_runs
+from trained import evaluation_worlds, logged_dataset, train_runs
 
 from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
@@ -63,6 +66,7 @@ MODES = {
         "algorithms": ("sl-mgac",),
         "eval_users": 1_000,
         "eval_days": 2,
+        "eval_worlds": 1,
     },
     "full": {
         "users": 3_000,
@@ -73,6 +77,7 @@ MODES = {
         "algorithms": LEARNED,
         "eval_users": 10_000,
         "eval_days": 2,
+        "eval_worlds": 2,
     },
 }
 METRICS = ("live_watch_s", "total_usage_s", "video_watch_s", "return_rate", "allocation_rate")
@@ -133,9 +138,9 @@ def paired_z(
     """``ours`` (one outcome per training seed) minus ``theirs`` (one per seed, or one for a heuristic)
     on ``metric`` per user: the mean difference, its standard error and their ratio z.
 
-    The error adds the evaluation world's (per-user differences averaged over seeds, across users) and
-    the training seeds' (the seeds' mean differences, across seeds): the seeds share one world and its
-    draws, so the spread over seeds alone would miss the world's noise. Conservative, as the first part
+    The error adds the evaluation worlds' (per-user differences averaged over seeds, across users) and
+    the training seeds' (the seeds' mean differences, across seeds): the seeds share the worlds and their
+    draws, so the spread over seeds alone would miss the worlds' noise. Conservative, as the first part
     holds some of the second.
     """
     theirs = theirs * len(ours) if len(theirs) == 1 else theirs
@@ -185,9 +190,11 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         f"docs/allocation_quality.md` at commit `{result['commit']}` in {result['wall_s'] / 60:.1f} min.",
         f"Logs: {config['users']} users x {config['days']} day(s) of the behaviour policies "
         f"({config['transitions']} allocation transitions); {config['steps']} training steps of batch "
-        f"{config['batch_size']} per run; training seeds {list(config['seeds'])}. Every policy ran on one "
-        f"{config['eval_users']}-user world of the same simulator for {config['eval_days']} days with the "
-        "same episode draws; learned policies serve their mode (insert iff p >= 0.5).",
+        f"{config['batch_size']} per run; training seeds {list(config['seeds'])}. Every policy ran on "
+        f"{config['eval_worlds']} evaluation world(s) (seeds {config['eval_world_seeds']}) of "
+        f"{config['eval_users']} users for {config['eval_days']} days, the same episode draws for every "
+        "policy; learned policies serve their mode (insert iff p >= 0.5). Watch is counted by its "
+        "expectation for every viewed item.",
         "",
         "Per user over the evaluation days, mean ± std over training seeds (heuristics do not train: one "
         "run). 'constraint met' is the share of seeds whose total usage is not significantly below the "
@@ -285,10 +292,10 @@ METHOD = """## What the policies are
 ## Reading the table
 
 - The heuristics do not train, so they have no spread over seeds; the learned policies' spread is over
-  training seeds on one fixed evaluation world and episode draws, i.e. how much the training seed moves
+  training seeds on the same evaluation worlds and episode draws, i.e. how much the training seed moves
   the policy, not evaluation noise.
-- The evaluation world has more users than the logged one (same simulator, same seed): the policies are
-  judged on users they were not trained on.
+- The evaluation worlds are other worlds of the same simulator (other seeds) than the one the training
+  logs came from: the policies are judged on users and items they were not trained on.
 - Total usage counts short-video plus live watch seconds per user over both days, so shorter sessions
   after a disliked insertion and a lower next-day return both show in it.
 - Greedy's threshold (13 s) is a reasonable choice, not a tuned one; a lower threshold inserts more and
@@ -333,10 +340,13 @@ def main(argv: list[str] | None = None) -> int:
             trained = train_runs(built.dataset_dir, work, runs, settings["seeds"])
         logged_rate = logged_insert_rate(built.dataset_dir)
 
+        worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
+
         def run_policy(policy) -> AllocationOutcome:
             t0 = time.perf_counter()
-            outcome = allocation_outcome(
-                SimConfig(n_users=settings["eval_users"]), policy, seed=args.seed, days=settings["eval_days"]
+            config = SimConfig(n_users=settings["eval_users"])
+            outcome = AllocationOutcome.pooled(
+                [allocation_outcome(config, policy, seed=w, days=settings["eval_days"]) for w in worlds]
             )
             print(f"evaluated {policy.version} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
             return outcome
@@ -366,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             "algorithms": list(algorithms),
             "greedy_threshold_s": GREEDY_THRESHOLD_S,
             "fixed_rate": logged_rate,
+            "eval_world_seeds": worlds,
             "transitions": built.manifest["surfaces"]["live_allocation"]["rows"],
             "dataset_version": built.manifest["version"],
         },

@@ -35,7 +35,7 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 
 # isort: split
 from common import bench_parser, git_commit, rounded, write_result
-from trained import logged_dataset, train_runs
+from trained import evaluation_worlds, logged_dataset, train_runs
 
 from recsys_rl import signals
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
@@ -87,9 +87,9 @@ MODES: dict[str, dict[str, Any]] = {
         "search": SearchConfig(users=20_000, days=3),
     },
 }
-#: World seeds: the training logs use --seed, the reference search SEARCH_WORLD + --seed and the evaluation
-#: worlds EVAL_WORLD + --seed + i, so that no policy is judged on the world it was chosen or trained on.
-SEARCH_WORLD, EVAL_WORLD = 1_000, 2_000
+#: The reference search's world: SEARCH_WORLD + --seed, neither the training nor an evaluation world
+#: (``trained.evaluation_worlds``), so that no policy is judged on the world it was chosen on.
+SEARCH_WORLD = 1_000
 
 
 def deployable_lift(report: dict[str, Any]) -> float:
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
             trained = train_runs(built.dataset_dir, work, runs, settings["seeds"])
-        worlds = [EVAL_WORLD + args.seed + i for i in range(settings["eval_worlds"])]
+        worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
 
         def values(policy, world: int) -> PolicyValues:
             t0 = time.perf_counter()

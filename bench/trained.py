@@ -22,6 +22,15 @@ from recsys_rl.kafka import open_broker
 from recsys_rl.pipelines.simulated import simulated_dataset
 from recsys_rl.training.train import TrainConfig, train
 
+#: The first evaluation world: the training logs use --seed, the evaluation worlds EVAL_WORLD + --seed + i,
+#: so that no policy is judged on the world it was trained on.
+EVAL_WORLD = 2_000
+
+
+def evaluation_worlds(seed: int, count: int) -> list[int]:
+    """The seeds of the ``count`` evaluation worlds of a benchmark run with ``--seed seed``."""
+    return [EVAL_WORLD + seed + i for i in range(count)]
+
 
 @dataclass
 class TrainedRuns:

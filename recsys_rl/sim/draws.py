@@ -34,7 +34,6 @@ class Purpose(enum.IntEnum):
     SESSION_HOUR = 3
     CANDIDATE_TOPIC = 4
     CANDIDATE_VIDEO = 5
-    FOLLOWED_AUTHOR = 6
     FOLLOWED_VIDEO = 7
     PREDICTION_NOISE = 8
     LIVE_OFFERED = 9

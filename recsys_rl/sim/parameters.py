@@ -112,6 +112,9 @@ class SimConfig:
     interest_drift: float = 0.1
     #: candidates per request drawn from followed authors' videos, for a user who follows someone
     followed_candidates: int = 2
+    #: spread (log-normal sigma) of how many videos each author posts: a few prolific authors post most of
+    #: the catalogue (docs/simulator.md, "Authors' supply")
+    author_output_spread: float = 1.0
     #: spread (log-normal sigma) of each user's own rate of like, follow, comment, share and hate, drawn
     #: independently per signal, and of each video's (an author's, for follows): distinct drivers per
     #: signal (docs/simulator.md)
@@ -176,3 +179,11 @@ class SimConfig:
             raise ValueError(
                 f"SimConfig.live_availability should be in [0, 1], but is {self.live_availability}"
             )
+        spreads = {
+            "author_output_spread": self.author_output_spread,
+            "user_signal_spread": self.user_signal_spread,
+            "item_signal_spread": self.item_signal_spread,
+        }
+        for name, value in spreads.items():
+            if not value >= 0.0:
+                raise ValueError(f"SimConfig.{name} is a standard deviation, so at least 0, but is {value}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,23 @@ class AllocationOutcome:
     allocation_rate: float  # share of live candidates inserted
     decisions: int  # allocation decisions taken
 
+    @classmethod
+    def pooled(cls, outcomes: Sequence[AllocationOutcome]) -> AllocationOutcome:
+        """Several worlds' outcomes as one population: their users side by side (independent worlds, so
+        a paired comparison pairs each world's users with themselves), rates weighted by what they count."""
+        users = np.array([next(iter(o.per_user.values())).size for o in outcomes], float)
+        decisions = np.array([o.decisions for o in outcomes], float)
+        return cls(
+            per_user={
+                name: np.concatenate([o.per_user[name] for o in outcomes]) for name in outcomes[0].per_user
+            },
+            return_rate=float(np.average([o.return_rate for o in outcomes], weights=users)),
+            allocation_rate=float(np.average([o.allocation_rate for o in outcomes], weights=decisions))
+            if decisions.sum()
+            else float("nan"),
+            decisions=int(decisions.sum()),
+        )
+
     def summary(self) -> dict[str, float | None]:
         out: dict[str, float | None] = {name: float(v.mean()) for name, v in self.per_user.items()}
         out.update(
@@ -240,13 +257,14 @@ def allocation_outcome(
 
     Live watch, short-video watch and their sum, the total usage the platform constraint protects, are
     per user over all days, so an allocation that shortens sessions or keeps users away the next day
-    shows in them. Short-video watch is the viewed videos' expected watch (``FeedLog.expected_reward``);
-    live watch is as drawn. Runs of different policies on the same (config, seed, episode_seed) are paired.
+    shows in them. Both watches are the viewed items' expected watch (``FeedLog.expected_reward``,
+    ``LiveLog.expected_reward``), not the draws. Runs of different policies on the same (config, seed,
+    episode_seed) are paired.
     """
     feed = feed_policy or behaviour_feed_policy()
     logs = run_days(config, feed, allocation_policy, seed=seed, episode_seed=episode_seed, days=days)
     users = config.n_users
-    live = sum(np.bincount(d.live.user, weights=d.live.reward[:, 0], minlength=users) for d in logs)
+    live = sum(np.bincount(d.live.user, weights=d.live.expected_reward[:, 0], minlength=users) for d in logs)
     video = sum(np.bincount(d.feed.user, weights=d.feed.expected_reward[:, 0], minlength=users) for d in logs)
     actions = np.concatenate([d.live.action for d in logs])
     later = logs[1:]

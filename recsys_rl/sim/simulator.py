@@ -164,6 +164,9 @@ class LiveLog:
     action: np.ndarray  # (n,) 0/1
     log_propensity: np.ndarray
     reward: np.ndarray  # (n, 3): live watch s, gift, displaced video watch s (LIVE_SIGNALS order)
+    # (n, 3) the same from expected responses (the live stream's entry probability times its mean watch,
+    # its expected gift, the displaced video's expected watch) where the draws had them viewed
+    expected_reward: np.ndarray
     done: np.ndarray  # the session ended on this decision's page
 
 
@@ -418,6 +421,7 @@ class Simulator:
                 "action": outcome.live_action,
                 "log_propensity": outcome.live_log_propensity,
                 "reward": outcome.live_reward,
+                "expected_reward": outcome.live_expected_reward,
                 "done": ~continuing[lr],
             }
         )
@@ -457,10 +461,9 @@ class Simulator:
             draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (c,)) * world.videos.topic_count[topic]
         ).astype(np.int64)
         # the following feed: the last candidates come from followed authors, for users who follow any
-        pick_author = draws.uniform(rows, Purpose.FOLLOWED_AUTHOR, (cfg.followed_candidates,))
-        pick_video = draws.uniform(rows, Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
+        pick = draws.uniform(rows, Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
         for i, j in enumerate(range(c - cfg.followed_candidates, c)):
-            followed_video = self.follows.followed_videos(users, pick_author[:, i], pick_video[:, i])
+            followed_video = self.follows.followed_videos(users, pick[:, i])
             candidates[:, j] = np.where(followed_video >= 0, followed_video, candidates[:, j])
         followed = self.follows.follows(users[:, None], world.videos.author[candidates])
         probs = VideoResponseProbs.of(world, model, users, candidates, session.topic_clicks, followed)
@@ -555,6 +558,16 @@ class Simulator:
                 np.where(inserted & reached_end, video_signals[:, size - 1, 0], 0.0)[live_rows],
             ]
         )
+        # the same with expected responses: the live stream's expected watch and gift where it was viewed,
+        # the displaced video's expected watch where the user would have reached it
+        displaced_expected = expected[live_rows, ranked_cols[live_rows, size - 1], 0]
+        live_expected_reward = np.column_stack(
+            [
+                np.where(live_viewed[live_rows], exp_watch, 0.0),
+                np.where(live_viewed[live_rows], exp_gift, 0.0),
+                np.where((inserted & reached_end)[live_rows], displaced_expected, 0.0),
+            ]
+        ).astype(np.float64)
         viewed_count = viewed.sum(axis=1)
         return PageOutcome(
             candidates=candidates,
@@ -572,6 +585,7 @@ class Simulator:
             live_action=live_action,
             live_log_propensity=live_log_propensity,
             live_reward=live_reward,
+            live_expected_reward=live_expected_reward,
             left=~alive,
             page_seconds=offset[np.arange(n), viewed_count - 1],
             click_rate=feed_reward[:, 1] / np.maximum(viewed_count, 1),
@@ -661,6 +675,7 @@ class PageOutcome:
     live_action: np.ndarray
     live_log_propensity: np.ndarray
     live_reward: np.ndarray
+    live_expected_reward: np.ndarray
     left: np.ndarray
     page_seconds: np.ndarray
     click_rate: np.ndarray

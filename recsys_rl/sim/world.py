@@ -130,7 +130,9 @@ def _generate_videos(config: SimConfig, rng: np.random.Generator) -> Videos:
     duration_s = np.clip(rng.lognormal(np.log(26.0), 0.55, n), 5.0, 300.0)
     quality = rng.standard_normal(n)
     clickbait = rng.beta(1.0, 6.0, n)
-    author = rng.integers(0, config.n_authors, n)
+    # each author posts at their own rate, heavy-tailed across authors; the catalogue is what they posted
+    output = np.exp(config.author_output_spread * rng.standard_normal(config.n_authors))
+    author = rng.choice(config.n_authors, size=n, p=output / output.sum())
     appeal = _log_factors(rng, (n, len(FACTOR_SIGNALS)), config.item_signal_spread)
     # a follow goes to the author, so its pull is the author's, shared by all their videos
     follow = FACTOR_SIGNALS.index("follow")

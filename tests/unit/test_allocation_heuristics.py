@@ -10,7 +10,7 @@ from recsys_rl.sim.behaviour import (
     ThresholdAllocationPolicy,
 )
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.sim_eval import allocation_outcome, compare_allocation
+from recsys_rl.sim.sim_eval import AllocationOutcome, allocation_outcome, compare_allocation
 from recsys_rl.state import LIVE_STATE_FEATURES
 
 PRED_LIVE = LIVE_STATE_FEATURES.index("pred_live_watch_time")
@@ -60,3 +60,17 @@ def test_allocation_outcomes_are_paired_and_add_up():
     assert live["difference_stderr"] > 0.0
     summary = greedy.summary()
     assert set(summary) >= {"live_watch_s", "total_usage_s", "return_rate", "allocation_rate", "decisions"}
+
+
+def test_pooled_outcomes_put_the_worlds_users_side_by_side_and_weigh_each_rate_by_what_it_counts():
+    greedy = ThresholdAllocationPolicy(13.0)
+    small = allocation_outcome(SimConfig(n_users=40), greedy, seed=3, days=2)
+    large = allocation_outcome(SimConfig(n_users=120), greedy, seed=4, days=2)
+    pooled = AllocationOutcome.pooled([small, large])
+    np.testing.assert_array_equal(
+        pooled.per_user["live_watch_s"], np.r_[small.per_user["live_watch_s"], large.per_user["live_watch_s"]]
+    )
+    assert pooled.decisions == small.decisions + large.decisions
+    inserted = small.allocation_rate * small.decisions + large.allocation_rate * large.decisions
+    assert pooled.allocation_rate == pytest.approx(inserted / pooled.decisions)
+    assert pooled.return_rate == pytest.approx((40 * small.return_rate + 120 * large.return_rate) / 160)

@@ -30,15 +30,33 @@ def test_a_follow_is_remembered_once_and_found_by_user_and_author():
 def test_followed_videos_are_by_followed_authors_and_none_for_others():
     graph = FollowGraph(n_authors=5, video_author=VIDEO_AUTHOR)
     rng = np.random.default_rng(0)
-    nobody = graph.followed_videos(np.array([0, 1]), rng.random(2), rng.random(2))
+    nobody = graph.followed_videos(np.array([0, 1]), rng.random(2))
     assert nobody.tolist() == [-1, -1]  # nobody follows anyone
     graph.add(np.array([0, 0, 1]), np.array([1, 2, 3]))
     users = np.array([0, 1, 2])
-    drawn = np.array([graph.followed_videos(users, rng.random(3), rng.random(3)) for _ in range(200)])
-    assert set(VIDEO_AUTHOR[drawn[:, 0]]) == {1, 2}  # both of user 0's authors, and only them
-    assert set(drawn[:, 1]) == {-1} and set(drawn[:, 2]) == {
-        -1
-    }  # author 3 has no videos; user 2 follows none
+    drawn = np.array([graph.followed_videos(users, rng.random(3)) for _ in range(200)])
+    assert set(drawn[:, 0]) == {1, 2, 3, 4, 5}  # every video of user 0's authors, and only them
+    # author 3 has no videos; user 2 follows none
+    assert set(drawn[:, 1]) == {-1} and set(drawn[:, 2]) == {-1}
+
+
+def test_an_author_fills_the_following_feed_in_proportion_to_their_videos():
+    """The following feed shows what followed authors post: author 2 posts three videos to author 1's
+    two, so a follower of both sees author 2's 3/5 of the time (not half, as one pick per author gave)."""
+    graph = FollowGraph(n_authors=5, video_author=VIDEO_AUTHOR)
+    graph.add(np.array([0, 0]), np.array([1, 2]))
+    picks = (np.arange(10_000) + 0.5) / 10_000
+    authors = VIDEO_AUTHOR[graph.followed_videos(np.zeros(picks.size, np.int64), picks)]
+    assert np.mean(authors == 2) == pytest.approx(3 / 5)
+
+
+def test_a_few_authors_post_most_of_the_catalogue():
+    world = Simulator(SimConfig(n_users=10), 0).world
+    posted = np.sort(np.bincount(world.videos.author, minlength=SimConfig().n_authors))[::-1]
+    assert posted[: posted.size // 10].sum() > 0.3 * posted.sum()  # the top tenth posts over 30%
+    flat = Simulator(SimConfig(n_users=10, author_output_spread=0.0), 0).world
+    posted = np.sort(np.bincount(flat.videos.author, minlength=SimConfig().n_authors))[::-1]
+    assert posted[: posted.size // 10].sum() < 0.2 * posted.sum()  # Poisson noise alone: about 16%
 
 
 def test_followers_meet_their_authors_again_and_like_them_better():

@@ -109,6 +109,14 @@ def test_behaviour_policy_log_propensities_match_its_density():
         pytest.param({"group_probs": (0.5, 0.5, 0.5, 0.5)}, "should sum to 1", id="probs-not-normalised"),
         pytest.param({"live_availability": 1.5}, "live_availability should be in", id="availability"),
         pytest.param({"n_videos": 3}, "n_videos should be at least n_topics", id="too-few-videos"),
+        pytest.param(
+            {"author_output_spread": -0.5},
+            "author_output_spread is a standard deviation",
+            id="negative-spread",
+        ),
+        pytest.param(
+            {"item_signal_spread": float("nan")}, "item_signal_spread is a standard", id="nan-spread"
+        ),
     ],
 )
 def test_invalid_sim_config_is_rejected(kwargs, message):
@@ -185,6 +193,14 @@ def test_a_day_stays_in_its_utc_day_with_a_users_sessions_in_order():
         assert followed > 100
 
 
+def _unbiased_and_less_noisy(expected: np.ndarray, drawn: np.ndarray, columns: dict[int, str]) -> None:
+    for column, name in columns.items():
+        gap = drawn[:, column] - expected[:, column]
+        stderr = gap.std(ddof=1) / np.sqrt(gap.size)
+        assert abs(gap.mean()) < 4.0 * stderr, name  # unbiased: the draws' mean within noise
+        assert expected[:, column].var() < drawn[:, column].var(), name  # less noise than the draws
+
+
 def test_expected_rewards_are_the_viewed_videos_expectations_and_agree_with_the_draws():
     """Ground truth sums each viewed video's expected responses: no draw of its own, the same mean."""
     feed = _days(13, days=1, users=3000)[0].feed
@@ -194,11 +210,22 @@ def test_expected_rewards_are_the_viewed_videos_expectations_and_agree_with_the_
     assert np.any((expected[:, 1] > 0) & (expected[:, 1] % 1 != 0))
     viewed_videos = np.count_nonzero(feed.served >= 0, axis=1)  # an upper bound on the page's views
     assert np.all(expected[:, 1] <= viewed_videos)
-    for column, name in enumerate(("watch_time", "click", "like")):
-        gap = drawn[:, column] - expected[:, column]
-        stderr = gap.std(ddof=1) / np.sqrt(gap.size)
-        assert abs(gap.mean()) < 4.0 * stderr, name  # unbiased: the draws' mean within noise
-        assert expected[:, column].var() < drawn[:, column].var(), name  # less noise than the draws
+    _unbiased_and_less_noisy(expected, drawn, {0: "watch_time", 1: "click", 2: "like"})
+
+
+def test_live_expected_rewards_agree_with_the_draws_and_count_only_what_was_viewed():
+    """The allocation's ground truth: an inserted live stream's expected watch and gift where it was
+    viewed, the displaced video's expected watch where the user would have reached it."""
+    day = _days(13, days=1, users=3000)[0]
+    live = day.live
+    expected, drawn = live.expected_reward, live.reward
+    assert expected.shape == drawn.shape
+    skipped = live.action == 0
+    assert np.all(expected[skipped] == 0)  # nothing inserted: no live view, no displaced video
+    viewed = np.isin(live.request, day.views.request[day.views.is_live])
+    assert np.all(expected[viewed, 0] > 0) and np.all(expected[~viewed, :2] == 0)
+    assert np.any(~viewed & ~skipped)  # some users left the page before its live slot
+    _unbiased_and_less_noisy(expected, drawn, {0: "live_watch", 1: "gift", 2: "displaced_watch"})
 
 
 def _first_pages(feed) -> np.ndarray:
