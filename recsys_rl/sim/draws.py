@@ -45,10 +45,19 @@ class Purpose(enum.IntEnum):
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser: a bijection of uint64 whose output bits all depend on every input bit."""
-    x = (x ^ (x >> _S30)) * _M1
-    x = (x ^ (x >> _S27)) * _M2
-    return x ^ (x >> _S31)
+    """SplitMix64's finaliser: a bijection of uint64 whose output bits all depend on every input bit.
+
+    Mixes ``x`` in place (callers pass a fresh array) and returns it: the draws hash millions of numbers
+    a simulated day, and each operation allocating its result doubled the time."""
+    shifted = x >> _S30
+    x ^= shifted
+    x *= _M1
+    np.right_shift(x, _S27, out=shifted)
+    x ^= shifted
+    x *= _M2
+    np.right_shift(x, _S31, out=shifted)
+    x ^= shifted
+    return x
 
 
 class KeyedDraws:
@@ -86,13 +95,26 @@ class KeyedDraws:
         return out[:, :count].reshape(rows.shape + shape)
 
     def normal(self, rows: np.ndarray, purpose: Purpose, shape: tuple[int, ...] = ()) -> np.ndarray:
-        """(n, *shape) standard normals by Box-Muller (float32 arithmetic), both of each pair used."""
+        """(n, *shape) standard normals by Box-Muller (float32 arithmetic, in place), both of each pair
+        used: the cosine ones first, then the sine ones."""
         count = math.prod(shape)
         low, high = self._bits(rows, purpose, count)
-        scale, half = np.float32(2.0**-32), np.float32(0.5)
-        radius = np.sqrt(np.float32(-2.0) * np.log((low.astype(np.float32) + half) * scale))
-        angle = np.float32(2.0 * np.pi) * ((high.astype(np.float32) + half) * scale)
-        z = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
+        half = low.shape[1]
+        radius = low.astype(np.float32)
+        radius += np.float32(0.5)
+        radius *= np.float32(2.0**-32)
+        np.log(radius, out=radius)
+        radius *= np.float32(-2.0)
+        np.sqrt(radius, out=radius)
+        angle = high.astype(np.float32)
+        angle += np.float32(0.5)
+        angle *= np.float32(2.0**-32)
+        angle *= np.float32(2.0 * np.pi)
+        z = np.empty((rows.size, 2 * half), np.float32)
+        np.cos(angle, out=z[:, :half])
+        np.sin(angle, out=z[:, half:])
+        z[:, :half] *= radius
+        z[:, half:] *= radius
         return z[:, :count].reshape(rows.shape + shape)
 
     def poisson(self, rows: np.ndarray, purpose: Purpose, mean: np.ndarray) -> np.ndarray:

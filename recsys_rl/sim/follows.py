@@ -43,6 +43,11 @@ class FollowGraph:
         found = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
         return self._keys[found] == keys
 
+    def following_anyone(self, users: np.ndarray) -> np.ndarray:
+        """Whether each user follows at least one author."""
+        low = np.searchsorted(self._keys, users.astype(np.int64) * self._n_authors)
+        return np.searchsorted(self._keys, (users.astype(np.int64) + 1) * self._n_authors) > low
+
     def followed_videos(self, users: np.ndarray, pick: np.ndarray) -> np.ndarray:
         """One video per user, drawn by the uniforms ``pick`` (n,) from all the videos of every author the
         user follows, so an author who posts more comes up more often; -1 where the user follows no one

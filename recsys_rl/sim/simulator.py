@@ -34,7 +34,7 @@ from recsys_rl.sim.draws import KeyedDraws, Purpose
 from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs
+from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs, take_in_rows
 from recsys_rl.sim.retention import remembered_satisfaction, return_probability
 from recsys_rl.sim.stored_features import SimulatedFeatureStore
 from recsys_rl.sim.world import World
@@ -101,10 +101,19 @@ def _inverse_cdf_rows(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     the (n, m, k) comparison cube."""
     cum = np.cumsum(weights, axis=1)
     scaled = uniforms * cum[:, -1:]
-    found = np.zeros(uniforms.shape, np.int64)
+    found = np.zeros(uniforms.shape, np.min_scalar_type(weights.shape[1]))  # narrow: fewer bytes per pass
     for k in range(weights.shape[1] - 1):
         found += scaled > cum[:, k : k + 1]
     return found
+
+
+def _sum_over_slots(values: np.ndarray) -> np.ndarray:
+    """(n, K) float64 sums of ``values`` (n, slots, K) over slots, added slot by slot as the views
+    happened: the same floats whatever the batch (a reduction may pair its terms differently)."""
+    total = values[:, 0].astype(np.float64)
+    for slot in range(1, values.shape[1]):
+        total += values[:, slot]
+    return total
 
 
 def _act(policy, states: np.ndarray, rng: np.random.Generator, context: PageContext):
@@ -255,9 +264,9 @@ class Simulator:
         planned_h = _FIRST_SESSION_HOUR + _SESSION_WINDOW_H * hour_draws
         planned_h = planned_h[np.lexsort((planned_h, lane_user))]
 
-        start_s = self.day * _DAY_S + planned_h * 3600.0  # seconds since the run's start
+        planned_s = self.day * _DAY_S + planned_h * 3600.0  # seconds since the run's start
         last_start_s = self.day * _DAY_S + _LAST_SESSION_START_H * 3600.0
-        lanes = _Lanes.empty(n_lanes, cfg.n_topics)
+        lanes = _Lanes.planned(lane_user, lane_session, rank, planned_s, cfg.n_topics)
         parts = _Parts()
         # Every open session advances one page per step, whichever of the user's sessions it is: a user's
         # next session opens at its planned hour, or the gap after the previous one ended if that is later,
@@ -266,29 +275,17 @@ class Simulator:
         active = np.flatnonzero(rank == 0)
         opened = active.size
         while True:
-            start_ms = cfg.start_time_ms + np.round(start_s[active] * 1000.0).astype(np.int64)
-            ended = active[
-                ~self._run_step(
-                    lanes,
-                    active,
-                    lane_user,
-                    lane_session,
-                    rank,
-                    start_ms,
-                    parts,
-                    feed_policy,
-                    allocation_policy,
-                )
-            ]
-            following = ended + 1  # the same user's next session, if the user planned one
+            going_on = self._run_step(lanes, active, parts, feed_policy, allocation_policy)
+            following = active[~going_on] + 1  # the same user's next session, if the user planned one
             following = following[following < n_lanes]
             following = following[rank[following] > 0]
+            start_s = lanes.start_s
             gap_end = start_s[following - 1] + lanes.elapsed[following - 1] + cfg.min_session_gap_s
             start_s[following] = np.maximum(start_s[following], gap_end)
             # a session pushed past the window is not opened, and neither are the user's later ones
             following = following[start_s[following] <= last_start_s]
             opened += following.size
-            active = np.concatenate([np.setdiff1d(active, ended, assume_unique=True), following])
+            active = np.concatenate([active[going_on], following])
             if active.size == 0:
                 break
         feed, live, views = (
@@ -324,21 +321,11 @@ class Simulator:
         return log
 
     # ------------------------------------------------------------------ page level
-    def _run_step(
-        self,
-        lanes: _Lanes,
-        active,
-        lane_user,
-        lane_session,
-        rank,
-        start_ms,
-        parts: _Parts,
-        feed_policy,
-        allocation_policy,
-    ) -> np.ndarray:
-        """One page of each ``active`` session (which starts at ``start_ms``), its logs added to ``parts``;
-        whether each session goes on."""
+    def _run_step(self, lanes: _Lanes, active, parts: _Parts, feed_policy, allocation_policy) -> np.ndarray:
+        """One page of each ``active`` session, its logs added to ``parts``; whether each session goes on."""
         cfg = self.config
+        lane_user, lane_session = lanes.user, lanes.session
+        start_ms = cfg.start_time_ms + np.round(lanes.start_s[active] * 1000.0).astype(np.int64)
         users = lane_user[active]
         page = lanes.page[active]
         request_ms = start_ms + np.round(lanes.elapsed[active] * 1000.0).astype(np.int64)
@@ -351,7 +338,7 @@ class Simulator:
         )
         state = feed_states(self.store.lookup(users), request)
         # whose draws: the user's day, session and page, whatever happened to anyone else
-        rows = self.draws.rows(users, np.full(active.size, self.day), rank[active], page)
+        rows = self.draws.rows(users, np.full(active.size, self.day), lanes.rank[active], page)
         requests = self._next_request + np.arange(active.size)
         context = PageContext(
             users=users,
@@ -461,11 +448,14 @@ class Simulator:
             draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (c,)) * world.videos.topic_count[topic]
         ).astype(np.int64)
         # the following feed: the last candidates come from followed authors, for users who follow any
-        pick = draws.uniform(rows, Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
+        # (looked up for those rows only: most users follow no one)
+        fans = np.flatnonzero(self.follows.following_anyone(users))
+        pick = draws.uniform(rows[fans], Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
         for i, j in enumerate(range(c - cfg.followed_candidates, c)):
-            followed_video = self.follows.followed_videos(users, pick[:, i])
-            candidates[:, j] = np.where(followed_video >= 0, followed_video, candidates[:, j])
-        followed = self.follows.follows(users[:, None], world.videos.author[candidates])
+            followed_video = self.follows.followed_videos(users[fans], pick[:, i])
+            candidates[fans, j] = np.where(followed_video >= 0, followed_video, candidates[fans, j])
+        followed = np.zeros(candidates.shape, bool)
+        followed[fans] = self.follows.follows(users[fans, None], world.videos.author[candidates[fans]])
         probs = VideoResponseProbs.of(world, model, users, candidates, session.topic_clicks, followed)
         expected = probs.expected(model)
         noise = draws.normal(rows, Purpose.PREDICTION_NOISE, expected.shape[1:])
@@ -515,17 +505,15 @@ class Simulator:
         # every slot's item and response at once; only leaving is sequential (it depends on the page so far)
         is_live = slot_rank < 0
         safe_rank = np.maximum(slot_rank, 0)
-        slot_cols = np.take_along_axis(ranked_cols, safe_rank, axis=1)  # the candidate in each slot
-        served = np.where(is_live, live_of_row[:, None], np.take_along_axis(candidates, slot_cols, axis=1))
-        slot_video = np.where(
-            is_live[..., None], 0.0, np.take_along_axis(video_signals, safe_rank[..., None], 1)
-        )
+        slot_cols = take_in_rows(ranked_cols, safe_rank)  # the candidate in each slot
+        served = np.where(is_live, live_of_row[:, None], take_in_rows(candidates, slot_cols))
+        slot_video = np.where(is_live[..., None], 0.0, take_in_rows(video_signals, safe_rank))
         signals = np.zeros((n, size, len(VIEW_SIGNAL_COLUMNS)))
         signals[..., :7] = slot_video
         signals[..., 1] = np.where(is_live, (live_watch > 0)[:, None], signals[..., 1])
         signals[..., 7] = np.where(is_live, live_gift[:, None], 0.0)
         signals[..., 8] = np.where(is_live, live_watch[:, None], 0.0)
-        sat = np.where(is_live, live_sat[:, None], np.take_along_axis(video_sat, safe_rank, axis=1))
+        sat = np.where(is_live, live_sat[:, None], take_in_rows(video_sat, safe_rank))
         surplus = sat - model.exit_reference
 
         exit_base = np.asarray(cfg.exit_base)[world.users.group[users]]
@@ -542,11 +530,9 @@ class Simulator:
             alive &= ~exits[:, s]
         # cumulative sums run slot by slot, as the views happened: the same floats in any batch
         offset = np.cumsum(signals[..., 0] + signals[..., 8] + cfg.item_overhead_s, axis=1)
-        feed_reward = np.cumsum(np.where(viewed[..., None], slot_video, 0.0), axis=1)[:, -1]
-        slot_expected = np.take_along_axis(expected, slot_cols[..., None], 1)
-        expected_feed_reward = np.where((viewed & ~is_live)[..., None], slot_expected, 0.0).sum(
-            axis=1, dtype=np.float64
-        )
+        feed_reward = _sum_over_slots(np.where(viewed[..., None], slot_video, 0.0))
+        slot_expected = take_in_rows(expected, slot_cols)
+        expected_feed_reward = _sum_over_slots(np.where((viewed & ~is_live)[..., None], slot_expected, 0.0))
         live_viewed = (viewed & is_live).any(axis=1)
         reached_end = viewed[:, size - 1]
         row, slot = np.nonzero(viewed)  # by row, then slot
@@ -612,8 +598,12 @@ class _SessionState:
 
 @dataclass
 class _Lanes:
-    """Per session of the day (a lane): where it is and what it has done so far."""
+    """Per session of the day (a lane): who, when, where it is and what it has done so far."""
 
+    user: np.ndarray
+    session: np.ndarray  # session number
+    rank: np.ndarray  # the user's how-manieth session of the day
+    start_s: np.ndarray  # start, seconds since the run's start (moved past the gap after the one before)
     page: np.ndarray  # the next page's index
     elapsed: np.ndarray  # seconds from the session's start to the end of its last page
     session_watch: np.ndarray  # watch seconds so far (request context)
@@ -624,8 +614,13 @@ class _Lanes:
     views: np.ndarray
 
     @classmethod
-    def empty(cls, n: int, n_topics: int) -> _Lanes:
+    def planned(cls, user, session, rank, start_s, n_topics: int) -> _Lanes:
+        n = user.size
         return cls(
+            user=user,
+            session=session,
+            rank=rank,
+            start_s=start_s,
             page=np.zeros(n, np.int64),
             elapsed=np.zeros(n),
             session_watch=np.zeros(n),

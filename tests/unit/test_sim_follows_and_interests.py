@@ -17,8 +17,10 @@ VIDEO_AUTHOR = np.array([0, 1, 1, 2, 2, 2, 4])  # author 3 has no videos
 
 def test_a_follow_is_remembered_once_and_found_by_user_and_author():
     graph = FollowGraph(n_authors=5, video_author=VIDEO_AUTHOR)
+    assert not graph.following_anyone(np.array([0, 1])).any()
     graph.add(np.array([0, 0, 2]), np.array([1, 1, 2]))
     assert len(graph) == 2
+    assert graph.following_anyone(np.array([0, 1, 2, 3])).tolist() == [True, False, True, False]
     assert graph.follows(np.array([0, 0, 2, 1]), np.array([1, 2, 2, 1])).tolist() == [
         True,
         False,
