@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from recsys_rl import contracts, signals
-from recsys_rl.pipelines.event_validation import Rejection, check_decision_read, check_feedback_read
+from recsys_rl.pipelines.event_validation import (
+    Rejection,
+    check_decision_read,
+    check_event_time_against_record,
+    check_feedback_read,
+)
 
 DECISION, FEEDBACK = 0, 1
 SURFACE_SIGNALS: dict[str, tuple[str, ...]] = {
@@ -135,17 +140,19 @@ def decode_event(kind: int, ref: RecordRef) -> tuple[str, tuple] | Rejection:
     """
     try:
         if kind == DECISION:
-            return _decision_fields(contracts.decode_decision(ref[5]), *ref[:3])
+            return _decision_fields(contracts.decode_decision(ref[5]), *ref[:4])
         return _feedback_fields(contracts.decode_feedback(ref[5]), ref)
     except contracts.ContractError as err:
         return Rejection(err.reason, err.detail)
 
 
 def _decision_fields(
-    record: contracts.DecisionRecord, topic: str, partition: int, offset: int
+    record: contracts.DecisionRecord, topic: str, partition: int, offset: int, timestamp_ms: int
 ) -> tuple[str, tuple] | Rejection:
     state, action = record.state[:], record.action[:]
-    if problem := check_decision_read(record, state, action):
+    if problem := check_decision_read(record, state, action) or check_event_time_against_record(
+        "DecisionRecord", record.event_time_ms, timestamp_ms
+    ):
         return problem
     displaced = 0.0
     if record.surface == _LIVE and action[0] == 1.0 and record.candidates:
@@ -173,7 +180,9 @@ def _feedback_fields(event: contracts.FeedbackEvent, ref: RecordRef) -> tuple[st
     s = event.signals
     event_time_ms, watch, live, gift = event.event_time_ms, s.watch_time_s, s.live_watch_s, s.gift_value
     counters = (s.click, s.like, s.follow, s.comment, s.share, s.hate)
-    if problem := check_feedback_read(event, event_time_ms, watch, live, gift, counters):
+    if problem := check_feedback_read(
+        event, event_time_ms, watch, live, gift, counters
+    ) or check_event_time_against_record("FeedbackEvent", event_time_ms, ref[3]):
         return problem
     return event.user_id, (  # Feedback
         *ref,
@@ -182,7 +191,7 @@ def _feedback_fields(event: contracts.FeedbackEvent, ref: RecordRef) -> tuple[st
         event.position,
         event_time_ms,
         event.author_id,
-        _ITEM_TYPE_NAMES.get(event.item_type, "video"),
+        _ITEM_TYPE_NAMES[event.item_type],
         watch,
         *counters,
         gift,

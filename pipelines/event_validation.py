@@ -24,6 +24,7 @@ _SURFACE_SHAPES = {
     contracts.SURFACES["live_allocation"]: (LIVE_STATE_FEATURES, 1),
 }
 _COUNTERS = ("click", "like", "follow", "comment", "share", "hate")
+_ITEM_TYPE_NUMBERS = tuple(contracts.ITEM_TYPES.values())
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,36 @@ def _missing(kind: str, **values: str) -> Rejection | None:
     for name, value in values.items():
         if not value:
             return Rejection("missing_field", f"{kind}.{name} is empty")
+    return None
+
+
+def _too_long(kind: str, **values: str) -> Rejection | None:
+    for name, value in values.items():
+        if len(value) > contracts.MAX_ID_LENGTH:
+            return Rejection(
+                "too_long",
+                f"{kind}.{name} should be at most {contracts.MAX_ID_LENGTH} characters, but has {len(value)}",
+            )
+    return None
+
+
+#: How far past its record's Kafka timestamp an event time may lie: client clocks run a little fast, but
+#: an event a day ahead would land in a later day's features and join windows.
+MAX_CLOCK_LEAD_MS = 86_400_000
+
+
+def check_event_time_against_record(
+    kind: str, event_time_ms: int, record_timestamp_ms: int
+) -> Rejection | None:
+    """An event time more than ``MAX_CLOCK_LEAD_MS`` after its record was written (the Kafka timestamp,
+    so a replay judges the record as the first run did); records without one (-1, or 0) pass."""
+    lead = event_time_ms - record_timestamp_ms
+    if record_timestamp_ms > 0 and lead > MAX_CLOCK_LEAD_MS:
+        return Rejection(
+            "future_event_time",
+            f"{kind}.event_time_ms is {lead} ms after its record's Kafka timestamp; at most "
+            f"{MAX_CLOCK_LEAD_MS} (a day) is believable",
+        )
     return None
 
 
@@ -68,6 +99,14 @@ def check_decision_read(
     """
     if not (record.request_id and record.user_id):
         return _missing("DecisionRecord", request_id=record.request_id, user_id=record.user_id)
+    if problem := _too_long(
+        "DecisionRecord",
+        request_id=record.request_id,
+        user_id=record.user_id,
+        session_id=record.session_id,
+        policy_version=record.policy_version,
+    ):
+        return problem
     if record.surface not in _SURFACE_SHAPES:
         return Rejection(
             "missing_field",
@@ -158,6 +197,20 @@ def check_feedback_read(
     if not (event.request_id and event.user_id and event.item_id):
         return _missing(
             "FeedbackEvent", request_id=event.request_id, user_id=event.user_id, item_id=event.item_id
+        )
+    if problem := _too_long(
+        "FeedbackEvent",
+        request_id=event.request_id,
+        user_id=event.user_id,
+        item_id=event.item_id,
+        author_id=event.author_id,
+    ):
+        return problem
+    if event.item_type not in _ITEM_TYPE_NUMBERS:
+        return Rejection(
+            "unknown_item_type",
+            f"FeedbackEvent.item_type should be one of {list(contracts.ITEM_TYPES)} "
+            f"({', '.join(map(str, _ITEM_TYPE_NUMBERS))}), but is {event.item_type}",
         )
     if problem := _event_time("FeedbackEvent", event_time_ms):
         return problem

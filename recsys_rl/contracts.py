@@ -76,6 +76,12 @@ for _name in FEEDBACK_SIGNAL_FIELDS:
     signals.get(_name)  # fail at import if the registry and the contract disagree
 
 
+#: Longest id or version string serving accepts and the pipelines keep (request, user, session, item and
+#: author ids, policy versions): longer is a client bug, and would bloat every key and shard it lands in.
+MAX_ID_LENGTH = 128
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 class ContractError(ValueError):
     """A record that does not honour its contract; ``reason`` is a short stable tag for dead-letter counts."""
 
@@ -99,6 +105,12 @@ def _check_version(message: DecisionRecord | FeedbackEvent) -> None:
         )
 
 
+def _check_not_empty(kind: type[Message], data: bytes) -> None:
+    # an empty protobuf parses as every field unset, which would read as "schema version 0"
+    if not data.strip():
+        raise ContractError("empty_value", f"{kind.__name__} value is empty ({len(data)} bytes, all blank)")
+
+
 def _parse_binary(message: Message, data: bytes) -> None:
     try:
         message.ParseFromString(data)
@@ -108,6 +120,7 @@ def _parse_binary(message: Message, data: bytes) -> None:
 
 def decode_decision(data: bytes) -> DecisionRecord:
     """Parse a decision record written by serving (protobuf only: serving is ours)."""
+    _check_not_empty(DecisionRecord, data)
     record = DecisionRecord()
     _parse_binary(record, data)
     _check_version(record)
@@ -120,6 +133,12 @@ def decode_feedback(data: bytes) -> FeedbackEvent:
     A payload whose first non-blank byte is ``{`` is taken as JSON: a serialised FeedbackEvent starts
     with the tag of one of its fields (numbers 1-10), and ``{`` would be the tag of field 15.
     """
+    _check_not_empty(FeedbackEvent, data)
+    if data.startswith(_UTF8_BOM):
+        raise ContractError(
+            "byte_order_mark",
+            "FeedbackEvent starts with a UTF-8 byte-order mark, which JSON on the wire must not (RFC 8259)",
+        )
     event = FeedbackEvent()
     if data.lstrip()[:1] == b"{":
         try:
@@ -147,6 +166,7 @@ __all__ = [
     "FEATURES_MISSING_REASONS",
     "FEEDBACK_SIGNAL_FIELDS",
     "ITEM_TYPES",
+    "MAX_ID_LENGTH",
     "ROUTING_ARMS",
     "SERVING_SCHEMA_VERSION",
     "SURFACES",

@@ -17,7 +17,7 @@ from recsys_rl import contracts, signals
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.serving import wire
 
-MAX_ID_LENGTH = 128
+MAX_ID_LENGTH = contracts.MAX_ID_LENGTH
 MAX_PAGE_INDEX = 10_000
 MAX_UTC_OFFSET_MINUTES = 14 * 60
 #: The live-candidate predictions Allocate takes, in order (what the live state is built from).

@@ -93,6 +93,11 @@ def test_feedback_signals_map_onto_the_registry():
             "unknown_schema_version",
             id="missing-version",
         ),
+        pytest.param(b"", "empty_value", id="empty"),
+        pytest.param(b"  \n", "empty_value", id="blank"),
+        pytest.param(
+            b'\xef\xbb\xbf{"request_id": "r", "schema_version": 1}', "byte_order_mark", id="bom-json"
+        ),
     ],
 )
 def test_bad_feedback_is_rejected_with_a_reason(payload, reason):
@@ -100,6 +105,12 @@ def test_bad_feedback_is_rejected_with_a_reason(payload, reason):
         contracts.decode_feedback(payload)
     assert info.value.reason == reason
     assert "FeedbackEvent" in str(info.value)
+
+
+def test_an_empty_decision_is_named_empty_not_an_unknown_version():
+    with pytest.raises(contracts.ContractError, match="DecisionRecord value is empty") as info:
+        contracts.decode_decision(b"")
+    assert info.value.reason == "empty_value"
 
 
 def test_decision_with_unknown_version_names_the_field():

@@ -21,6 +21,7 @@ from recsys_rl.sim.events import EventIds
 from recsys_rl.sim.simulate import SimulateConfig, day_messages, simulated_days
 
 CONFIG = SimulateConfig(users=80, seed=12)
+VIDEO = contracts.ITEM_TYPES["video"]
 IDS = EventIds.for_seed(CONFIG.seed)
 
 
@@ -122,13 +123,19 @@ def test_orphan_and_late_feedback_are_dead_lettered(simulated):
     user, refs = next(iter(by_user.items()))
     first = contracts.decode_decision(next(r[6] for r in refs if r[0] == DECISION))
     orphan = contracts.FeedbackEvent(
-        schema_version=1, request_id="nope", user_id=user, item_id="v1", event_time_ms=first.event_time_ms
+        schema_version=1,
+        request_id="nope",
+        user_id=user,
+        item_id="v1",
+        item_type=VIDEO,
+        event_time_ms=first.event_time_ms,
     )
     late = contracts.FeedbackEvent(
         schema_version=1,
         request_id=first.request_id,
         user_id=user,
         item_id="v-late",
+        item_type=VIDEO,
         position=99,
         event_time_ms=first.event_time_ms + 3_600_001,
     )
@@ -137,6 +144,7 @@ def test_orphan_and_late_feedback_are_dead_lettered(simulated):
         request_id=first.request_id,
         user_id=user,
         item_id="v-early",
+        item_type=VIDEO,
         position=98,
         event_time_ms=first.event_time_ms - 1,
     )

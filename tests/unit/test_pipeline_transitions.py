@@ -64,6 +64,16 @@ def malformed_records(good: list[KafkaRecord]) -> tuple[list[KafkaRecord], Count
     as_json = contracts.FeedbackEvent()
     as_json.CopyFrom(event)
     as_json.item_id, as_json.position = "v-json", 77  # a new view, sent as JSON: must be used
+    long_id = contracts.FeedbackEvent()
+    long_id.CopyFrom(event)
+    long_id.item_id = "v" * (contracts.MAX_ID_LENGTH + 1)
+    typeless = contracts.FeedbackEvent()
+    typeless.CopyFrom(event)
+    typeless.item_type = 0
+    ahead = contracts.FeedbackEvent()  # sent a day and a second before the event it reports
+    ahead.CopyFrom(event)
+    ahead.item_id, ahead.position = "v-ahead", 78
+    written_ms = ahead.event_time_ms - 86_401_000
     bad = [
         fb(0, b"\x08\x01\xff\xff\xff"),
         fb(1, b'{"request_id": '),
@@ -74,6 +84,11 @@ def malformed_records(good: list[KafkaRecord]) -> tuple[list[KafkaRecord], Count
         fb(6, contracts.feedback_to_json(as_json)),
         KafkaRecord(DECISIONS, 0, base + 7, decision.timestamp_ms, decision.key, decision.value),  # resent
         KafkaRecord("elsewhere", 0, 0, 0, b"", b"x"),
+        fb(8, contracts.encode(long_id)),
+        fb(9, contracts.encode(typeless)),
+        KafkaRecord(FEEDBACK, 0, base + 10, written_ms, event.user_id.encode(), contracts.encode(ahead)),
+        fb(11, b""),
+        fb(12, b"\xef\xbb\xbf" + contracts.feedback_to_json(as_json)),
     ]
     expected = Counter(
         {
@@ -84,6 +99,11 @@ def malformed_records(good: list[KafkaRecord]) -> tuple[list[KafkaRecord], Count
             "dead_letter:out_of_range": 1,
             "dead_letter:orphan_feedback": 1,
             "dead_letter:unknown_topic": 1,
+            "dead_letter:too_long": 1,
+            "dead_letter:unknown_item_type": 1,
+            "dead_letter:future_event_time": 1,
+            "dead_letter:empty_value": 1,
+            "dead_letter:byte_order_mark": 1,
             "filtered:duplicate_decision": 1,
             "used": 1,  # the JSON feedback
         }

@@ -5,7 +5,11 @@ import math
 import pytest
 
 from recsys_rl import contracts, signals
-from recsys_rl.pipelines.event_validation import check_decision, check_feedback
+from recsys_rl.pipelines.event_validation import (
+    check_decision,
+    check_event_time_against_record,
+    check_feedback,
+)
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 T0 = 1_767_225_600_000
@@ -44,6 +48,7 @@ def feedback() -> contracts.FeedbackEvent:
         user_id="u1",
         item_id="v1",
         event_time_ms=T0 + 1000,
+        item_type=contracts.ITEM_TYPES["video"],
         signals=contracts.FeedbackSignals(watch_time_s=12.0, click=1),
     )
 
@@ -202,6 +207,37 @@ def _set(**fields):
             id="negative-gift",
         ),
         pytest.param(feedback, _set(event_time_ms=0), "out_of_range", "event_time_ms", id="no-time"),
+        pytest.param(
+            feed_decision,
+            _set(request_id="r" * 129),
+            "too_long",
+            "DecisionRecord.request_id should be at most 128 characters, but has 129",
+            id="long-request-id",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(policy_version="v" * 300),
+            "too_long",
+            "policy_version should be at most 128 characters",
+            id="long-version",
+        ),
+        pytest.param(
+            feed_decision, _set(session_id="s" * 200), "too_long", "session_id should be", id="long-session"
+        ),
+        pytest.param(feedback, _set(user_id="u" * 129), "too_long", "FeedbackEvent.user_id", id="long-user"),
+        pytest.param(
+            feedback, _set(author_id="a" * 129), "too_long", "author_id should be", id="long-author"
+        ),
+        pytest.param(
+            feedback,
+            _set(item_type=7),
+            "unknown_item_type",
+            "FeedbackEvent.item_type should be one of ['video', 'live'] (1, 2), but is 7",
+            id="unknown-item-type",
+        ),
+        pytest.param(
+            feedback, _set(item_type=0), "unknown_item_type", "but is 0", id="unspecified-item-type"
+        ),
     ],
 )
 def test_bad_values_are_rejected_with_reason_and_field(make, mutate, reason, words):
@@ -211,3 +247,20 @@ def test_bad_values_are_rejected_with_reason_and_field(make, mutate, reason, wor
     rejection = check(message)
     assert rejection is not None and rejection.reason == reason
     assert words in rejection.detail
+
+
+@pytest.mark.parametrize("make", [feed_decision, feedback], ids=["decision", "feedback"])
+def test_an_event_time_more_than_a_day_after_its_record_was_written_is_rejected(make):
+    """A client clock a day fast would put its events in tomorrow's dataset; the record's own Kafka
+    timestamp (when it was produced) is the reference, so a replay judges it the same way."""
+    message = make()
+    day_ms = 86_400_000
+    assert check_event_time_against_record(type(message).__name__, message.event_time_ms, T0) is None
+    written = message.event_time_ms - day_ms  # the event claims to happen a day after it was written
+    assert check_event_time_against_record("X", message.event_time_ms, written) is None  # at the bound
+    rejection = check_event_time_against_record("FeedbackEvent", message.event_time_ms, written - 1)
+    assert rejection is not None and rejection.reason == "future_event_time"
+    assert "FeedbackEvent.event_time_ms is 86400001 ms after its record's Kafka timestamp" in rejection.detail
+    # a record without a broker timestamp (-1, or 0) is not judged by it
+    assert check_event_time_against_record("X", message.event_time_ms, -1) is None
+    assert check_event_time_against_record("X", message.event_time_ms, 0) is None
