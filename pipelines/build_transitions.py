@@ -9,6 +9,7 @@ already written (and verifies it) instead of writing a second copy, and finishes
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import gc
@@ -23,9 +24,11 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from recsys_rl.atomic_json import jsonl_file
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.pipelines.dataset import (
     DEAD_LETTER_FILE,
@@ -33,6 +36,7 @@ from recsys_rl.pipelines.dataset import (
     dataset_version,
     finalize,
     read_manifest,
+    replace_staged_file,
     verify,
 )
 from recsys_rl.pipelines.episodes import EpisodeConfig
@@ -145,6 +149,7 @@ def build_transitions(
                 max_records_per_chunk=config.max_records_per_chunk,
                 staging_dir=str(paths.staging),
             )
+        fill_dead_letters(paths.staging, config.bootstrap_servers)
         inputs = {"bootstrap_servers": config.bootstrap_servers, "group": config.group, **plan.to_dict()}
         manifest = finalize(paths, inputs, config.output_settings())
         progress("written", {"dataset": str(paths.final)})
@@ -201,6 +206,30 @@ def _fewer_collections() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
+
+
+def fill_dead_letters(staging: Path, bootstrap_servers: str) -> int:
+    """Read back from the source the key, value and timestamp of every dead letter written without them
+    (``episodes.unread_dead_letter``: a conflicting duplicate decision, found after the shuffle), so that
+    every letter of the dataset carries its record's bytes. The records were read by this very run, so
+    they are still in the log. Returns how many were filled."""
+    path = staging / DEAD_LETTER_FILE
+    if not path.exists():
+        return 0
+    letters = [json.loads(line) for line in path.read_bytes().splitlines()]
+    unread = [letter for letter in letters if letter["value"] is None]
+    for letter in unread:
+        partition, offset = letter["partition"], letter["offset"]
+        end = {partition: offset + 1}
+        [record] = read_range(bootstrap_servers, letter["topic"], {partition: offset}, end)
+        letter.update(
+            timestamp_ms=record.timestamp_ms,
+            key=base64.b64encode(record.key or b"").decode("ascii"),
+            value=base64.b64encode(record.value or b"").decode("ascii"),
+        )
+    if unread:
+        replace_staged_file(staging, DEAD_LETTER_FILE, jsonl_file(letters))
+    return len(unread)
 
 
 def _publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from recsys_rl.atomic_json import write_json_atomic
+from recsys_rl.atomic_json import jsonl_file, write_bytes_atomic, write_json_atomic
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
 from recsys_rl.errors import OperationalError
 from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
@@ -148,6 +148,18 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
 def inventory_entry(name: str, data: bytes) -> dict[str, Any]:
     """What the inventory records of one file the pipeline writes."""
     return {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def replace_staged_file(staging: Path, name: str, data: bytes) -> None:
+    """Replace a file the pipeline staged, and its inventory entry with it, each atomically: the one way
+    for a step after the pipeline (filling dead letters' bytes) to change its output, so that the
+    inventory check still proves every file is the one meant to be published."""
+    entries = [json.loads(line) for line in (staging / INVENTORY_FILE).read_text().splitlines()]
+    if not any(entry["name"] == name for entry in entries):
+        raise AccountingError(f"{name} is not in the inventory of {staging}: the pipeline never wrote it")
+    updated = [inventory_entry(name, data) if entry["name"] == name else entry for entry in entries]
+    write_bytes_atomic(staging / name, data)
+    write_bytes_atomic(staging / INVENTORY_FILE, jsonl_file(updated))
 
 
 def _check_inventory(staging: Path) -> dict[str, str]:

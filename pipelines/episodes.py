@@ -233,6 +233,44 @@ def dead_letter(ref: RecordRef, reason: str, detail: str) -> dict:
     }
 
 
+def unread_dead_letter(topic: str, partition: int, offset: int, reason: str, detail: str) -> dict:
+    """A dead letter whose key, value and timestamp are still at its coordinates in the source topic:
+    `build_transitions` reads them back before the dataset is published (``fill_dead_letters``)."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "timestamp_ms": None,
+        "reason": reason,
+        "detail": detail,
+        "key": None,
+        "value": None,
+    }
+
+
+# A decision's content: everything but its Kafka coordinates.
+_CONTENT = slice(3, None)
+
+
+def _conflict_letter(decision: Decision, kept: Decision) -> dict:
+    """Same request id, other content: two services (or a bug) logged different decisions under one id.
+
+    The first in Kafka order is kept, as for a plain duplicate; this one cannot be both, so it is
+    dead-lettered with what differs. Decisions cross the shuffle without their bytes (they are large),
+    so the letter is filled from the source by its coordinates."""
+    differing = [
+        name for name, a, b in zip(Decision._fields[3:], decision[3:], kept[3:], strict=True) if a != b
+    ]
+    detail = (
+        f"decision {decision.request_id!r} at {decision.topic}/{decision.partition}/{decision.offset} "
+        f"differs in {', '.join(differing)} from the decision with that request id already read; kept "
+        f"the one at offset {kept.offset} of partition {kept.partition}"
+    )
+    return unread_dead_letter(
+        decision.topic, decision.partition, decision.offset, "conflicting_decision", detail
+    )
+
+
 @dataclass
 class _Request:
     decision: Decision
@@ -255,10 +293,14 @@ def build_user_episodes(
 
     requests: dict[str, _Request] = {}
     for decision in decisions:
-        if decision.request_id in requests:
-            out.fates["filtered:duplicate_decision"] += 1
-            continue
-        requests[decision.request_id] = _Request(decision, last_activity_ms=decision.event_time_ms)
+        kept = requests.get(decision.request_id)
+        if kept is None:
+            requests[decision.request_id] = _Request(decision, last_activity_ms=decision.event_time_ms)
+        elif decision[_CONTENT] == kept.decision[_CONTENT]:
+            out.fates["filtered:duplicate_decision"] += 1  # the same record again: a producer retry
+        else:
+            out.dead_letters.append(_conflict_letter(decision, kept.decision))
+            out.fates["dead_letter:conflicting_decision"] += 1
     if requests:
         out.fates["used"] += len(requests)
 

@@ -20,6 +20,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
+from recsys_rl.atomic_json import jsonl_file
 from recsys_rl.pipelines.dataset import (
     ACCOUNTING_FILE,
     BUILT_PREFIX,
@@ -41,7 +42,7 @@ from recsys_rl.pipelines.event_validation import Rejection
 from recsys_rl.pipelines.feature_aggregates import FeatureAggregateFiles
 from recsys_rl.pipelines.kafka_source import KafkaBatch, ReadKafkaReplay, ReplayPlan
 from recsys_rl.pipelines.transition_io import ShardTransitions
-from recsys_rl.pipelines.whole_files import WriteWholeFiles, jsonl_file
+from recsys_rl.pipelines.whole_files import WriteWholeFiles
 
 DEAD_LETTERS = "dead_letters"
 VIEW_FACTS = "view_facts"

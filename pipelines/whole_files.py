@@ -12,9 +12,7 @@ writer gathers every file of a dataset), and bytes copy without per-record codin
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterable
-from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -40,11 +38,6 @@ def parquet_file(table: pa.Table) -> bytes:
     buffer = pa.BufferOutputStream()
     pq.write_table(table, buffer, compression="zstd")
     return buffer.getvalue().to_pybytes()
-
-
-def jsonl_file(items: Iterable[Any]) -> bytes:
-    """JSON lines, one per item, keys sorted."""
-    return b"".join(json.dumps(item, sort_keys=True).encode("utf-8") + b"\n" for item in items)
 
 
 class _BytesSink(fileio.FileSink):

@@ -1,22 +1,35 @@
-"""Whole-file JSON: atomic writes (a reader never sees half a file) and manifest reads with clear errors."""
+"""Whole-file JSON: atomic writes (a reader never sees half a file), JSON lines, and manifest reads with
+clear errors."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary sibling, then rename it over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def write_json_atomic(path: str | Path, payload: Any) -> None:
-    """Write ``payload`` as indented JSON to a temporary sibling, then rename it over ``path``.
+    """Write ``payload`` as indented JSON, atomically.
 
     NaN and infinities are refused rather than written as the non-standard tokens other readers reject.
     """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def jsonl_file(items: Iterable[Any]) -> bytes:
+    """JSON lines, one per item, keys sorted."""
+    return b"".join(json.dumps(item, sort_keys=True).encode("utf-8") + b"\n" for item in items)
 
 
 def read_json_file(path: str | Path, error: type[Exception], missing: str) -> Any:

@@ -1,5 +1,7 @@
 """build-transitions end to end on a real Apache Kafka broker: counts, rewards, accounting, idempotence."""
 
+import base64
+import json
 import subprocess
 import sys
 import uuid
@@ -133,9 +135,15 @@ def test_bad_records_are_dead_lettered_counted_and_published(apache_kafka, tmp_p
     orphan = contracts.FeedbackEvent()
     orphan.CopyFrom(event)
     orphan.request_id = "lost"
+    decision = next(read_range(apache_kafka.bootstrap_servers, sim_config.decisions_topic))
+    conflicting = contracts.decode_decision(decision.value)
+    conflicting.log_propensity -= 1.0  # same request id, other content
     with EventProducer(apache_kafka.bootstrap_servers) as producer:
         for value in (b"\x00garbage", b'{"oops"', contracts.encode(orphan), good.value):
             producer.send(sim_config.feedback_topic, good.key, value, good.timestamp_ms)
+        producer.send(
+            sim_config.decisions_topic, decision.key, contracts.encode(conflicting), decision.timestamp_ms
+        )
     config = _config(apache_kafka, sim_config, tmp_path)
     result = build_transitions(config)
     accounting = result.manifest["accounting"]
@@ -144,13 +152,19 @@ def test_bad_records_are_dead_lettered_counted_and_published(apache_kafka, tmp_p
         "malformed_bytes": 1,
         "malformed_json": 1,
         "orphan_feedback": 1,
+        "conflicting_decision": 1,
     }
     assert accounting["filtered_by_reason"] == {"duplicate_feedback": 1}
     published = list(read_range(apache_kafka.bootstrap_servers, config.dead_letter_topic))
-    assert result.dead_letters_published == len(published) == 3
-    assert Counter(p.value.count(b'"reason"') for p in published) == Counter({1: 3})
+    assert result.dead_letters_published == len(published) == 4
+    assert Counter(p.value.count(b'"reason"') for p in published) == Counter({1: 4})
     lines = (result.dataset_dir / "dead-letters.jsonl").read_bytes().splitlines()
     assert sorted(lines) == sorted(p.value for p in published)
+    # the conflicting decision's letter carries its bytes, read back from the decisions topic
+    [letter] = [json.loads(line) for line in lines if b"conflicting_decision" in line]
+    assert base64.b64decode(letter["value"]) == contracts.encode(conflicting)
+    assert base64.b64decode(letter["key"]) == decision.key
+    assert letter["timestamp_ms"] == decision.timestamp_ms
 
 
 def test_cli_builds_and_reports_the_accounting(apache_kafka, simulated_topics, tmp_path):

@@ -114,6 +114,29 @@ def test_duplicates_are_filtered_by_request_id(simulated):
     assert doubled.fates["filtered:duplicate_feedback"] == len(resent) - decisions
 
 
+def test_a_conflicting_duplicate_decision_is_dead_lettered_not_silently_dropped(simulated):
+    """Same request id, different content: the first (lowest offset) is kept, the other dead-lettered
+    with a reason naming both and what differs, and counted; its bytes are fetched from the source
+    later (build_transitions), since decisions cross the shuffle without them."""
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    _kind, topic, partition, offset, ts, key, value = next(r for r in refs if r[0] == DECISION)
+    changed = contracts.decode_decision(value)
+    changed.action[0] += 1.0
+    changed.policy_version = "other-version"
+    conflicting = (DECISION, topic, partition, 500_000, ts, key, contracts.encode(changed))
+    clean = build(user, refs, EpisodeConfig())
+    built = build(user, [*refs, conflicting], EpisodeConfig())
+    assert built.transitions == clean.transitions  # the first one stays
+    assert built.fates["dead_letter:conflicting_decision"] == 1
+    assert "filtered:duplicate_decision" not in built.fates
+    [letter] = built.dead_letters
+    assert (letter["reason"], letter["topic"], letter["offset"]) == ("conflicting_decision", topic, 500_000)
+    assert letter["value"] is None  # to be read back from the source by its coordinates
+    assert f"kept the one at offset {offset} of partition {partition}" in letter["detail"]
+    assert "action, policy_version" in letter["detail"] and changed.request_id in letter["detail"]
+
+
 def _feedback_ref(event, offset):
     return (FEEDBACK, "fb", 0, offset, event.event_time_ms, event.user_id.encode(), contracts.encode(event))
 
