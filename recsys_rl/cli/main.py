@@ -6,8 +6,12 @@ users of a scheduled job read that line in a log, and a stack trace buries it.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Sequence
+
+import confluent_kafka
+import kafka.errors
 
 from recsys_rl.cli import build_transitions as build_transitions_cmd
 from recsys_rl.cli import demo as demo_cmd
@@ -42,6 +46,22 @@ def build_parser() -> OneLineParser:
     return parser
 
 
+#: Storage failures of the machine, not of our code: a full or read-only disk, a quota, a dying device.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def environment_failure(err: Exception) -> str | None:
+    """The one line for a failure of the environment that reached the command unconverted (Kafka lost
+    mid-run, a full disk: they can surface from any library call), or None for anything else."""
+    if isinstance(err, kafka.errors.KafkaError | confluent_kafka.KafkaException):
+        text, name = str(err), type(err).__name__
+        return f"Kafka: {text if text.startswith(name) else f'{name}: {text}'}"  # kafka-python names itself
+    if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
+        where = f": {err.filename!r}" if err.filename else ""
+        return f"storage: {err.strerror}{where}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     silence_import_noise()
     parser = build_parser()
@@ -57,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except OperationalError as err:
         print(f"recsys-rl {args.verb}: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as err:
+        if (line := environment_failure(err)) is None:
+            raise  # our bug: its traceback is what a bug report needs
+        print(f"recsys-rl {args.verb}: error: {line}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"recsys-rl {args.verb}: interrupted", file=sys.stderr)
