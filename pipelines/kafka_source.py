@@ -4,8 +4,12 @@ A dataset build must be reproducible and must consume every event exactly once a
 read is planned before the pipeline starts and the plan is what the run is about:
 
 * `plan_replay` fixes, per partition, ``[start, end)``: start from the consumer group's committed
-  offset (or a given start), end at the high watermark at launch. Records produced later belong to
-  the next run. The plan goes into the dataset manifest (`ReplayPlan.to_dict`).
+  offset (or a given start), end at the last stable offset at launch (the high watermark unless a
+  transaction is still open). Records produced later belong to the next run. The plan goes into the
+  dataset manifest (`ReplayPlan.to_dict`).
+* Reads are read_committed: an aborted transaction's records never reach a dataset, and ending at the
+  last stable offset leaves records behind an open transaction to the next run, instead of reading
+  them before the transaction decides or stalling until it does.
 * `ReadKafkaReplay` splits the plan into chunks that workers read in parallel with manually assigned
   partitions. There is no consumer-group membership anywhere: a first group JOIN costs ~25 s on Tansu
   and would buy nothing for a bounded read.
@@ -36,7 +40,6 @@ from kafka.admin import OffsetSpec
 from kafka.structs import OffsetAndMetadata
 
 from recsys_rl.kafka.connection import connect, parse_bootstrap_servers, quiet_kafka_logging
-from recsys_rl.kafka.reader import high_watermarks
 from recsys_rl.kafka.setup_errors import KafkaSetupError, ReadError
 
 log = logging.getLogger(__name__)
@@ -191,8 +194,7 @@ def plan_replay(
     * a mapping ``{(topic, partition): offset}``: those starts; unnamed partitions start at their log
       start.
 
-    The end is each partition's high watermark, taken from a fetch response because Tansu answers
-    ListOffsets(latest) with an offset inside the last batch (see `recsys_rl.kafka.reader`).
+    The end is each partition's last stable offset (`stable_end_offsets`).
 
     A start outside ``[log start, end]`` raises `ReadError`: below the log start the records were
     deleted (retention), and reading on from the log start would silently drop them from the dataset;
@@ -203,7 +205,7 @@ def plan_replay(
     _check_start(start, group, topic_list)
     ends: dict[tuple[str, int], int] = {}
     for topic in topic_list:
-        for partition, end in high_watermarks(bootstrap_servers, topic, timeout_s=timeout_s).items():
+        for partition, end in stable_end_offsets(bootstrap_servers, topic, timeout_s=timeout_s).items():
             ends[(topic, partition)] = end
     partitions = [TopicPartition(topic, partition) for topic, partition in ends]
     with _admin(bootstrap_servers, timeout_s) as admin:
@@ -226,6 +228,60 @@ def plan_replay(
         _checked_range(where, starts[where], log_starts[where], end, origin) for where, end in ends.items()
     ]
     return ReplayPlan(bootstrap_servers, group, tuple(ranges))
+
+
+def stable_end_offsets(bootstrap_servers: str, topic: str, *, timeout_s: float = 30.0) -> dict[int, int]:
+    """Each partition's last stable offset: where a read_committed reader stops, one past the last
+    record that no open transaction holds back (the high watermark when none is open).
+
+    Measured by reading: a read_committed consumer starts at ListOffsets(latest) and reads on to the
+    end-of-partition event, which librdkafka raises at the last stable offset. ListOffsets alone is not
+    enough: Tansu answers it with an offset inside the last batch (see `recsys_rl.kafka.reader`), and
+    reading on from there reaches the true end. On Apache Kafka the answer is already the last stable
+    offset and the event comes with the first fetch.
+    """
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "recsys-rl-plan",  # never joined: partitions are assigned by hand
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "logger": log,
+        }
+    )
+    deadline = time.monotonic() + timeout_s
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            raise ReadError(f"topic {topic!r} does not exist (or has no partitions visible to this client)")
+        starts = []
+        for partition in sorted(metadata.partitions):
+            where = confluent_kafka.TopicPartition(topic, partition)
+            _, hint = consumer.get_watermark_offsets(where, timeout=_remaining_s(deadline), cached=False)
+            starts.append(confluent_kafka.TopicPartition(topic, partition, hint))
+        consumer.assign(starts)
+        ends: dict[int, int] = {}
+        while len(ends) < len(starts):
+            if time.monotonic() >= deadline:
+                unknown = sorted({tp.partition for tp in starts} - set(ends))
+                raise ReadError(
+                    f"no fetch from {bootstrap_servers} reached the end of topic {topic!r} partition(s) "
+                    f"{unknown} within {timeout_s:g} s"
+                )
+            for message in consumer.consume(num_messages=10_000, timeout=_POLL_S):
+                error = message.error()
+                if error is not None and error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    ends[message.partition()] = message.offset()
+        return dict(sorted(ends.items()))
+    except confluent_kafka.KafkaException as exc:
+        raise ReadError(f"finding the end of topic {topic!r} on {bootstrap_servers} failed: {exc}") from exc
+    finally:
+        consumer.close()
+
+
+def _remaining_s(deadline: float) -> float:
+    return max(0.001, deadline - time.monotonic())
 
 
 def _check_topics(topics: Sequence[str]) -> list[str]:
@@ -504,8 +560,8 @@ class ReadKafkaReplay(beam.PTransform):
     The plan is cut into chunks of at most ``max_records_per_chunk`` offsets, spread over workers by
     a reshuffle, and each chunk is read by manual assignment of its partition. Smaller chunks spread
     better over workers; each chunk that does not continue the worker's previous one costs a seek and
-    a first fetch's round trip. Records are read with isolation level read_uncommitted: our producers
-    are not transactional, and an aborted transaction's records would be read.
+    a first fetch's round trip. Records are read committed: an aborted transaction's records are
+    skipped (their offsets, like transaction markers, never come back as records).
 
     ``idle_timeout_s`` bounds how long a chunk may make no progress before the read fails; a chunk
     is either read completely or the pipeline fails, never silently cut short.
@@ -599,7 +655,7 @@ class _ChunkReader:
                 # an end-of-log event tells a chunk whose last offsets hold no record that it is done
                 "enable.partition.eof": True,
                 "auto.offset.reset": "error",  # a start outside the log fails the chunk, never skips records
-                "isolation.level": "read_uncommitted",
+                "isolation.level": "read_committed",
                 "logger": log,
                 **config,
             }

@@ -194,6 +194,54 @@ def test_offsets_taken_by_transaction_markers_neither_stall_nor_overrun_a_chunk(
     _read_and_check(plan, expected, chunk=4)
 
 
+def test_aborted_transactions_are_not_read_and_an_open_one_ends_the_plan(apache_kafka: Broker) -> None:
+    """Read committed: an aborted transaction's records never reach a dataset, and the plan ends at the
+    last stable offset, so records behind a transaction still open wait for the next run rather than
+    being read before the transaction decides (or stalling the read until it does)."""
+    topic = Topic(apache_kafka, "isolation", partitions=1)
+    expected: list[KafkaRecord] = []
+
+    def send(producer: KafkaProducer, values: Sequence[str], first_offset: int, keep: bool) -> None:
+        for i, value in enumerate(values):
+            producer.send(topic.name, key=b"k", value=value.encode(), timestamp_ms=BASE_TS + i)
+            if keep:
+                expected.append(
+                    KafkaRecord(topic.name, 0, first_offset + i, BASE_TS + i, b"k", value.encode())
+                )
+        producer.flush()
+
+    plain = connect(KafkaProducer, topic.bootstrap, 10.0)
+    aborting = connect(KafkaProducer, topic.bootstrap, 10.0, transactional_id=_name("aborts"))
+    pending = connect(KafkaProducer, topic.bootstrap, 10.0, transactional_id=_name("pending"))
+    try:
+        send(plain, ["a0", "a1", "a2"], 0, keep=True)
+        aborting.init_transactions()
+        aborting.begin_transaction()
+        send(aborting, ["x0", "x1", "x2", "x3"], 3, keep=False)
+        aborting.abort_transaction()  # offsets 3-6, its marker 7
+        send(plain, ["b0", "b1"], 8, keep=True)
+        pending.init_transactions()
+        pending.begin_transaction()
+        send(pending, ["p0", "p1"], 10, keep=False)  # open: the last stable offset stays at 10
+        send(plain, ["c0"], 12, keep=False)
+        plan = plan_replay(topic.bootstrap, [topic.name], None, start="earliest")
+        assert plan.ranges == (OffsetRange(topic.name, 0, 0, 10),)
+        _read_and_check(plan, expected, chunk=3)
+
+        pending.commit_transaction()  # its marker at 13
+        after = plan_replay(topic.bootstrap, [topic.name], None, start={(topic.name, 0): 10})
+        assert after.ranges == (OffsetRange(topic.name, 0, 10, 14),)
+        values = [("p0", 10, 0), ("p1", 11, 1), ("c0", 12, 0)]
+        _read_and_check(
+            after,
+            [KafkaRecord(topic.name, 0, o, BASE_TS + i, b"k", v.encode()) for v, o, i in values],
+            chunk=3,
+        )
+    finally:
+        for producer in (plain, aborting, pending):
+            producer.close()
+
+
 def test_multi_process_workers_read_the_same_records(embedded_kafka: Broker) -> None:
     """Once, on Tansu: what is under test is that the DoFn pickles and reconnects in other processes."""
     topic = Topic(embedded_kafka, "processes")
