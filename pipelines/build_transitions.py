@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import gc
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,11 +23,11 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from recsys_rl.atomic_json import jsonl_file
+from recsys_rl.atomic_json import jsonl_file, read_json_file, write_json_atomic
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka.producer import EventProducer
-from recsys_rl.kafka.reader import read_range
+from recsys_rl.kafka.reader import high_watermarks, read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.pipelines.dataset import (
     DEAD_LETTER_FILE,
@@ -44,6 +43,7 @@ from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets, plan_re
 from recsys_rl.pipelines.transitions import build_pipeline
 
 PUBLISHED_MARKER = "dead-letters.published.json"
+PUBLISHING_MARKER = "dead-letters.publishing.json"  # written before the first letter is sent
 # The runner when the arguments name none. Beam's DirectRunner first tries Prism, a Go runner it
 # downloads from GitHub at every run (seconds; a failure, then a fallback, on a machine without
 # internet access), and otherwise runs a batch pipeline on its in-process engine, the FnApiRunner.
@@ -154,7 +154,8 @@ def build_transitions(
         manifest = finalize(paths, inputs, config.output_settings())
         progress("written", {"dataset": str(paths.final)})
 
-    published = _publish_dead_letters(paths.final, config)
+    # a dry run (no commit) leaves Kafka as it found it: the next real run publishes the letters
+    published = _publish_dead_letters(paths.final, config) if config.commit else 0
     committed = False
     if config.commit:
         commit_offsets(plan)
@@ -233,20 +234,42 @@ def fill_dead_letters(staging: Path, bootstrap_servers: str) -> int:
 
 
 def _publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
-    """Send the dataset's dead letters to the dead-letter topic once, even across reruns."""
-    marker = dataset / PUBLISHED_MARKER
+    """Send the dataset's dead letters to the dead-letter topic exactly once, across crashes and reruns;
+    returns how many this call sent.
+
+    Before the first send, a marker notes where the topic ended. A rerun that finds the marker but not
+    the published one (the run died while sending, or before noting that it was done) reads the topic
+    from there and sends only the letters whose key, their record's source coordinates, it does not
+    find. A key names one record of one dataset: no two datasets read the same offsets.
+    """
+    done = dataset / PUBLISHED_MARKER
     source = dataset / DEAD_LETTER_FILE
-    if not config.dead_letter_topic or marker.exists() or not source.exists():
+    if not config.dead_letter_topic or done.exists() or not source.exists():
         return 0
+    topic, servers = config.dead_letter_topic, config.bootstrap_servers
     lines = source.read_bytes().splitlines()
-    if lines:
-        ensure_topics(config.bootstrap_servers, [TopicSpec(config.dead_letter_topic, 1)])
-        with EventProducer(config.bootstrap_servers) as producer:
-            for line in lines:
-                letter = json.loads(line)
-                key = f"{letter['topic']}/{letter['partition']}/{letter['offset']}".encode()
-                producer.send(config.dead_letter_topic, key, line, letter["timestamp_ms"])
-    tmp = marker.with_name(f".{marker.name}.tmp")
-    tmp.write_text(json.dumps({"topic": config.dead_letter_topic, "records": len(lines)}) + "\n")
-    os.replace(tmp, marker)
-    return len(lines)
+    letters = {_letter_key(json.loads(line)): line for line in lines}
+    present: set[bytes] = set()
+    if letters:
+        ensure_topics(servers, [TopicSpec(topic, 1)])
+        publishing = dataset / PUBLISHING_MARKER
+        if publishing.exists():
+            noted = read_json_file(publishing, DatasetError, "where publishing its dead letters began")
+            since = {int(partition): offset for partition, offset in noted["from"].items()}
+            present = {record.key for record in read_range(servers, topic, since) if record.key in letters}
+        else:
+            write_json_atomic(publishing, {"topic": topic, "from": high_watermarks(servers, topic)})
+        with EventProducer(servers) as producer:
+            for key, line in letters.items():
+                if key not in present:
+                    producer.send(topic, key, line, json.loads(line)["timestamp_ms"])
+    _note_published(done, topic, len(lines))
+    return len(letters) - len(present)
+
+
+def _letter_key(letter: dict[str, Any]) -> bytes:
+    return f"{letter['topic']}/{letter['partition']}/{letter['offset']}".encode()
+
+
+def _note_published(marker: Path, topic: str, records: int) -> None:
+    write_json_atomic(marker, {"topic": topic, "records": records})

@@ -45,7 +45,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         dest="commit",
         action="store_false",
         default=None,
-        help="do not commit the end offsets (a dry run that can be repeated)",
+        help="do not commit the end offsets nor publish dead letters (a dry run that can be repeated)",
     )
     p.set_defaults(handler=run, accepts_pipeline_args=True)
 

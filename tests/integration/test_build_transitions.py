@@ -1,6 +1,7 @@
 """build-transitions end to end on a real Apache Kafka broker: counts, rewards, accounting, idempotence."""
 
 import base64
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 import recsys_rl.pipelines.build_transitions as build_module
 from recsys_rl import contracts
+from recsys_rl.kafka import ReadError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
@@ -197,3 +199,59 @@ def test_cli_builds_and_reports_the_accounting(apache_kafka, simulated_topics, t
     total = sum(report.written.values())
     assert f"records read {total} = used {total} + dead-lettered 0" in result.stdout
     assert "offsets committed" in result.stdout
+
+
+def _dead_letters_in(broker, topic: str) -> list[bytes]:
+    """The keys of the records in a dead-letter topic; none when the topic was never created."""
+    try:
+        return [record.key for record in read_range(broker.bootstrap_servers, topic)]
+    except ReadError:
+        return []
+
+
+def test_dead_letters_are_published_exactly_once_across_crashes_and_never_by_a_dry_run(
+    apache_kafka, tmp_path, monkeypatch
+):
+    suffix = uuid.uuid4().hex[:8]
+    sim_config = SimulateConfig(
+        users=10, seed=5, partitions=1, decisions_topic=f"dec-{suffix}", feedback_topic=f"fb-{suffix}"
+    )
+    run_simulation(sim_config, apache_kafka.bootstrap_servers)
+    good = next(read_range(apache_kafka.bootstrap_servers, sim_config.feedback_topic))
+    with EventProducer(apache_kafka.bootstrap_servers) as producer:
+        for i in range(5):
+            producer.send(sim_config.feedback_topic, good.key, b"\x00garbage %d" % i, good.timestamp_ms)
+    config = _config(
+        apache_kafka, sim_config, tmp_path, group=f"g-{suffix}", dead_letter_topic=f"dlq-{suffix}"
+    )
+    dry = build_transitions(dataclasses.replace(config, commit=False))
+    assert dry.dead_letters_published == 0 and _dead_letters_in(apache_kafka, config.dead_letter_topic) == []
+
+    # killed after two letters went out: the rerun sends the other three, not all five again
+    sent = []
+    real_send = EventProducer.send
+
+    def dying_send(self, topic, key, value, timestamp_ms=None):
+        if topic == config.dead_letter_topic and len(sent) == 2:
+            raise RuntimeError("killed while publishing dead letters")
+        sent.append(key)
+        real_send(self, topic, key, value, timestamp_ms)
+
+    monkeypatch.setattr(EventProducer, "send", dying_send)
+    with pytest.raises(RuntimeError, match="killed while publishing"):
+        build_transitions(config)
+    monkeypatch.undo()
+    assert len(_dead_letters_in(apache_kafka, config.dead_letter_topic)) == 2
+
+    # killed after every letter went out but before the run noted it: the rerun sends none
+    def dying_marker(*args, **kwargs):
+        raise RuntimeError("killed before the published marker")
+
+    monkeypatch.setattr(build_module, "_note_published", dying_marker)
+    with pytest.raises(RuntimeError, match="killed before the published marker"):
+        build_transitions(config)
+    monkeypatch.undo()
+    rerun = build_transitions(config)
+    assert rerun.reused and rerun.committed and rerun.dead_letters_published == 0
+    keys = _dead_letters_in(apache_kafka, config.dead_letter_topic)
+    assert len(keys) == len(set(keys)) == 5
