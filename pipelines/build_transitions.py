@@ -14,9 +14,8 @@ import contextlib
 import dataclasses
 import gc
 import json
-import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,18 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from recsys_rl.atomic_json import jsonl_file, read_json_file, write_json_atomic
 from recsys_rl.config import ConfigError
-from recsys_rl.errors import OperationalError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import high_watermarks, read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.pipelines.dataset import (
     DEAD_LETTER_FILE,
+    DatasetError,
     DatasetPaths,
+    clear_leftovers,
     dataset_version,
+    exclusive_output,
     finalize,
+    orphan_overlapping,
     read_manifest,
     replace_staged_file,
     verify,
@@ -51,10 +53,6 @@ PUBLISHING_MARKER = "dead-letters.publishing.json"  # written before the first l
 # (in memory, or with --direct_running_mode=multi_processing), and ~1 s less per run.
 EMBEDDED_RUNNER = "FnApiRunner"
 START_MODES = ("committed", "earliest")
-
-
-class DatasetError(OperationalError):
-    """An existing dataset directory does not match its manifest."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +109,8 @@ class BuildResult:
     reused: bool  # the dataset already existed from an earlier, interrupted run
     dead_letters_published: int
     committed: bool
+    # datasets of the group whose offsets a crash left uncommitted, moved aside (`orphan_overlapping`)
+    orphaned: list[str] = field(default_factory=list)
 
 
 def build_transitions(
@@ -119,6 +119,14 @@ def build_transitions(
     progress: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> BuildResult:
     options = pipeline_options(pipeline_args)  # bad Beam arguments fail before anything is read
+    out = Path(config.out)
+    with exclusive_output(out):
+        if leftovers := clear_leftovers(out):
+            progress("cleared", {"leftovers": len(leftovers)})
+        return _build(config, options, out, progress)
+
+
+def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, progress) -> BuildResult:
     plan = plan_replay(
         config.bootstrap_servers, [config.decisions_topic, config.feedback_topic], config.group, config.start
     )
@@ -127,7 +135,12 @@ def build_transitions(
         return BuildResult(plan, None, None, reused=False, dead_letters_published=0, committed=False)
 
     ranges = [dataclasses.asdict(r) for r in plan.ranges]
-    paths = DatasetPaths(Path(config.out), dataset_version({"ranges": ranges}, config.output_settings()))
+    paths = DatasetPaths(out, dataset_version({"ranges": ranges}, config.output_settings()))
+    orphaned = []
+    if config.start == "committed":  # other starts replay on purpose, over whatever is there
+        starts = {(r.topic, r.partition): r.start for r in plan.ranges}
+        if orphaned := orphan_overlapping(out, config.group, starts, keep=paths.version):
+            progress("orphaned", {"datasets": ",".join(orphaned)})
     reused = paths.final.exists()
     if reused:
         broken = verify(paths.final)
@@ -136,7 +149,6 @@ def build_transitions(
         manifest = read_manifest(paths.final)
         progress("reused", {"dataset": str(paths.final)})
     else:
-        shutil.rmtree(paths.staging, ignore_errors=True)  # leftovers of a run that died mid-write
         paths.staging.mkdir(parents=True)
         with _fewer_collections(), beam.Pipeline(options=options) as pipeline:
             build_pipeline(
@@ -161,7 +173,7 @@ def build_transitions(
         commit_offsets(plan)
         committed = True
         progress("committed", {"group": config.group})
-    return BuildResult(plan, paths.final, manifest, reused, published, committed)
+    return BuildResult(plan, paths.final, manifest, reused, published, committed, orphaned)
 
 
 def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:

@@ -9,13 +9,15 @@ only after the manifest is written: readers never see a half-written dataset.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,10 @@ INVENTORY_FILE = "inventory.jsonl"
 FEATURES_DIR = "features"  # the Feast offline store's Parquet for this dataset
 
 
+class DatasetError(OperationalError):
+    """An existing dataset directory does not match its manifest, or another build holds the output."""
+
+
 class AccountingError(OperationalError):
     """Records, transitions or files were lost or counted twice on the way to the dataset.
 
@@ -58,6 +64,72 @@ class DatasetPaths:
     @property
     def staging(self) -> Path:
         return self.root / f".staging-{self.version}"
+
+
+#: Where datasets that a later run found uncommitted and overlapping its own go (see `orphan_overlapping`).
+ORPHANED_DIR = ".orphaned"
+_LOCK_FILE = ".build.lock"
+
+
+@contextlib.contextmanager
+def exclusive_output(root: Path) -> Iterator[None]:
+    """Hold the output directory for one build at a time (a lock the kernel drops if the process dies),
+    so that what another run left behind can be cleaned up without touching a run in progress."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / _LOCK_FILE, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatasetError(
+                f"another build is writing to {root}; one at a time per output directory"
+            ) from None
+        yield
+
+
+def clear_leftovers(root: Path) -> list[str]:
+    """Remove what dead runs left in ``root`` (held with `exclusive_output`): staging directories and
+    temporary files of atomic writes, in the root and in the datasets. Returns their names."""
+    leftovers = [*root.glob(".staging-*"), *root.glob(".*.tmp"), *root.glob("*/.*.tmp")]
+    for path in leftovers:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return sorted(str(path.relative_to(root)) for path in leftovers)
+
+
+def orphan_overlapping(
+    root: Path, group: str | None, starts: Mapping[tuple[str, int], int], keep: str
+) -> list[str]:
+    """Move aside every published dataset of ``group`` (other than ``keep``) that holds offsets at or
+    past the group's committed ``starts``: such a dataset was written but its offsets never committed
+    (the run died before the commit), and the run about to read from ``starts`` covers them again, so
+    both would count those events. It goes to ``ORPHANED_DIR`` with a note of why. Returns the names."""
+    orphaned = []
+    for dataset in sorted(p for p in root.iterdir() if not p.name.startswith(".") and p.name != keep):
+        if not (dataset / MANIFEST).is_file():
+            continue
+        inputs = read_manifest(dataset)["inputs"]
+        overlaps = any(
+            (r["topic"], r["partition"]) in starts and r["end"] > starts[(r["topic"], r["partition"])]
+            for r in inputs.get("ranges", [])
+        )
+        if inputs.get("group") != group or not overlaps:
+            continue
+        destination = root / ORPHANED_DIR / dataset.name
+        destination.parent.mkdir(exist_ok=True)
+        if destination.exists():
+            shutil.rmtree(destination)  # orphaned before, rebuilt since and orphaned again: same offsets
+        write_json_atomic(
+            dataset / "orphaned.json",
+            {
+                "superseded_by": keep,
+                "reason": "its offsets were never committed for the group, and a later run read them again",
+            },
+        )
+        os.rename(dataset, destination)
+        orphaned.append(dataset.name)
+    return orphaned
 
 
 def dataset_version(kafka_ranges: Mapping[str, Any], settings: Mapping[str, Any]) -> str:

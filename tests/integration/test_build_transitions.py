@@ -255,3 +255,52 @@ def test_dead_letters_are_published_exactly_once_across_crashes_and_never_by_a_d
     assert rerun.reused and rerun.committed and rerun.dead_letters_published == 0
     keys = _dead_letters_in(apache_kafka, config.dead_letter_topic)
     assert len(keys) == len(set(keys)) == 5
+
+
+def _published(out) -> list:
+    return sorted(p for p in out.iterdir() if not p.name.startswith(".") and (p / "manifest.json").exists())
+
+
+def _offsets(dataset) -> set[tuple[str, int, int]]:
+    ranges = read_manifest(dataset)["inputs"]["ranges"]
+    return {(r["topic"], r["partition"], o) for r in ranges for o in range(r["start"], r["end"])}
+
+
+def test_a_dataset_left_uncommitted_by_a_crash_is_orphaned_when_new_records_change_the_plan(
+    apache_kafka, tmp_path, monkeypatch
+):
+    """Crash after writing, then new records: the rerun plans other end offsets, so another version.
+    The first dataset's offsets were never committed, and the new one covers them too: two published
+    datasets of one group over the same offsets would count those events twice. The first is moved
+    aside; leftovers of dead runs (staging directories, temporary files) go too."""
+    suffix = uuid.uuid4().hex[:8]
+    sim_config = SimulateConfig(
+        users=10, seed=6, partitions=1, decisions_topic=f"dec-{suffix}", feedback_topic=f"fb-{suffix}"
+    )
+    run_simulation(sim_config, apache_kafka.bootstrap_servers)
+    config = _config(apache_kafka, sim_config, tmp_path, group=f"g-{suffix}")
+
+    def crash(plan):
+        raise RuntimeError("killed before the offset commit")
+
+    monkeypatch.setattr(build_module, "commit_offsets", crash)
+    with pytest.raises(RuntimeError, match="killed before"):
+        build_transitions(config)
+    monkeypatch.undo()
+    [first] = _published(tmp_path)
+    good = next(read_range(apache_kafka.bootstrap_servers, sim_config.feedback_topic))
+    with EventProducer(apache_kafka.bootstrap_servers) as producer:  # new records after the crash
+        producer.send(sim_config.feedback_topic, good.key, b"\x00late garbage", good.timestamp_ms)
+    stale_staging = tmp_path / ".staging-transitions-0123456789abcdef"
+    (stale_staging / "part").mkdir(parents=True)
+    stale_tmp = first / ".manifest.json.tmp"
+    stale_tmp.write_text("{")
+
+    result = build_transitions(config)
+    assert result.committed and not result.reused
+    assert _published(tmp_path) == [result.dataset_dir]
+    orphaned = tmp_path / ".orphaned" / first.name
+    assert (orphaned / "manifest.json").exists() and not first.exists()
+    assert _offsets(orphaned) <= _offsets(result.dataset_dir)  # what the orphan held is in the new one
+    assert result.orphaned == [first.name]
+    assert not stale_staging.exists() and not (orphaned / stale_tmp.name).exists()

@@ -9,9 +9,11 @@ import pytest
 from recsys_rl.pipelines.dataset import (
     INVENTORY_FILE,
     AccountingError,
+    DatasetError,
     DatasetPaths,
     accounting_summary,
     dataset_version,
+    exclusive_output,
     finalize,
     inventory_entry,
     read_manifest,
@@ -156,3 +158,13 @@ def test_staged_files_that_differ_from_what_the_pipeline_wrote_refuse_to_publish
     with pytest.raises(AccountingError, match=message):
         finalize(paths, {}, SETTINGS)
     assert paths.staging.exists() and not paths.final.exists()
+
+
+def test_one_build_at_a_time_per_output_directory(tmp_path):
+    """The lock that makes cleaning up after dead runs safe: a second build into the same output fails
+    with one line, and the lock goes with the holder."""
+    busy = pytest.raises(DatasetError, match="another build is writing to")
+    with exclusive_output(tmp_path), busy, exclusive_output(tmp_path):
+        pass
+    with exclusive_output(tmp_path):  # released
+        pass
