@@ -24,9 +24,11 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from recsys_rl.atomic_json import jsonl_file, read_json_file, write_json_atomic
 from recsys_rl.config import ConfigError
+from recsys_rl.dataset_contract import MANIFEST
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import high_watermarks, read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.pipelines.carry import CARRIED_FILE, read_carried
 from recsys_rl.pipelines.dataset import (
     DEAD_LETTER_FILE,
     DatasetError,
@@ -38,6 +40,7 @@ from recsys_rl.pipelines.dataset import (
     orphan_overlapping,
     read_manifest,
     replace_staged_file,
+    sha256_of,
     verify,
 )
 from recsys_rl.pipelines.episodes import EpisodeConfig
@@ -71,6 +74,9 @@ class BuildTransitionsConfig:
     num_shards: int = 4  # shards per surface; fixed so reruns produce the same files
     max_records_per_chunk: int = 5_000  # unit of parallel reading; smaller -> more parallelism, more overhead
     commit: bool = True  # commit end offsets after the dataset is written; off for dry runs
+    # hold back sessions still open at the cut-off and build them in the group's next run, with the
+    # feedback that comes after it (``pipelines.carry``): what scheduled runs over a live stream need
+    carry_open_sessions: bool = False
 
     def __post_init__(self) -> None:
         for name in ("bootstrap_servers", "group", "out"):
@@ -98,6 +104,7 @@ class BuildTransitionsConfig:
             "join_window_ms": self.episode_config().join_window_ms,
             "session_gap_ms": self.episode_config().session_gap_ms,
             "num_shards": self.num_shards,
+            "carry_open_sessions": self.carry_open_sessions,
         }
 
 
@@ -135,7 +142,10 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, 
         return BuildResult(plan, None, None, reused=False, dead_letters_published=0, committed=False)
 
     ranges = [dataclasses.asdict(r) for r in plan.ranges]
-    paths = DatasetPaths(out, dataset_version({"ranges": ranges}, config.output_settings()))
+    # what the run before carried over is built here, whether or not this run carries in turn
+    carried_from = _previous_carry(out, plan) if config.start == "committed" else None
+    inputs = {"ranges": ranges, **({"carried_from": carried_from} if carried_from else {})}
+    paths = DatasetPaths(out, dataset_version(inputs, config.output_settings()))
     orphaned = []
     if config.start == "committed":  # other starts replay on purpose, over whatever is there
         starts = {(r.topic, r.partition): r.start for r in plan.ranges}
@@ -160,9 +170,16 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, 
                 num_shards=config.num_shards,
                 max_records_per_chunk=config.max_records_per_chunk,
                 staging_dir=str(paths.staging),
+                carry=config.carry_open_sessions,
+                carried_in=read_carried(out / carried_from["dataset"] / CARRIED_FILE) if carried_from else (),
             )
         fill_dead_letters(paths.staging, config.bootstrap_servers)
-        inputs = {"bootstrap_servers": config.bootstrap_servers, "group": config.group, **plan.to_dict()}
+        inputs = {
+            "bootstrap_servers": config.bootstrap_servers,
+            "group": config.group,
+            **plan.to_dict(),
+            "carried_from": carried_from,
+        }
         manifest = finalize(paths, inputs, config.output_settings())
         progress("written", {"dataset": str(paths.final)})
 
@@ -174,6 +191,21 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, 
         committed = True
         progress("committed", {"group": config.group})
     return BuildResult(plan, paths.final, manifest, reused, published, committed, orphaned)
+
+
+def _previous_carry(out: Path, plan: ReplayPlan) -> dict[str, str] | None:
+    """The group's dataset that this plan continues (its ranges end where this plan's start), if it
+    carried open sessions over: its name and its carried file's digest, which go into this dataset's
+    version, so a rerun after a crash reads the same carried events and writes the same bytes."""
+    starts = {(r.topic, r.partition): r.start for r in plan.ranges}
+    for dataset in sorted(p for p in out.iterdir() if not p.name.startswith(".")):
+        if not (dataset / CARRIED_FILE).is_file() or not (dataset / MANIFEST).is_file():
+            continue
+        inputs = read_manifest(dataset)["inputs"]
+        ends = {(r["topic"], r["partition"]): r["end"] for r in inputs.get("ranges", [])}
+        if inputs.get("group") == plan.group and ends == starts:
+            return {"dataset": dataset.name, "sha256": sha256_of(dataset / CARRIED_FILE)}
+    return None
 
 
 def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:

@@ -153,6 +153,10 @@ def accounting_summary(fates: Mapping[str, int]) -> dict[str, Any]:
     built = {k.removeprefix(BUILT_PREFIX): int(v) for k, v in fates.items() if k.startswith(BUILT_PREFIX)}
     summary = {
         "read": int(fates.get("read", 0)),
+        # events of open sessions that the previous run carried into this one, and that this run
+        # carries on to the next (``pipelines.carry``)
+        "released": int(fates.get("released", 0)),
+        "carried": int(fates.get("carried", 0)),
         "used_in_transitions": int(fates.get("used", 0)),
         "dead_lettered": sum(dead.values()),
         "filtered": sum(filtered.values()),
@@ -160,8 +164,9 @@ def accounting_summary(fates: Mapping[str, int]) -> dict[str, Any]:
         "filtered_by_reason": dict(sorted(filtered.items())),
         "transitions_built": dict(sorted(built.items())),
     }
-    accounted = summary["used_in_transitions"] + summary["dead_lettered"] + summary["filtered"]
-    summary["balanced"] = accounted == summary["read"]
+    came = summary["read"] + summary["released"]
+    went = sum(summary[k] for k in ("used_in_transitions", "dead_lettered", "filtered", "carried"))
+    summary["balanced"] = came == went
     return summary
 
 
@@ -174,8 +179,9 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
     accounting = accounting_summary(json.loads(accounting_path.read_text()))
     if not accounting["balanced"]:
         raise AccountingError(
-            f"records read ({accounting['read']}) != used ({accounting['used_in_transitions']}) + "
-            f"dead-lettered ({accounting['dead_lettered']}) + filtered ({accounting['filtered']}); "
+            f"records read ({accounting['read']}) + released ({accounting['released']}) != used "
+            f"({accounting['used_in_transitions']}) + dead-lettered ({accounting['dead_lettered']}) + "
+            f"filtered ({accounting['filtered']}) + carried ({accounting['carried']}); "
             f"staged output kept at {staging} for inspection"
         )
     surfaces = {}

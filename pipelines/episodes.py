@@ -204,6 +204,12 @@ class EpisodeConfig:
     join_window_ms: int = 3_600_000  # feedback later than this after its decision is dead-lettered
     session_gap_ms: int = 1_800_000  # inactivity that ends a session (episode)
 
+    @property
+    def open_for_ms(self) -> int:
+        """How long after a session's last event it may still change: a later page of it, or feedback
+        inside the join window."""
+        return max(self.join_window_ms, self.session_gap_ms)
+
     def __post_init__(self) -> None:
         for name in ("join_window_ms", "session_gap_ms"):
             if getattr(self, name) <= 0:
@@ -216,6 +222,7 @@ class UserEpisodes:
     view_facts: list[dict] = field(default_factory=list)
     dead_letters: list[dict] = field(default_factory=list)
     fates: Counter = field(default_factory=Counter)
+    carried: list[Decision | Feedback] = field(default_factory=list)  # open sessions' events, for next run
 
 
 def dead_letter(ref: RecordRef, reason: str, detail: str) -> dict:
@@ -279,9 +286,17 @@ class _Request:
 
 
 def build_user_episodes(
-    user_id: str, events: Iterable[Decision | Feedback], config: EpisodeConfig
+    user_id: str,
+    events: Iterable[Decision | Feedback],
+    config: EpisodeConfig,
+    open_after_ms: int | None = None,
 ) -> UserEpisodes:
-    """One user's valid events (from `decode_event`, in any order) -> their transitions and fates."""
+    """One user's valid events (from `decode_event`, in any order) -> their transitions and fates.
+
+    With ``open_after_ms``, a session active after that event time may still be going on, or still
+    waiting for feedback inside its join window: its events are carried (``UserEpisodes.carried``) for
+    the next run to build it whole, rather than built now without what comes after the cut-off.
+    """
     out = UserEpisodes()
     decisions: list[Decision] = []
     feedback: list[Feedback] = []
@@ -301,12 +316,10 @@ def build_user_episodes(
         else:
             out.dead_letters.append(_conflict_letter(decision, kept.decision))
             out.fates["dead_letter:conflicting_decision"] += 1
-    if requests:
-        out.fates["used"] += len(requests)
-
     seen_views: set[tuple[str, str, int]] = set()
     window = config.join_window_ms
     joined = 0
+    facts: list[tuple[str, dict]] = []  # (request id, view fact): a carried request's wait for its run
     for event in feedback:
         view = (event.request_id, event.item_id, event.position)
         if view in seen_views:
@@ -332,14 +345,23 @@ def build_user_episodes(
         if event.event_time_ms > request.last_activity_ms:
             request.last_activity_ms = event.event_time_ms
         joined += 1
-        out.view_facts.append(_view_fact(user_id, event))
-    if joined:
-        out.fates["used"] += joined
+        facts.append((event.request_id, _view_fact(user_id, event)))
 
+    carried_requests: set[str] = set()
     for session in _sessions(requests.values(), config.session_gap_ms):
+        if open_after_ms is not None and max(r.last_activity_ms for r in session) > open_after_ms:
+            for request in session:
+                carried_requests.add(request.decision.request_id)
+                out.carried += [request.decision, *request.feedback]
+            continue
         for surface in SURFACE_SIGNALS:
             chain = [r for r in session if r.decision.surface == surface]
             out.transitions.extend(_transitions(user_id, chain, surface))
+    out.view_facts = [fact for request_id, fact in facts if request_id not in carried_requests]
+    if used := len(requests) + joined - len(out.carried):
+        out.fates["used"] += used
+    if out.carried:
+        out.fates["carried"] += len(out.carried)
     return out
 
 

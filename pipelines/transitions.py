@@ -14,13 +14,14 @@ they are tested with ``beam.Create`` and ``assert_that``.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
 from recsys_rl.atomic_json import jsonl_file
+from recsys_rl.pipelines.carry import CARRIED_FILE, carried_lines, count_events
 from recsys_rl.pipelines.dataset import (
     ACCOUNTING_FILE,
     BUILT_PREFIX,
@@ -47,6 +48,9 @@ from recsys_rl.pipelines.whole_files import WriteWholeFiles
 DEAD_LETTERS = "dead_letters"
 VIEW_FACTS = "view_facts"
 FATES = "fates"
+LATEST = "latest"  # the latest event time of each batch: the run's cut-off, in event time
+CARRIED = "carried"
+_EVENT_TIME = {kind: event_type._fields.index("event_time_ms") for kind, event_type in EVENT_TYPES.items()}
 
 
 class DecodeEvents(beam.DoFn):
@@ -82,6 +86,9 @@ class DecodeEvents(beam.DoFn):
                 by_user[user_id].append(fields)
         for user_id, events in by_user.items():
             yield user_id, (kind, events)
+        if by_user:
+            time_field = _EVENT_TIME[kind]
+            yield TaggedOutput(LATEST, max(e[time_field] for events in by_user.values() for e in events))
         for reason, count in rejected.items():
             Metrics.counter("decode", f"dead_letter_{reason}").inc(count)
             yield TaggedOutput(FATES, (f"dead_letter:{reason}", count))
@@ -96,10 +103,14 @@ class BuildEpisodes(beam.DoFn):
     def __init__(self, config: EpisodeConfig) -> None:
         self._config = config
 
-    def process(self, element):
+    def process(self, element, latest_ms: int | None = None):
+        """``latest_ms``: the run's cut-off in event time when open sessions are carried, else None."""
         user_id, groups = element
         events = [EVENT_TYPES[kind]._make(event) for kind, group in groups for event in group]
-        built = build_user_episodes(user_id, events, self._config)
+        open_after = None if latest_ms is None else latest_ms - self._config.open_for_ms
+        built = build_user_episodes(user_id, events, self._config, open_after)
+        for line in carried_lines(user_id, built.carried):
+            yield TaggedOutput(CARRIED, line)
         if built.transitions:
             yield built.transitions
             for surface, count in Counter(row["surface"] for row in built.transitions).items():
@@ -121,26 +132,52 @@ class KafkaToTransitions(beam.PTransform):
     the transitions made, which the dataset's files must hold.
     """
 
-    def __init__(self, decisions_topic: str, feedback_topic: str, config: EpisodeConfig) -> None:
+    def __init__(
+        self,
+        decisions_topic: str,
+        feedback_topic: str,
+        config: EpisodeConfig,
+        *,
+        carry: bool = False,
+        carried_in: Sequence[tuple] = (),
+    ) -> None:
+        """``carry``: hold back sessions still open at the cut-off (``pipelines.carry``), which come out as
+        ``carried`` file lines; ``carried_in``: the previous run's, as (user id, (kind, events))."""
         super().__init__()
         self._decisions_topic = decisions_topic
         self._feedback_topic = feedback_topic
         self._config = config
+        self._carry = carry
+        self._carried_in = list(carried_in)
 
     def expand(self, batches):
         decoded = batches | "Decode" >> beam.ParDo(
             DecodeEvents(self._decisions_topic, self._feedback_topic)
-        ).with_outputs(DEAD_LETTERS, FATES, main="events")
+        ).with_outputs(DEAD_LETTERS, FATES, LATEST, main="events")
+        pipeline = batches.pipeline
+        released = [("released", n)] if (n := count_events(self._carried_in)) else []
+        events = (
+            decoded.events,
+            pipeline | "CarriedIn" >> beam.Create(self._carried_in, reshuffle=False),
+        ) | "WithCarried" >> beam.Flatten()
+        side = {}
+        if self._carry:
+            latest = decoded[LATEST] | "CutOff" >> beam.CombineGlobally(max).without_defaults()
+            side["latest_ms"] = beam.pvalue.AsSingleton(latest, default_value=None)
         built = (
-            decoded.events
+            events
             | "GroupByUser" >> beam.GroupByKey()
             | "BuildEpisodes"
-            >> beam.ParDo(BuildEpisodes(self._config)).with_outputs(
-                VIEW_FACTS, DEAD_LETTERS, FATES, main="transitions"
+            >> beam.ParDo(BuildEpisodes(self._config), **side).with_outputs(
+                VIEW_FACTS, DEAD_LETTERS, FATES, CARRIED, main="transitions"
             )
         )
         fates = (
-            (decoded[FATES], built[FATES])
+            (
+                decoded[FATES],
+                built[FATES],
+                pipeline | "Released" >> beam.Create(released, reshuffle=False),
+            )
             | "AllFates" >> beam.Flatten()
             | "SumFates" >> beam.CombinePerKey(sum)
         )
@@ -150,25 +187,27 @@ class KafkaToTransitions(beam.PTransform):
             "view_facts": built[VIEW_FACTS],
             "dead_letters": dead_letters,
             "fates": fates,
+            "carried": built[CARRIED],
         }
 
 
 class RunReportFiles(beam.PTransform):
-    """(dead letters, fate counts) -> the dead-letter and accounting files, as (file name, JSON lines).
+    """(dead letters, fate counts, carried lines) -> the dead-letter, accounting and carried files, as
+    (file name, JSON lines).
 
     Both files exist whatever the run met (an empty dead-letter file says there were none). One
     shuffle keyed by file name gathers them, lighter for a runner than a global combine per file.
     """
 
     def expand(self, pcolls):
-        dead_letters, fates = pcolls
+        dead_letters, fates, carried = pcolls
+        every_file = [(DEAD_LETTER_FILE, None), (ACCOUNTING_FILE, None), (CARRIED_FILE, None)]
         return (
             (
                 dead_letters | "KeyLetters" >> beam.Map(lambda letter: (DEAD_LETTER_FILE, letter)),
                 fates | "KeyFates" >> beam.Map(lambda fate: (ACCOUNTING_FILE, fate)),
-                dead_letters.pipeline
-                | "EveryFile"
-                >> beam.Create([(DEAD_LETTER_FILE, None), (ACCOUNTING_FILE, None)], reshuffle=False),
+                carried | "KeyCarried" >> beam.Map(lambda line: (CARRIED_FILE, line)),
+                dead_letters.pipeline | "EveryFile" >> beam.Create(every_file, reshuffle=False),
             )
             | "AllItems" >> beam.Flatten()
             | "GroupByFile" >> beam.GroupByKey()
@@ -181,6 +220,8 @@ def _report_file(element: tuple[str, Iterable]) -> tuple[str, bytes]:
     present = [item for item in items if item is not None]
     if name == ACCOUNTING_FILE:
         return name, jsonl_file([dict(sorted(present))])
+    if name == CARRIED_FILE:
+        return name, jsonl_file(sorted(present, key=lambda d: (d["user_id"], d["kind"])))
     return name, jsonl_file(sorted(present, key=lambda d: (d["topic"], d["partition"], d["offset"])))
 
 
@@ -216,6 +257,8 @@ def build_pipeline(
     num_shards: int,
     max_records_per_chunk: int,
     staging_dir: str,
+    carry: bool = False,
+    carried_in: Sequence[tuple] = (),
 ) -> None:
     """Attach the whole Kafka -> dataset pipeline to ``pipeline``, writing into ``staging_dir``.
 
@@ -223,9 +266,11 @@ def build_pipeline(
     each writer adds stages that cost a fixed ~0.2 s of an embedded run.
     """
     records = pipeline | "ReadKafka" >> ReadKafkaReplay(plan, max_records_per_chunk)
-    out = records | "ToTransitions" >> KafkaToTransitions(decisions_topic, feedback_topic, episode_config)
+    out = records | "ToTransitions" >> KafkaToTransitions(
+        decisions_topic, feedback_topic, episode_config, carry=carry, carried_in=carried_in
+    )
     transition_files = out["transitions"] | "Shard" >> ShardTransitions(num_shards)
-    report_files = (out["dead_letters"], out["fates"]) | "RunReport" >> RunReportFiles()
+    report_files = (out["dead_letters"], out["fates"], out["carried"]) | "RunReport" >> RunReportFiles()
     feature_files = (
         out["view_facts"]
         | "FeatureAggregates" >> FeatureAggregateFiles(batched=True)

@@ -17,11 +17,12 @@ from recsys_rl import contracts
 from recsys_rl.kafka import ReadError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import read_range
+from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
 from recsys_rl.pipelines.dataset import read_manifest, verify
 from recsys_rl.pipelines.kafka_source import plan_replay
 from recsys_rl.sim.events import EventIds
-from recsys_rl.sim.simulate import SimulateConfig, run_simulation, simulated_days
+from recsys_rl.sim.simulate import SimulateConfig, day_messages, run_simulation, simulated_days
 
 pytestmark = pytest.mark.integration
 
@@ -304,3 +305,45 @@ def test_a_dataset_left_uncommitted_by_a_crash_is_orphaned_when_new_records_chan
     assert _offsets(orphaned) <= _offsets(result.dataset_dir)  # what the orphan held is in the new one
     assert result.orphaned == [first.name]
     assert not stale_staging.exists() and not (orphaned / stale_tmp.name).exists()
+
+
+def test_sessions_open_at_the_cut_off_are_carried_to_the_next_run_and_built_whole(apache_kafka, tmp_path):
+    """Two runs that split a day in the middle of sessions give, together, the transitions one run over
+    the whole day gives, byte for byte in rewards: what was open at the first cut-off (a session that
+    goes on, a decision whose feedback comes later) waits for the second run instead of being built with
+    zero rewards and a false end."""
+    suffix = uuid.uuid4().hex[:8]
+    sim_config = SimulateConfig(
+        users=40, seed=9, partitions=2, decisions_topic=f"dec-{suffix}", feedback_topic=f"fb-{suffix}"
+    )
+    ensure_topics(
+        apache_kafka.bootstrap_servers,
+        [TopicSpec(t, 2) for t in (sim_config.decisions_topic, sim_config.feedback_topic)],
+    )
+    sim, next_day = simulated_days(sim_config)
+    messages = sorted(day_messages(sim_config, sim, next_day()), key=lambda m: m[3])
+    cut_ms = messages[len(messages) // 2][3]
+
+    def produce(part):
+        with EventProducer(apache_kafka.bootstrap_servers) as producer:
+            for topic, key, value, timestamp_ms in part:
+                producer.send(topic, key, value, timestamp_ms)
+
+    split = _config(apache_kafka, sim_config, tmp_path / "split", carry_open_sessions=True)
+    produce([m for m in messages if m[3] < cut_ms])
+    first = build_transitions(split)
+    produce([m for m in messages if m[3] >= cut_ms])
+    second = build_transitions(dataclasses.replace(split, carry_open_sessions=False))  # the last run
+    whole = build_transitions(_config(apache_kafka, sim_config, tmp_path / "whole", start="earliest"))
+
+    carried = first.manifest["accounting"]["carried"]
+    assert carried > 0 and second.manifest["accounting"]["released"] == carried
+    assert second.manifest["inputs"]["carried_from"]["dataset"] == first.dataset_dir.name
+    for surface in ("feed", "live_allocation"):
+        both = pd.concat([_rows(first.dataset_dir, surface), _rows(second.dataset_dir, surface)])
+        one = _rows(whole.dataset_dir, surface)
+        columns = [c for c in one.columns if c.startswith("reward_")] + ["done", "step", "session_id"]
+        both, one = both.set_index("request_id").sort_index(), one.set_index("request_id").sort_index()
+        assert both.index.tolist() == one.index.tolist()  # every decision once, none lost at the cut
+        pd.testing.assert_frame_equal(both[columns], one[columns])
+        assert [list(s) for s in both["next_state"]] == [list(s) for s in one["next_state"]]

@@ -47,6 +47,11 @@ def test_accounting_splits_reasons_and_checks_the_equation():
     assert summary["dead_lettered"] == 3 and summary["filtered"] == 1
     assert summary["dead_lettered_by_reason"] == {"malformed_bytes": 1, "orphan_feedback": 2}
     assert not accounting_summary({**fates, "read": 11})["balanced"]
+    # events the previous run carried in come in beside those read; those carried on go out beside used
+    carrying = {**fates, "released": 5, "carried": 3, "used": 8}
+    assert accounting_summary(carrying)["balanced"]
+    assert (accounting_summary(carrying)["released"], accounting_summary(carrying)["carried"]) == (5, 3)
+    assert not accounting_summary({**carrying, "carried": 4})["balanced"]
 
 
 def _stage(paths: DatasetPaths, fates: dict, rows: int = 0, reasons: tuple[str, ...] = ()) -> None:
@@ -91,7 +96,9 @@ def test_finalize_writes_the_manifest_and_renames_staging_into_place(tmp_path):
 def test_unbalanced_accounting_refuses_to_publish(tmp_path):
     paths = DatasetPaths(tmp_path, "transitions-bad")
     _stage(paths, {"read": 5, "used": 3, "dead_letter:orphan_feedback": 1})
-    with pytest.raises(AccountingError, match=r"records read \(5\) != used \(3\) \+ dead-lettered \(1\)"):
+    with pytest.raises(
+        AccountingError, match=r"records read \(5\) \+ released \(0\) != used \(3\) \+ dead-lettered \(1\)"
+    ):
         finalize(paths, {}, SETTINGS)
     assert paths.staging.exists() and not paths.final.exists()
 
