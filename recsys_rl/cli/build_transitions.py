@@ -41,6 +41,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "--max-records-per-chunk", type=positive_int, help="records per parallel read (default 5000)"
     )
     p.add_argument(
+        "--carry-open-sessions",
+        action="store_true",
+        default=None,
+        help="hold back sessions still open at the cut-off for the group's next run (scheduled runs)",
+    )
+    p.add_argument(
         "--no-commit",
         dest="commit",
         action="store_false",
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         "session_gap_s",
         "num_shards",
         "max_records_per_chunk",
+        "carry_open_sessions",
         "commit",
     )
     config = load_config(BuildTransitionsConfig, args.config, {k: getattr(args, k) for k in fields})
@@ -86,11 +93,15 @@ def run(args: argparse.Namespace) -> int:
             f"  {surface:<16} {info['rows']:>9} transitions in {len(info['tfrecord_shards'])} TFRecord "
             f"+ {len(info['parquet_shards'])} Parquet shards"
         )
+    released = f" + released from the last run {accounting['released']}" if accounting["released"] else ""
+    carried = f" + carried to the next {accounting['carried']}" if accounting["carried"] else ""
     print(
-        f"  records read {accounting['read']} = used {accounting['used_in_transitions']} + dead-lettered "
-        f"{accounting['dead_lettered']} {accounting['dead_lettered_by_reason']} + filtered "
-        f"{accounting['filtered']} {accounting['filtered_by_reason']}"
+        f"  records read {accounting['read']}{released} = used {accounting['used_in_transitions']} + "
+        f"dead-lettered {accounting['dead_lettered']} {accounting['dead_lettered_by_reason']} + filtered "
+        f"{accounting['filtered']} {accounting['filtered_by_reason']}{carried}"
     )
+    if result.orphaned:
+        print(f"  moved aside, uncommitted and covered again: {', '.join(result.orphaned)}")
     if result.dead_letters_published:
         print(f"  {result.dead_letters_published} dead letters published to {config.dead_letter_topic}")
     print(f"  offsets {'committed' if result.committed else 'NOT committed'} for group {config.group!r}")
