@@ -31,6 +31,8 @@ from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.pipelines.carry import CARRIED_FILE, read_carried
 from recsys_rl.pipelines.dataset import (
     DEAD_LETTER_FILE,
+    ORPHANED_DIR,
+    ORPHANED_NOTE,
     DatasetError,
     DatasetPaths,
     clear_leftovers,
@@ -281,10 +283,11 @@ def _publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
     """Send the dataset's dead letters to the dead-letter topic exactly once, across crashes and reruns;
     returns how many this call sent.
 
-    Before the first send, a marker notes where the topic ended. A rerun that finds the marker but not
-    the published one (the run died while sending, or before noting that it was done) reads the topic
-    from there and sends only the letters whose key, their record's source coordinates, it does not
-    find. A key names one record of one dataset: no two datasets read the same offsets.
+    Before the first send, a marker notes where the topic ended, or where an earlier dataset over the
+    same offsets began publishing, if this one supersedes it (`orphan_overlapping`: it was published,
+    and maybe sent letters, but its offsets were never committed). The topic is read from there and only
+    the letters whose key, their record's source coordinates, it does not hold are sent; so a rerun
+    after dying while sending, or before noting that it was done, sends each letter once.
     """
     done = dataset / PUBLISHED_MARKER
     source = dataset / DEAD_LETTER_FILE
@@ -297,18 +300,35 @@ def _publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
     if letters:
         ensure_topics(servers, [TopicSpec(topic, 1)])
         publishing = dataset / PUBLISHING_MARKER
-        if publishing.exists():
-            noted = read_json_file(publishing, DatasetError, "where publishing its dead letters began")
-            since = {int(partition): offset for partition, offset in noted["from"].items()}
-            present = {record.key for record in read_range(servers, topic, since) if record.key in letters}
-        else:
-            write_json_atomic(publishing, {"topic": topic, "from": high_watermarks(servers, topic)})
+        if not publishing.exists():
+            since = high_watermarks(servers, topic)
+            for began in _superseded_publishing(dataset):
+                since = {p: min(offset, began.get(p, offset)) for p, offset in since.items()}
+            write_json_atomic(publishing, {"topic": topic, "from": since})
+        noted = read_json_file(publishing, DatasetError, "where publishing its dead letters began")
+        since = {int(partition): offset for partition, offset in noted["from"].items()}
+        present = {record.key for record in read_range(servers, topic, since) if record.key in letters}
         with EventProducer(servers) as producer:
             for key, line in letters.items():
                 if key not in present:
                     producer.send(topic, key, line, json.loads(line)["timestamp_ms"])
     _note_published(done, topic, len(lines))
     return len(letters) - len(present)
+
+
+def _superseded_publishing(dataset: Path) -> list[dict[int, int]]:
+    """Where the datasets this one superseded (directly, or through a chain of orphans) began publishing
+    their dead letters, for those that did."""
+    orphans = dataset.parent / ORPHANED_DIR
+    notes = {p.parent: read_json_file(p, DatasetError, "") for p in orphans.glob(f"*/{ORPHANED_NOTE}")}
+    began, names = [], {dataset.name}
+    while chain := [d for d, note in notes.items() if note["superseded_by"] in names and d.name not in names]:
+        for orphan in chain:
+            names.add(orphan.name)
+            if (orphan / PUBLISHING_MARKER).exists():
+                noted = read_json_file(orphan / PUBLISHING_MARKER, DatasetError, "")
+                began.append({int(p): offset for p, offset in noted["from"].items()})
+    return began
 
 
 def _letter_key(letter: dict[str, Any]) -> bytes:

@@ -68,6 +68,7 @@ class DatasetPaths:
 
 #: Where datasets that a later run found uncommitted and overlapping its own go (see `orphan_overlapping`).
 ORPHANED_DIR = ".orphaned"
+ORPHANED_NOTE = "orphaned.json"  # in an orphan: the dataset that superseded it, and why
 _LOCK_FILE = ".build.lock"
 
 
@@ -121,7 +122,7 @@ def orphan_overlapping(
         if destination.exists():
             shutil.rmtree(destination)  # orphaned before, rebuilt since and orphaned again: same offsets
         write_json_atomic(
-            dataset / "orphaned.json",
+            dataset / ORPHANED_NOTE,
             {
                 "superseded_by": keep,
                 "reason": "its offsets were never committed for the group, and a later run read them again",
