@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
+from kills import Killed, die_while_publishing
 
 import recsys_rl.pipelines.build_transitions as build_module
 from recsys_rl import contracts
@@ -237,17 +238,8 @@ def test_dead_letters_are_published_exactly_once_across_crashes_and_never_by_a_d
     assert dry.dead_letters_published == 0 and _dead_letters_in(apache_kafka, config.dead_letter_topic) == []
 
     # killed after two letters went out: the rerun sends the other three, not all five again
-    sent = []
-    real_send = EventProducer.send
-
-    def dying_send(self, topic, key, value, timestamp_ms=None):
-        if topic == config.dead_letter_topic and len(sent) == 2:
-            raise RuntimeError("killed while publishing dead letters")
-        sent.append(key)
-        real_send(self, topic, key, value, timestamp_ms)
-
-    monkeypatch.setattr(EventProducer, "send", dying_send)
-    with pytest.raises(RuntimeError, match="killed while publishing"):
+    die_while_publishing(monkeypatch, config.dead_letter_topic, after=2)
+    with pytest.raises(Killed, match="killed while publishing"):
         build_transitions(config)
     monkeypatch.undo()
     assert len(_dead_letters_in(apache_kafka, config.dead_letter_topic)) == 2

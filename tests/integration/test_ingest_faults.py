@@ -14,6 +14,7 @@ from collections import Counter
 
 import pandas as pd
 import pytest
+from kills import Killed, die_while_publishing
 
 import recsys_rl.pipelines.build_transitions as build_module
 from recsys_rl.kafka import ReadError
@@ -24,10 +25,6 @@ from recsys_rl.pipelines.dataset import read_manifest
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 pytestmark = pytest.mark.integration
-
-
-class Killed(RuntimeError):
-    pass
 
 
 def _after(name: str):
@@ -48,19 +45,6 @@ def _before(name: str):
     return step
 
 
-def _mid_publish(monkeypatch, config: BuildTransitionsConfig) -> None:
-    real = EventProducer.send
-    sent = []
-
-    def send(self, topic, key, value, timestamp_ms=None):
-        if topic == config.dead_letter_topic and len(sent) == 1:
-            raise Killed("killed while publishing dead letters")
-        sent.append(topic)
-        real(self, topic, key, value, timestamp_ms)
-
-    monkeypatch.setattr(EventProducer, "send", send)
-
-
 KILLS = {
     "planning": lambda mp, config: mp.setattr(build_module, "plan_replay", _before("plan_replay")),
     "pipeline-written": lambda mp, config: mp.setattr(
@@ -70,7 +54,7 @@ KILLS = {
         build_module, "fill_dead_letters", _after("fill_dead_letters")
     ),
     "published": lambda mp, config: mp.setattr(build_module, "finalize", _after("finalize")),
-    "mid-dead-letters": _mid_publish,
+    "mid-dead-letters": lambda mp, config: die_while_publishing(mp, config.dead_letter_topic, after=1),
     "letters-sent": lambda mp, config: mp.setattr(
         build_module, "_note_published", _before("_note_published")
     ),
