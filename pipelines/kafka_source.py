@@ -64,6 +64,7 @@ DEFAULT_RECORDS_PER_CHUNK = 5_000
 READ_TUNING: dict[str, Any] = {"check.crcs": True, "fetch.queue.backoff.ms": 5, "fetch.wait.max.ms": 10}
 
 _POLL_S = 0.2
+_END_POLL_S = 0.02
 _RETRY_PAUSE_S = 0.1
 
 
@@ -248,6 +249,7 @@ def stable_end_offsets(bootstrap_servers: str, topic: str, *, timeout_s: float =
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
             "logger": log,
+            **READ_TUNING,  # short fetch waits: the end-of-partition events come with the first fetches
         }
     )
     deadline = time.monotonic() + timeout_s
@@ -269,10 +271,11 @@ def stable_end_offsets(bootstrap_servers: str, topic: str, *, timeout_s: float =
                     f"no fetch from {bootstrap_servers} reached the end of topic {topic!r} partition(s) "
                     f"{unknown} within {timeout_s:g} s"
                 )
-            for message in consumer.consume(num_messages=10_000, timeout=_POLL_S):
-                error = message.error()
-                if error is not None and error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    ends[message.partition()] = message.offset()
+            # poll, not consume: consume waits out its timeout unless it fills its count
+            message = consumer.poll(_END_POLL_S)
+            error = None if message is None else message.error()
+            if error is not None and error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                ends[message.partition()] = message.offset()
         return dict(sorted(ends.items()))
     except confluent_kafka.KafkaException as exc:
         raise ReadError(f"finding the end of topic {topic!r} on {bootstrap_servers} failed: {exc}") from exc
