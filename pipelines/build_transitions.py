@@ -185,8 +185,9 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, 
         manifest = finalize(paths, inputs, config.output_settings())
         progress("written", {"dataset": str(paths.final)})
 
-    # a dry run (no commit) leaves Kafka as it found it: the next real run publishes the letters
-    published = _publish_dead_letters(paths.final, config) if config.commit else 0
+    # a dry run (no commit) leaves Kafka as it found it: the next real run publishes the letters (the
+    # training pipeline, which commits in a step of its own, publishes them in that step)
+    published = publish_dead_letters(paths.final, config) if config.commit else 0
     committed = False
     if config.commit:
         commit_offsets(plan)
@@ -279,7 +280,7 @@ def fill_dead_letters(staging: Path, bootstrap_servers: str) -> int:
     return len(unread)
 
 
-def _publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
+def publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
     """Send the dataset's dead letters to the dead-letter topic exactly once, across crashes and reruns;
     returns how many this call sent.
 

@@ -40,7 +40,11 @@ from recsys_rl.errors import OperationalError
 from recsys_rl.feature_store import MaterializeConfig
 from recsys_rl.ope.blessing import utc_now
 from recsys_rl.ope.gate import GateConfig
-from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
+from recsys_rl.pipelines.build_transitions import (
+    BuildTransitionsConfig,
+    build_transitions,
+    publish_dead_letters,
+)
 from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets
 from recsys_rl.training.agents.algorithms import surface_of
 
@@ -299,11 +303,15 @@ class _Steps:
         }
 
     def _commit(self) -> dict[str, Any]:
-        plan = ReplayPlan.from_dict(self.output("ingest")["plan"])
+        ingested = self.output("ingest")
+        plan = ReplayPlan.from_dict(ingested["plan"])
         if not self.config.ingest.commit:
             return {"status": "not_needed", "outputs": {"reason": "ingest.commit is off"}}
+        # dead letters first, then offsets, as build-transitions does; both are safe to repeat on resume
+        published = publish_dead_letters(Path(ingested["dataset"]), self.config.ingest)
         commit_offsets(plan)  # the same end offsets again on a resumed run: harmless
-        return {"status": "done", "outputs": {"group": plan.group, "partitions": len(plan.ranges)}}
+        outputs = {"group": plan.group, "partitions": len(plan.ranges), "dead_letters_published": published}
+        return {"status": "done", "outputs": outputs}
 
     def _features(self) -> dict[str, Any]:
         if self.config.features is None:

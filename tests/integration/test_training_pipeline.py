@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from recsys_rl.cli.main import main
+from recsys_rl.kafka.producer import EventProducer
+from recsys_rl.kafka.reader import read_range
 from recsys_rl.ope import evaluate as evaluation
 from recsys_rl.ope.gate import GateConfig
 from recsys_rl.pipelines import training_pipeline
@@ -102,8 +104,14 @@ def test_one_run_at_a_time_per_registry(config) -> None:
 
 
 def test_the_command_prints_each_step_and_where_the_record_is(config, tmp_path, capsys) -> None:
+    """...and publishes the dead letters once, in its commit step (its ingest builds without committing)."""
     path = tmp_path / "pipeline.yaml"
-    ingest = {k: v for k, v in vars(config.ingest).items()}
+    ingest = {k: v for k, v in vars(config.ingest).items()} | {
+        "dead_letter_topic": f"dlq-{uuid.uuid4().hex[:8]}"
+    }
+    good = next(read_range(config.ingest.bootstrap_servers, config.ingest.feedback_topic))
+    with EventProducer(config.ingest.bootstrap_servers) as producer:
+        producer.send(config.ingest.feedback_topic, good.key, b"\x00not an event", good.timestamp_ms)
     path.write_text(
         json.dumps({"ingest": ingest, "train": config.train, "gate": vars(config.gate) | {"tolerances": {}}})
     )
@@ -124,3 +132,5 @@ def test_the_command_prints_each_step_and_where_the_record_is(config, tmp_path, 
     for step in ("ingest", "commit", "features", "train", "evaluate", "register", "promote"):
         assert f"  {step}" in out
     assert "run record: " in out and "complete" in out.splitlines()[0]
+    [letter] = list(read_range(config.ingest.bootstrap_servers, ingest["dead_letter_topic"]))
+    assert b"malformed_bytes" in letter.value
