@@ -61,8 +61,10 @@ class DecodeEvents(beam.DoFn):
     plain tuples, which Beam's default coder writes field by field (a NamedTuple would be pickled).
     """
 
-    def __init__(self, decisions_topic: str, feedback_topic: str) -> None:
+    def __init__(self, decisions_topic: str, feedback_topic: str, *, latest: bool = False) -> None:
+        """``latest``: also emit each batch's latest event time (``LATEST``), which carrying needs."""
         self._topics = {decisions_topic: DECISION, feedback_topic: FEEDBACK}
+        self._latest = latest
 
     def process(self, batch: KafkaBatch):
         yield TaggedOutput(FATES, ("read", batch.size))
@@ -86,7 +88,7 @@ class DecodeEvents(beam.DoFn):
                 by_user[user_id].append(fields)
         for user_id, events in by_user.items():
             yield user_id, (kind, events)
-        if by_user:
+        if self._latest and by_user:
             time_field = _EVENT_TIME[kind]
             yield TaggedOutput(LATEST, max(e[time_field] for events in by_user.values() for e in events))
         for reason, count in rejected.items():
@@ -152,7 +154,7 @@ class KafkaToTransitions(beam.PTransform):
 
     def expand(self, batches):
         decoded = batches | "Decode" >> beam.ParDo(
-            DecodeEvents(self._decisions_topic, self._feedback_topic)
+            DecodeEvents(self._decisions_topic, self._feedback_topic, latest=self._carry)
         ).with_outputs(DEAD_LETTERS, FATES, LATEST, main="events")
         pipeline = batches.pipeline
         released = [("released", n)] if (n := count_events(self._carried_in)) else []
