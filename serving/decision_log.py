@@ -8,7 +8,9 @@ lock and no thread wake-up per record on the request path (a ``queue.Queue``'s w
 producer, holding at most ``in_flight`` unacknowledged ones.
 When Kafka is slow or down, the producer cannot connect or the in-flight limit is reached: the sender
 waits with the record (counted once as ``deferred``), the queue fills, and later records are dropped.
-When Kafka is back, the waiting records go out in order.
+When Kafka is back, the waiting records go out in order. A record the producer refuses for good (larger
+than its request limit) is dropped, counted (``dropped_undeliverable``) and logged, never retried: at the
+head of the queue it would stop every record behind it.
 
 Shutdown (``close``) stops accepting records and gives the sender ``flush_timeout_s`` in all to hand
 over the queue and have the producer acknowledge it; whatever is left then is counted as
@@ -132,6 +134,16 @@ class DecisionLog:
                     producer.send(entry.topic, entry.key, entry.value, entry.timestamp_ms)
                     return True
                 except DeliveryError as err:
+                    if not getattr(err.__cause__, "retriable", True):
+                        # too large, or otherwise refused for good: waiting would stop every later record
+                        self._metrics.log_records.labels("dropped_undeliverable").inc()
+                        self._logger.warning(
+                            "record_undeliverable",
+                            extra={
+                                "kv": {"error": str(err), "bytes": len(entry.value), "topic": entry.topic}
+                            },
+                        )
+                        return True
                     self._warn("send_deferred", err)
             if not deferred:
                 deferred = True

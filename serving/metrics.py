@@ -62,7 +62,8 @@ class ServingMetrics:
         self.log_records = Counter(
             "recsys_decision_log_records",
             "decision records by outcome: enqueued, acked, deferred (Kafka slow or down when the record was "
-            "next: it waited), dropped_queue_full, dropped_shutdown, failed (Kafka refused it)",
+            "next: it waited), dropped_queue_full, dropped_shutdown, dropped_undeliverable (too large to "
+            "send, ever), failed (Kafka refused it)",
             ["outcome"],
             registry=r,
         )

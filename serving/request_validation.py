@@ -19,6 +19,9 @@ from recsys_rl.serving import wire
 
 MAX_ID_LENGTH = contracts.MAX_ID_LENGTH
 MAX_PAGE_INDEX = 10_000
+#: Largest prediction accepted (a watch time of eleven days, a count far past any probability): finite
+#: values above it overflowed the float32 fusion scores to infinities.
+MAX_PREDICTION = 1e6
 MAX_UTC_OFFSET_MINUTES = 14 * 60
 #: The live-candidate predictions Allocate takes, in order (what the live state is built from).
 LIVE_PREDICTION_NAMES: tuple[str, ...] = signals.LIVE_SIGNALS
@@ -42,11 +45,17 @@ def _check_version(version: int) -> None:
 def _check_id(field: str, value: str) -> None:
     if not value:
         raise InvalidRequest(field, "is empty")
+    _check_length(field, value)
+
+
+def _check_length(field: str, value: str) -> None:
     if len(value) > MAX_ID_LENGTH:
         raise InvalidRequest(field, f"should be at most {MAX_ID_LENGTH} characters, but has {len(value)}")
 
 
 def _check_context(context: contracts.serving_pb2.RequestContext) -> None:
+    # every string a decision record copies is bounded: one oversized record could never reach Kafka
+    _check_length("context.session_id", context.session_id)
     if context.event_time_ms < 0:
         raise InvalidRequest("context.event_time_ms", f"should be >= 0, but is {context.event_time_ms}")
     if context.page_index > MAX_PAGE_INDEX:
@@ -77,15 +86,16 @@ def _check_prediction_names(names: Sequence[str], expected: tuple[str, ...]) -> 
 
 def _check_candidate(field: str, candidate: contracts.Candidate, width: int) -> None:
     _check_id(f"{field}.item_id", candidate.item_id)
+    _check_length(f"{field}.author_id", candidate.author_id)
     if len(candidate.predictions) != width:
         raise InvalidRequest(
             f"{field}.predictions",
             f"should have {width} values, one per prediction name, but has {len(candidate.predictions)}",
         )
     for k, value in enumerate(candidate.predictions):
-        if not (math.isfinite(value) and value >= 0):
+        if not 0 <= value <= MAX_PREDICTION:  # also false for NaN
             raise InvalidRequest(
-                f"{field}.predictions[{k}]", f"should be a finite number >= 0, but is {value}"
+                f"{field}.predictions[{k}]", f"should be a number in [0, {MAX_PREDICTION:g}], but is {value}"
             )
 
 
@@ -135,8 +145,9 @@ def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidate
         columns is not None
         and "" not in columns.item_ids
         and max(map(len, columns.item_ids)) <= MAX_ID_LENGTH
+        and columns.longest_author_id <= MAX_ID_LENGTH
         and len(set(columns.item_ids)) == len(encoded)
-        and np.all(np.isfinite(columns.predictions) & (columns.predictions >= 0))
+        and np.all((columns.predictions >= 0) & (columns.predictions <= MAX_PREDICTION))
     ):
         return RankCandidates(encoded, columns.item_ids, columns.predictions)
     seen: set[str] = set()

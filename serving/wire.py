@@ -46,6 +46,7 @@ def _views() -> dict[str, type]:
         "CandidateColumns": [
             ("item_id", _number(contracts.Candidate, "item_id"), "string"),
             ("predictions", _number(contracts.Candidate, "predictions"), "bytes"),
+            ("author_id", _number(contracts.Candidate, "author_id"), "string"),
         ],
     }
     types = {"bytes": _FieldProto.TYPE_BYTES, "string": _FieldProto.TYPE_STRING}
@@ -84,6 +85,7 @@ def record_candidates(encoded: list[bytes]) -> bytes:
 class Columns:
     item_ids: list[str]
     predictions: np.ndarray  # (candidates, width), float64 of the float32 values sent
+    longest_author_id: int  # author ids are optional, so only their longest is read in bulk
 
 
 def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
@@ -100,4 +102,4 @@ def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
     if set(map(len, blocks)) != {width * _FLOAT32.itemsize}:
         return None
     values = np.frombuffer(b"".join(blocks), _FLOAT32).astype(np.float64).reshape(n, width)
-    return Columns(item_ids, values)
+    return Columns(item_ids, values, max(map(len, columns.author_id), default=0))

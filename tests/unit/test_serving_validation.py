@@ -68,6 +68,8 @@ def test_a_well_formed_request_passes():
         ({"context.last_page_click_rate": 1.5}, "context.last_page_click_rate"),
         ({"context.last_page_click_rate": float("nan")}, "context.last_page_click_rate"),
         ({"context.utc_offset_minutes": 900}, "context.utc_offset_minutes"),
+        # a 2 MB session id was accepted, and its decision record could never reach Kafka (issue 18)
+        ({"context.session_id": "s" * 2_000_000}, "context.session_id"),
     ],
 )
 def test_each_bad_scalar_field_is_named(changes, field):
@@ -93,6 +95,9 @@ def test_prediction_names_must_be_the_policys_in_order():
         (lambda r: r.candidates[1].predictions.pop(), "candidates[1].predictions"),
         (lambda r: r.candidates[2].predictions.__setitem__(3, float("nan")), "candidates[2].predictions[3]"),
         (lambda r: r.candidates[0].predictions.__setitem__(6, -0.5), "candidates[0].predictions[6]"),
+        (lambda r: setattr(r.candidates[1], "author_id", "a" * 129), "candidates[1].author_id"),
+        # finite, but its fusion score overflowed float32 to -inf (issue 18)
+        (lambda r: r.candidates[2].predictions.__setitem__(6, 1e36), "candidates[2].predictions[6]"),
     ],
 )
 def test_each_bad_candidate_field_is_named(mutate, field):
