@@ -83,6 +83,8 @@ class DecisionLog:
         self._outcomes = {  # the labelled counters, looked up once (labels() takes a lock per call)
             outcome: metrics.log_records.labels(outcome) for outcome in ("enqueued", "dropped_queue_full")
         }
+        # read when scraped, so it is right while the sender waits on Kafka (and costs submit nothing)
+        metrics.log_queue_depth.set_function(self._queue.__len__)
         self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
         if bootstrap_servers is not None:
             self._thread.start()
@@ -110,14 +112,12 @@ class DecisionLog:
             try:
                 entry = self._queue.popleft()
             except IndexError:
-                self._metrics.log_queue_depth.set(0)
                 if time.monotonic() - self._last_account >= _ACCOUNT_EVERY_S:
                     self._account()
                 if self._closing.is_set():
                     break
                 self._closing.wait(_IDLE_WAIT_S)
                 continue
-            self._metrics.log_queue_depth.set(len(self._queue))
             if not self._send(entry):
                 self._metrics.log_records.labels("dropped_shutdown").inc()
                 self._drop_rest()
@@ -186,7 +186,6 @@ class DecisionLog:
             except IndexError:
                 break
             self._metrics.log_records.labels("dropped_shutdown").inc()
-        self._metrics.log_queue_depth.set(0)
 
     def _finish(self) -> None:
         if self._producer is None:

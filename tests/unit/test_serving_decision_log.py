@@ -36,3 +36,16 @@ def test_without_kafka_nothing_is_queued():
     assert log.submit("decisions", record(0)) is False
     log.close()
     assert metrics.value(OUTCOMES, outcome="enqueued") == 0
+
+
+def test_the_queue_depth_gauge_is_right_while_kafka_is_down():
+    """Issue 18: the gauge moved only when the sender took a record, so it read 0 while records waited
+    behind one the sender held for an unreachable broker."""
+    metrics = ServingMetrics()
+    log = DecisionLog(f"127.0.0.1:{free_port()}", metrics, capacity=50, in_flight=100, flush_timeout_s=0.5)
+    for i in range(10):
+        log.submit("decisions", record(i))
+    waiting = metrics.value("recsys_decision_log_queue_depth")
+    assert waiting in (9, 10)  # the sender may hold the first one
+    log.close()
+    assert metrics.value("recsys_decision_log_queue_depth") == 0
