@@ -133,8 +133,10 @@ def _change_routing(
 
 
 def _require(info: VersionInfo, role: str) -> None:
-    """Stable and canary need a blessed version; shadow only one without defects."""
+    """Stable and canary need a blessed version; shadow only one without defects; each its files intact."""
     problem = info.why_not_blessed if role in SERVING_ROLES else "; ".join(info.defects) or None
+    if problem is None and (changed := info.changed_policy_files()):
+        problem = f"its policy files changed after registration: {', '.join(changed[:5])}"
     if problem:
         raise RegistryError(f"cannot make version {info.version} of {info.surface} {role}: {problem}")
 

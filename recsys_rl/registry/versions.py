@@ -65,6 +65,15 @@ class VersionInfo:
             return "the OPE gate refused it: " + "; ".join(self.blessing.reasons)
         return None
 
+    def changed_policy_files(self) -> list[str]:
+        """Stored policy files that differ from the sha256 list of its ``policy.json``: hashes every file.
+
+        ``defects`` checks only ``policy.json`` itself (cheap enough for every listing); a role change
+        checks the files too, so weights overwritten after blessing are refused before they serve.
+        """
+        listed = read_json_file(self.policy_dir / POLICY_MANIFEST, RegistryError, "not an exported policy")
+        return mismatched_policy_files(self.policy_dir, listed)
+
     def attachment(self, key: str) -> Path | None:
         """The attached file ``key`` of ``ATTACHMENTS`` names, if this version has it."""
         return self.directory / self.manifest[key] if key in self.manifest else None

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from registry_fakes import digest_of, make_policy, make_report, make_run
+from registry_fakes import POLICY_FILES, digest_of, make_policy, make_report, make_run
 
 from recsys_rl import registry
 from recsys_rl.ope.blessing import Blessing, BlessingError, PolicyRef, write_blessing
@@ -251,6 +251,12 @@ def _changed_policy(reg: Path, tmp_path: Path, version: str) -> None:
     path.write_text(path.read_text().replace("tscac", "edited"))
 
 
+def _changed_weights(reg: Path, tmp_path: Path, version: str) -> None:
+    """A stored weight file overwritten after blessing; policy.json (and so the digest) untouched."""
+    path = reg / "feed" / "versions" / version / "policy" / POLICY_FILES[-1]
+    path.write_bytes(path.read_bytes()[::-1])
+
+
 @pytest.mark.parametrize(
     ("blessing", "spoil", "message", "shadow_ok"),
     [
@@ -273,6 +279,13 @@ def _changed_policy(reg: Path, tmp_path: Path, version: str) -> None:
             id="foreign",
         ),
         pytest.param({}, _changed_policy, ".*policy.json changed after registration", False, id="changed"),
+        pytest.param(
+            {},
+            _changed_weights,
+            f"its policy files changed after registration: {POLICY_FILES[-1]}",
+            False,
+            id="weights",
+        ),
     ],
 )
 def test_promote_refuses_an_unblessed_version(
