@@ -17,6 +17,7 @@ surface's deterministic fallback policy answers, under the ``fallback`` arm.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +32,13 @@ Loader = Callable[[Path, str], Decider]
 
 @dataclass(frozen=True)
 class ServingSet:
-    """One surface's loaded policies; ``revision`` -1: nothing from the registry (fallback only)."""
+    """One surface's loaded policies; ``revision`` -1: nothing from the registry (fallback only).
+
+    ``since_ms``: when it started serving (Unix ms), for the Status RPC.
+    """
 
     fallback: Decider
+    since_ms: int
     revision: int = -1
     stable: Decider | None = None
     canary: Decider | None = None
@@ -71,7 +76,7 @@ class PolicyHolder:
         self._loader = loader
         self._on_reload = on_reload  # (surface, "applied" | "refused" | "failed", error)
         self._lock = threading.Lock()  # one refresh at a time (the watcher and the admin Reload)
-        self.current = ServingSet(fallback)
+        self.current = ServingSet(fallback, _now_ms())
         self.status = ReloadStatus()
 
     def refresh(self, *, force: bool = False) -> bool:
@@ -131,8 +136,14 @@ class PolicyHolder:
             shadow = load(routing.shadow, "shadow")
         except OperationalError as err:
             shadow, shadow_error = None, f"shadow left out: {err}"
-        new = ServingSet(old.fallback, routing.revision, stable, canary, routing.canary_fraction, shadow)
+        new = ServingSet(
+            old.fallback, _now_ms(), routing.revision, stable, canary, routing.canary_fraction, shadow
+        )
         return new, shadow_error
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class RoutingWatcher:

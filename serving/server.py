@@ -10,20 +10,23 @@ sending before the in-flight requests drain.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
 
 from recsys_rl.config import ConfigError
 from recsys_rl.contracts import serving_pb2, serving_pb2_grpc
 from recsys_rl.errors import OperationalError
 from recsys_rl.logs import get_logger, log_event
+from recsys_rl.registry import RegistryError
+from recsys_rl.registry.layout import open_registry
 from recsys_rl.serving.auth import AdminTokenInterceptor, read_token
 from recsys_rl.serving.decision_log import DecisionLog
+from recsys_rl.serving.http_endpoints import start_http_endpoints
 from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.online_features import UserFeatureReader
 from recsys_rl.serving.policies import (
@@ -41,6 +44,7 @@ _SERVICES = serving_pb2.DESCRIPTOR.services_by_name
 RANKING = _SERVICES["RankingService"].full_name
 ALLOCATION = _SERVICES["AllocationService"].full_name
 ADMIN = _SERVICES["AdminService"].full_name
+STATUS = _SERVICES["StatusService"].full_name
 
 
 class ServeError(OperationalError):
@@ -120,9 +124,22 @@ def _warm_users(path: str | None) -> list[str]:
     return list(dict.fromkeys(table.column("user_id").to_pylist()))
 
 
+def _open_registry(path: str | None) -> Path | None:
+    """The registry directory, checked before anything starts: a mistyped path must not serve the
+    fallback policies behind a SERVING health status."""
+    if path is None:
+        return None
+    try:
+        return open_registry(path)
+    except RegistryError as err:
+        raise ConfigError(f"registry {path!r}: {err}") from None
+
+
 def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServer:
     """Start serving ``config``; with ``wait_ready``, return once health says SERVING."""
     log = get_logger("serve")
+    started_at_ms = time.time_ns() // 1_000_000
+    registry = _open_registry(config.registry)
     token = read_token(config.auth_token_file) if config.auth_token_file else None
     credentials = None
     if config.tls_cert is not None and config.tls_key is not None:
@@ -147,7 +164,6 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         fields = {"surface": surface, "outcome": outcome, "revision": holders[surface].current.revision}
         log_event(log, "routing_reload", **fields, **({"error": error} if error else {}))
 
-    registry = Path(config.registry) if config.registry else None
     holders = {
         "feed": PolicyHolder(registry, "feed", load_feed_decider, feed_fallback(), on_reload),
         "live_allocation": PolicyHolder(
@@ -155,7 +171,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         ),
     }
     ready = threading.Event()
-    handlers = Handlers(config, holders, features, decision_log, metrics, ready.is_set)
+    handlers = Handlers(config, holders, features, decision_log, metrics, ready.is_set, started_at_ms)
 
     server = grpc.server(
         ThreadPoolExecutor(config.workers, thread_name_prefix="rpc"),
@@ -169,7 +185,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     _add_services(server, handlers, with_admin=token is not None)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    offered = [RANKING, ALLOCATION, *([ADMIN] if token else [])]
+    offered = [RANKING, ALLOCATION, STATUS, *([ADMIN] if token else [])]
     for name in ("", *offered):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     enable_reflection([*offered, health.SERVICE_NAME], server)
@@ -209,7 +225,9 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     threading.Thread(target=first_load, name="first-load", daemon=True).start()
     metrics_http, metrics_port = None, None
     if config.metrics_port is not None:
-        metrics_http, _ = start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
+        metrics_http = start_http_endpoints(
+            config.host, config.metrics_port, metrics.registry, lambda: handlers.status(None, None)
+        )
         metrics_port = metrics_http.server_port
     running = RunningServer(
         port,
@@ -236,8 +254,12 @@ def _add_services(server: grpc.Server, handlers: Handlers, *, with_admin: bool) 
     class Allocation(serving_pb2_grpc.AllocationServiceServicer):
         Allocate = staticmethod(handlers.instrumented("Allocate", handlers.allocate))
 
+    class Status(serving_pb2_grpc.StatusServiceServicer):
+        Status = staticmethod(handlers.instrumented("Status", handlers.status))
+
     serving_pb2_grpc.add_RankingServiceServicer_to_server(Ranking(), server)
     serving_pb2_grpc.add_AllocationServiceServicer_to_server(Allocation(), server)
+    serving_pb2_grpc.add_StatusServiceServicer_to_server(Status(), server)
     if with_admin:
 
         class Admin(serving_pb2_grpc.AdminServiceServicer):

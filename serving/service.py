@@ -60,7 +60,9 @@ class Handlers:
         log: DecisionLog,
         metrics: ServingMetrics,
         is_ready: Callable[[], bool],
+        started_at_ms: int,
     ) -> None:
+        self._started_at_ms = started_at_ms
         self._config = config
         self._holders = holders
         self._features = features
@@ -231,12 +233,21 @@ class Handlers:
             routing_arm=contracts.ROUTING_ARMS[served.arm],
         )
 
-    # --- AdminService ----------------------------------------------------------------------------------
+    # --- StatusService and AdminService ---------------------------------------------------------------
 
-    def reload(self, request, context: grpc.ServicerContext):
+    def status(self, request, context: grpc.ServicerContext) -> contracts.serving_pb2.StatusResponse:
+        return contracts.serving_pb2.StatusResponse(
+            surfaces=self._surface_statuses(), ready=self._is_ready(), started_at_ms=self._started_at_ms
+        )
+
+    def reload(self, request, context: grpc.ServicerContext) -> contracts.serving_pb2.ReloadResponse:
+        for holder in self._holders.values():
+            holder.refresh(force=True)
+        return contracts.serving_pb2.ReloadResponse(surfaces=self._surface_statuses())
+
+    def _surface_statuses(self) -> list[contracts.serving_pb2.SurfaceStatus]:
         statuses = []
         for surface, holder in self._holders.items():
-            holder.refresh(force=True)
             current = holder.current
             statuses.append(
                 contracts.serving_pb2.SurfaceStatus(
@@ -247,9 +258,11 @@ class Handlers:
                     canary_fraction=current.canary_fraction,
                     shadow_version=current.shadow.version if current.shadow else "",
                     last_error=holder.status.last_error or "",
+                    serving_since_ms=current.since_ms,
+                    fallback_version=current.fallback.version,
                 )
             )
-        return contracts.serving_pb2.ReloadResponse(surfaces=statuses)
+        return statuses
 
 
 class _Children:

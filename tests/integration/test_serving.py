@@ -7,19 +7,23 @@ blessings (``recsys_rl.ope.blessing.write_blessing``); each test gets its own re
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.request import urlopen
 
 import grpc
 import numpy as np
 import pytest
 import redis
+from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from registry_fakes import make_report
@@ -125,6 +129,12 @@ def ranking(ch: grpc.Channel):
 
 def decisions(bootstrap: str, topic: str) -> list[contracts.DecisionRecord]:
     return [contracts.decode_decision(r.value) for r in read_range(bootstrap, topic, idle_timeout_s=10.0)]
+
+
+def status_of(ch: grpc.Channel) -> dict[str, contracts.serving_pb2.SurfaceStatus]:
+    """The Status RPC's answer by surface; asked without any token."""
+    answer = contracts.serving_pb2_grpc.StatusServiceStub(ch).Status(contracts.serving_pb2.StatusRequest())
+    return {surface.surface: surface for surface in answer.surfaces}
 
 
 def wait_for(condition, what: str, attempts: int = 400) -> None:
@@ -313,20 +323,21 @@ def test_hot_reload_under_concurrent_load_fails_no_request(registry_dir, serve):
 
 
 def test_a_corrupt_artifact_is_refused_and_the_previous_policy_keeps_serving(registry_dir, serve):
-    server = serve(registry=str(registry_dir))
+    server = serve(registry=str(registry_dir), reload_interval_s=3600.0)
+    registry.promote(registry_dir, "feed", "v2", "stable")  # intact when promoted (promote hashes the files)
     variables = registry_dir / "feed" / "versions" / "v2" / "policy" / "variables"
     data = next(variables.glob("variables.data-*"))
-    data.write_bytes(data.read_bytes()[:-8] + b"corrupt!")
-    registry.promote(registry_dir, "feed", "v2", "stable")  # the registry checks policy.json, not weights
-    wait_for(
-        lambda: server.metrics.value("recsys_serving_reloads_total", surface="feed", outcome="refused") == 1,
-        "the refusal",
-    )
+    data.write_bytes(data.read_bytes()[:-8] + b"corrupt!")  # and changed on disk before the server loads it
+    assert not server.holders["feed"].refresh()
+    assert server.metrics.value("recsys_serving_reloads_total", surface="feed", outcome="refused") == 1
     with channel(server) as ch:
         answer = ranking(ch).Rank(rank_request())
+        status = status_of(ch)
     assert answer.routing_arm == RANK["stable"] and answer.policy_version == "v1"
     assert server.holders["feed"].current.stable.version == "v1"
     assert "does not match its manifest" in server.holders["feed"].status.last_error
+    assert (status["feed"].stable_version, status["feed"].routing_revision) == ("v1", 1)
+    assert status["feed"].last_error == server.holders["feed"].status.last_error
 
 
 def test_a_shadow_is_computed_and_logged_apart_but_never_served(registry_dir, topics, embedded_kafka, serve):
@@ -450,6 +461,55 @@ def test_admin_reload_needs_the_token(registry_dir, tmp_path, serve):
         assert feed.stable_version == server.holders["feed"].current.stable.version
         assert feed.routing_revision == 2 and not feed.last_error
         assert ranking(ch).Rank(rank_request()).policy_version == feed.stable_version
+
+
+def test_status_says_which_versions_serve_which_arm_since_when_over_grpc_and_http(registry_dir, serve):
+    token_file = registry_dir.parent / "token"
+    token_file.write_text("s3cret-token-0123456789\n")
+    before_ms = time.time_ns() // 1_000_000
+    server = serve(registry=str(registry_dir), metrics_port=0, auth_token_file=str(token_file))
+    with channel(server) as ch:
+        answer = contracts.serving_pb2_grpc.StatusServiceStub(ch).Status(
+            contracts.serving_pb2.StatusRequest()
+        )
+        started = status_of(ch)
+        feed, live = started["feed"], started["live_allocation"]
+        assert answer.ready and before_ms <= answer.started_at_ms <= feed.serving_since_ms
+        assert (feed.routing_revision, feed.stable_version, feed.canary_version) == (1, "v1", "")
+        assert feed.fallback_version == "fallback-behaviour-feed-v1" and not feed.last_error
+        assert (live.routing_revision, live.stable_version) == (0, "")  # a routing never written
+        assert live.fallback_version == "fallback-behaviour-live-v1"
+        assert feed.serving_since_ms <= live.serving_since_ms  # loaded in that order at start-up
+        registry.promote(registry_dir, "feed", "v2", "canary", canary_fraction=0.25)
+        wait_for(lambda: status_of(ch)["feed"].routing_revision == 2, "the canary")
+        feed = status_of(ch)["feed"]
+        assert (feed.stable_version, feed.canary_version, feed.canary_fraction) == ("v1", "v2", 0.25)
+        assert feed.serving_since_ms > started["feed"].serving_since_ms
+        assert status_of(ch)["live_allocation"] == live  # nothing changed there
+        http = json.loads(urlopen(f"http://127.0.0.1:{server.metrics_port}/status", timeout=5).read())
+        grpc_answer = contracts.serving_pb2_grpc.StatusServiceStub(ch).Status(
+            contracts.serving_pb2.StatusRequest()
+        )
+    assert http == json_format.MessageToDict(grpc_answer, preserving_proto_field_name=True)
+    metrics = urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    assert "recsys_serving_requests_total" in metrics
+
+
+def test_a_registry_that_does_not_exist_stops_the_server_from_starting(tmp_path, serve):
+    nowhere = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match=r"registry '.*nowhere': no registry at .*nowhere"):
+        serve(registry=str(nowhere))
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "recsys-rl"), "serve", "--registry", str(nowhere)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"recsys-rl serve: error: registry {str(nowhere)!r}: no registry at {nowhere} "
+        "(registering a policy creates one)"
+    ]
 
 
 def test_the_cli_serves_in_a_subprocess_and_stops_cleanly_on_sigterm(registry_dir, tmp_path):
