@@ -3,8 +3,8 @@
 ``start_server(config)`` returns a ``RunningServer`` (``.port``, ``.stop(grace)``) for in-process use;
 ``recsys-rl serve`` runs the same in its own process. Health starts NOT_SERVING for every service and
 turns SERVING once the first load of the registry's routing has been tried (a policy loaded, or the
-deterministic fallback in its place); ``stop`` turns it NOT_SERVING first, so load balancers stop
-sending before the in-flight requests drain.
+deterministic fallback in its place); ``stop`` turns it NOT_SERVING first and serves on through a drain
+period, so load balancers stop sending before the listener closes and the in-flight requests finish.
 """
 
 from __future__ import annotations
@@ -71,9 +71,18 @@ class RunningServer:
     def wait(self) -> None:
         self._server.wait_for_termination()
 
-    def stop(self, grace_s: float | None = None) -> None:
-        """NOT_SERVING, drain in-flight RPCs for ``grace_s``, then flush the decision log (its own bound)."""
+    def stop(self, grace_s: float | None = None, drain_s: float = 0.0) -> None:
+        """Shut down without failing a call that reached the server, in the order load balancers need.
+
+        Health turns NOT_SERVING at once, and the server goes on serving for ``drain_s`` while health
+        checkers notice and clients move away (a call already sent when the listener closes would fail);
+        then it refuses new calls and gives the ones in flight ``grace_s`` to finish; then the decision log
+        flushes (its own bound).
+        """
         self._health.enter_graceful_shutdown()
+        if drain_s > 0:
+            log_event(get_logger("serve"), "draining", drain_s=drain_s, grace_s=grace_s)
+            time.sleep(drain_s)
         self._server.stop(grace_s).wait()
         self._watcher.stop()
         self._log.close()

@@ -42,7 +42,10 @@ class ServeConfig:
     max_candidates: int = 1000
     max_page_size: int = 100
     max_message_bytes: int = 4 * 1024 * 1024
-    shutdown_grace_s: float = 5.0  # in-flight requests get this long to finish on stop
+    # On stop: NOT_SERVING at once, served on for shutdown_drain_s while load balancers move away, then
+    # new calls refused and in-flight ones given shutdown_grace_s to finish; then the decision log flushes.
+    shutdown_drain_s: float = 2.0
+    shutdown_grace_s: float = 5.0
     # security and operations
     tls_cert: str | None = None  # PEM certificate chain; with tls_key, the server speaks TLS only
     tls_key: str | None = None
@@ -76,5 +79,6 @@ class ServeConfig:
         for name in ("log_flush_timeout_s", "feature_budget_ms", "reload_interval_s", "shutdown_grace_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} should be > 0, but is {getattr(self, name)}")
-        if not self.feature_cache_s >= 0:
-            raise ValueError(f"feature_cache_s should be >= 0, but is {self.feature_cache_s}")
+        for name in ("feature_cache_s", "shutdown_drain_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} should be >= 0, but is {getattr(self, name)}")

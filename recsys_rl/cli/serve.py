@@ -26,6 +26,8 @@ _OPTIONS = (
     "redis",
     "metrics_port",
     "explore",
+    "shutdown_drain_s",
+    "shutdown_grace_s",
 )
 
 
@@ -59,6 +61,19 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--redis", metavar="HOST:PORT", help="Redis online store for the redis profile")
     p.add_argument("--metrics-port", type=non_negative_int, help="Prometheus /metrics port (default off)")
     p.add_argument(
+        "--shutdown-drain-s",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM, report NOT_SERVING and keep serving this long so load balancers move away "
+        "(default 2)",
+    )
+    p.add_argument(
+        "--shutdown-grace-s",
+        type=float,
+        metavar="SECONDS",
+        help="then stop accepting and give in-flight calls this long to finish (default 5)",
+    )
+    p.add_argument(
         "--no-explore", dest="explore", action="store_const", const=False, help="serve each policy's mode"
     )
     p.set_defaults(handler=run)
@@ -81,7 +96,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"serving on {scheme}://{config.host}:{server.port}{metrics}", flush=True)
     progress("serving", {"port": server.port, "registry": config.registry or "none"})
     stop.wait()
-    progress("stopping", {"grace_s": config.shutdown_grace_s, "log_flush_s": config.log_flush_timeout_s})
-    server.stop(config.shutdown_grace_s)
+    progress(
+        "stopping",
+        {
+            "drain_s": config.shutdown_drain_s,
+            "grace_s": config.shutdown_grace_s,
+            "log_flush_s": config.log_flush_timeout_s,
+        },
+    )
+    server.stop(config.shutdown_grace_s, config.shutdown_drain_s)
     print("stopped", flush=True)
     return 0

@@ -541,6 +541,50 @@ def test_the_cli_serves_in_a_subprocess_and_stops_cleanly_on_sigterm(registry_di
             process.wait()
 
 
+def test_sigterm_drains_before_stopping_so_no_call_in_flight_is_cancelled(registry_dir):
+    """NOT_SERVING at once, served on through the drain period, in-flight calls finished, then stopped."""
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "recsys-rl"),
+            "serve",
+            "--registry",
+            str(registry_dir),
+            "--port",
+            "0",
+            "--shutdown-drain-s",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("serving on grpc://127.0.0.1:"), line + process.stderr.read()
+        with grpc.insecure_channel(line.strip().rsplit("/", 1)[1]) as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            ranking(ch).Rank(rank_request(), timeout=10)  # connected, and the policy has answered once
+            calls = [ranking(ch).Rank.future(rank_request(f"r{i}"), timeout=60) for i in range(100)]
+            process.send_signal(signal.SIGTERM)
+            wait_for(
+                lambda: (
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                    == health_pb2.HealthCheckResponse.NOT_SERVING
+                ),
+                "NOT_SERVING",
+            )
+            after = ranking(ch).Rank(rank_request("after-the-signal"), timeout=10)  # still served
+            codes = [call.code() for call in calls]
+        assert codes == [grpc.StatusCode.OK] * 100
+        assert after.policy_version == "v1"
+        assert process.wait(timeout=60) == 0
+        assert process.stdout.read().strip() == "stopped"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 # --- online features and a Redis outage ---------------------------------------------------------------
 
 FEATURE_REPO = Path(__file__).resolve().parents[2] / "features"
