@@ -196,7 +196,7 @@ def test_rank_serves_the_stable_policy_and_logs_exactly_what_it_served(
 
 
 def test_without_any_loadable_policy_a_deterministic_fallback_answers(tmp_path, serve):
-    server = serve(registry=str(tmp_path / "no-registry"))
+    server = serve(registry=str(tmp_path))  # a registry with nothing registered
     with channel(server) as ch:
         stub = ranking(ch)
         first, second = stub.Rank(rank_request()), stub.Rank(rank_request())
@@ -261,7 +261,7 @@ def test_health_and_reflection_under_v1_and_v1alpha(registry_dir, serve):
     ],
 )
 def test_invalid_fields_are_invalid_argument_naming_the_field(mutate, field, tmp_path, serve):
-    server = serve(registry=str(tmp_path / "none"), max_candidates=50)
+    server = serve(max_candidates=50)
     request = rank_request()
     mutate(request)
     with channel(server) as ch, pytest.raises(grpc.RpcError) as err:
@@ -272,7 +272,7 @@ def test_invalid_fields_are_invalid_argument_naming_the_field(mutate, field, tmp
 
 
 def test_oversized_messages_are_refused_and_the_server_carries_on(tmp_path, serve):
-    server = serve(registry=str(tmp_path / "none"), max_message_bytes=16 * 1024)
+    server = serve(max_message_bytes=16 * 1024)
     with channel(server) as ch:
         with pytest.raises(grpc.RpcError) as err:
             ranking(ch).Rank(rank_request(n=500))  # ~40 KB
@@ -367,7 +367,6 @@ def test_kafka_down_and_back_answers_every_request_and_counts_what_it_deferred_a
         topic = f"dec-{uuid.uuid4().hex[:8]}"
         ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, 1)])
         server = serve(
-            registry=str(tmp_path / "none"),
             bootstrap_servers=broker.bootstrap_servers,
             decisions_topic=topic,
             log_queue_size=5,
@@ -433,7 +432,7 @@ def certificate(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_tls_serves_verified_clients_and_refuses_plaintext(certificate, tmp_path, serve):
     cert, key = certificate
-    server = serve(registry=str(tmp_path / "none"), tls_cert=str(cert), tls_key=str(key))
+    server = serve(tls_cert=str(cert), tls_key=str(key))
     credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
     with grpc.secure_channel(f"localhost:{server.port}", credentials) as ch:
         assert ranking(ch).Rank(rank_request()).item_ids
@@ -644,7 +643,6 @@ def redis_features(redis_server, tmp_path_factory) -> Path:
 def redis_feature_settings(redis_features: Path, redis_server, tmp_path: Path) -> dict:
     """A server without policies whose user features come from the Redis store of ``redis_features``."""
     return {
-        "registry": str(tmp_path / "none"),
         "feature_repo": str(FEATURE_REPO),
         "feature_profile": "redis",
         "feature_state_dir": str(redis_features),
