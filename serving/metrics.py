@@ -34,6 +34,12 @@ class ServingMetrics:
         self.requests = Counter(
             "recsys_serving_requests", "RPCs by final status code", ["method", "code"], registry=r
         )
+        self.requests_in_flight = Gauge(
+            "recsys_serving_requests_in_flight",
+            "RPCs accepted and not finished, waiting for a handler thread or running (the concurrent-call "
+            "limit applies to it)",
+            registry=r,
+        )
         self.decisions = Counter(
             "recsys_serving_decisions",
             "decisions by surface and routing arm (shadow too)",
@@ -83,3 +89,17 @@ class ServingMetrics:
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when never set), for tests and status pages."""
         return self.registry.get_sample_value(name, labels) or 0.0
+
+
+class MetricChildren:
+    """The children of a labelled metric, each looked up once (``labels()`` takes a lock per call)."""
+
+    def __init__(self, metric) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], object] = {}
+
+    def get(self, *labels: str):
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._metric.labels(*labels)
+        return child

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +24,10 @@ from recsys_rl.logs import get_logger, log_event
 from recsys_rl.registry import RegistryError
 from recsys_rl.registry.layout import open_registry
 from recsys_rl.serving.auth import AdminTokenInterceptor, read_token
+from recsys_rl.serving.call_accounting import CallAccounting, CountingExecutor
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.http_endpoints import start_http_endpoints
-from recsys_rl.serving.metrics import ServingMetrics
+from recsys_rl.serving.metrics import MetricChildren, ServingMetrics
 from recsys_rl.serving.online_features import UserFeatureReader
 from recsys_rl.serving.policies import (
     allocation_fallback,
@@ -182,9 +182,15 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     ready = threading.Event()
     handlers = Handlers(config, holders, features, decision_log, metrics, ready.is_set, started_at_ms)
 
+    pool = CountingExecutor(config.workers)
+    metrics.requests_in_flight.set_function(pool.active)
+    requests = MetricChildren(metrics.requests)
+    accounting = CallAccounting(
+        pool, config.max_concurrent_rpcs, lambda method, code: requests.get(method, code).inc()
+    )
     server = grpc.server(
-        ThreadPoolExecutor(config.workers, thread_name_prefix="rpc"),
-        interceptors=[AdminTokenInterceptor(token)] if token else [],
+        pool,
+        interceptors=[accounting, *([AdminTokenInterceptor(token)] if token else [])],
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),

@@ -19,7 +19,7 @@ from recsys_rl import contracts
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.logs import get_logger
 from recsys_rl.serving.decision_log import DecisionLog
-from recsys_rl.serving.metrics import ServingMetrics
+from recsys_rl.serving.metrics import MetricChildren, ServingMetrics
 from recsys_rl.serving.online_features import UserFeatureReader
 from recsys_rl.serving.online_state import event_time_ms, feed_state, live_state, user_group
 from recsys_rl.serving.policies import Decider, request_seed
@@ -70,13 +70,13 @@ class Handlers:
         self._metrics = metrics
         self._is_ready = is_ready
         # labelled metric children, looked up once each (prometheus' labels() takes a lock per call)
-        self._decision_counts = _Children(metrics.decisions)
+        self._decision_counts = MetricChildren(metrics.decisions)
 
     def instrumented(self, method: str, handle: Callable) -> Callable:
         """``handle`` with latency and status metrics, and errors mapped to gRPC status codes."""
 
         latency = self._metrics.latency.labels(method)
-        counts = _Children(self._metrics.requests)
+        counts = MetricChildren(self._metrics.requests)
 
         def rpc(request, context: grpc.ServicerContext):
             started = time.perf_counter()
@@ -263,20 +263,6 @@ class Handlers:
                 )
             )
         return statuses
-
-
-class _Children:
-    """The children of a labelled metric, each looked up once."""
-
-    def __init__(self, metric) -> None:
-        self._metric = metric
-        self._children: dict[tuple[str, ...], object] = {}
-
-    def get(self, *labels: str):
-        child = self._children.get(labels)
-        if child is None:
-            child = self._children[labels] = self._metric.labels(*labels)
-        return child
 
 
 def _still_in_time(context: grpc.ServicerContext) -> None:
