@@ -21,6 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
+from recsys_rl.gaussian import standard_log_density
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 
 
@@ -91,12 +92,12 @@ class GaussianDecider:
     version: str
 
     def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
-        states = state[None, :].astype(np.float64)
-        action = self.policy.mean(states)
-        if explore:
-            noise = seeded_generator(seed).standard_normal(action.shape)
-            action = action + self.policy.sigma * noise
-        return action[0], float(self.policy.log_prob(states, action)[0])
+        """The density comes from the drawn noise itself, which is the standardised residual: the
+        network runs once per request, not a second time inside ``log_prob``."""
+        mean = self.policy.mean(state[None, :].astype(np.float64))[0]
+        noise = seeded_generator(seed).standard_normal(mean.shape) if explore else np.zeros_like(mean)
+        action = mean + self.policy.sigma * noise
+        return action, float(standard_log_density(noise, self.policy.sigma))
 
 
 def load_allocation_decider(policy_dir: Path, version: str) -> BernoulliAllocationDecider:

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.gaussian import log_density
 from recsys_rl.state import FEED_STATE_FEATURES, LIVE_PREDICTION_SCALE, LIVE_STATE_FEATURES
 
 
@@ -32,9 +33,6 @@ class AllocationPolicy(Protocol):
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Insert decisions (n,) in {0, 1} and their log-probabilities (n,) for live states."""
         ...
-
-
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 @dataclass(frozen=True)
@@ -64,8 +62,7 @@ class GaussianFeedPolicy:
         return self.base_logits + states @ self.state_coef
 
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        z = (actions - self.mean(states)) / self.sigma
-        return -0.5 * np.sum(z * z + _LOG_2PI, axis=1) - np.sum(np.log(self.sigma))
+        return log_density(actions, self.mean(states), self.sigma)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         actions = self.mean(states) + self.sigma * rng.standard_normal((states.shape[0], self.sigma.shape[0]))

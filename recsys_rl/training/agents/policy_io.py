@@ -45,6 +45,7 @@ from recsys_rl import signals
 from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.gaussian import log_density
 from recsys_rl.registry.policy_files import POLICY_MANIFEST, file_digests, mismatched_policy_files
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 from recsys_rl.training.agents.base import FeedAgent
@@ -207,8 +208,7 @@ class NumpyGaussianActor:
         return x @ self.output[0] + self.output[1]
 
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        z = (np.asarray(actions, np.float64) - self.mean(states)) / self.sigma
-        return -0.5 * np.sum(z * z + np.log(2.0 * np.pi), axis=1) - np.sum(np.log(self.sigma))
+        return log_density(actions, self.mean(states), self.sigma)
 
 
 def numpy_actor(policy: SavedFeedPolicy, *, probes: int = 64, tolerance: float = 1e-4) -> NumpyGaussianActor:
