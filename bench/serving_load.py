@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -50,7 +51,9 @@ def requests(candidates: int, seed: int) -> list[contracts.RankRequest]:
         request.context.session_id = f"s{i}"
         predictions = rng.gamma(2.0, scale / 2.0, size=(candidates, len(scale)))
         for j in range(candidates):
-            candidate = request.candidates.add(item_id=f"v{i}-{j}", author_id=f"a{j % 50}")
+            candidate = request.candidates.add(
+                item_id=f"v{i}-{j}", author_id=f"a{j % 50}", item_type=contracts.ITEM_TYPES["video"]
+            )
             candidate.predictions.extend(predictions[j].tolist())
         pool.append(request)
     return pool
@@ -66,10 +69,29 @@ async def _call(stub, request, deadline_s: float) -> tuple[float, bool]:
     return time.perf_counter() - started, ok
 
 
-async def open_loop(target: str, qps: float, seconds: float, pool, deadline_s: float) -> dict:
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = serving_pb2_grpc.RankingServiceStub(channel)
-        await _call(stub, pool[0], deadline_s)  # connect before the clock starts
+@contextlib.asynccontextmanager
+async def _stubs(target: str, channels: int, pool, deadline_s: float):
+    """``channels`` stubs, each on its own connection, all connected before the clock starts.
+
+    Production traffic arrives over many connections; a server that spreads connections over worker
+    processes (SO_REUSEPORT) is only exercised by a client that opens more than one.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        stubs = []
+        for _ in range(channels):
+            # each channel with its own subchannel pool: gRPC would otherwise share one connection
+            options = [("grpc.use_local_subchannel_pool", 1)]
+            channel = await stack.enter_async_context(grpc.aio.insecure_channel(target, options=options))
+            stubs.append(serving_pb2_grpc.RankingServiceStub(channel))
+        for stub in stubs:
+            await _call(stub, pool[0], deadline_s)
+        yield stubs
+
+
+async def open_loop(
+    target: str, qps: float, seconds: float, pool, deadline_s: float, channels: int = 1
+) -> dict:
+    async with _stubs(target, channels, pool, deadline_s) as stubs:
         total = int(qps * seconds)
         cpu_start, start = time.process_time(), time.perf_counter()
         tasks = []
@@ -77,21 +99,22 @@ async def open_loop(target: str, qps: float, seconds: float, pool, deadline_s: f
             delay = start + i / qps - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            stub = stubs[i % channels]
             tasks.append(asyncio.ensure_future(_call(stub, pool[i % len(pool)], deadline_s)))
         results = await asyncio.gather(*tasks)
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return _summary(results, elapsed, cpu, offered=qps)
 
 
-async def closed_loop(target: str, concurrency: int, seconds: float, pool, deadline_s: float) -> dict:
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = serving_pb2_grpc.RankingServiceStub(channel)
-        await _call(stub, pool[0], deadline_s)
+async def closed_loop(
+    target: str, concurrency: int, seconds: float, pool, deadline_s: float, channels: int = 1
+) -> dict:
+    async with _stubs(target, channels, pool, deadline_s) as stubs:
         results: list[tuple[float, bool]] = []
         stop = time.perf_counter() + seconds
 
         async def worker(offset: int) -> None:
-            i = offset
+            stub, i = stubs[offset % channels], offset
             while time.perf_counter() < stop:
                 results.append(await _call(stub, pool[i % len(pool)], deadline_s))
                 i += concurrency
@@ -141,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--candidates", type=int, default=200)
         p.add_argument("--deadline-s", type=float, default=1.0)
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--channels", type=int, default=1, help="connections to spread the calls over")
         if name == "open":
             p.add_argument("--qps", type=float, default=500.0)
         else:
@@ -152,9 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     pool = requests(args.candidates, args.seed)
     if args.mode == "open":
-        result = asyncio.run(open_loop(args.target, args.qps, args.seconds, pool, args.deadline_s))
+        result = asyncio.run(
+            open_loop(args.target, args.qps, args.seconds, pool, args.deadline_s, args.channels)
+        )
     else:
-        result = asyncio.run(closed_loop(args.target, args.concurrency, args.seconds, pool, args.deadline_s))
+        result = asyncio.run(
+            closed_loop(args.target, args.concurrency, args.seconds, pool, args.deadline_s, args.channels)
+        )
     print(json.dumps(result))
     return 0
 

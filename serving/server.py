@@ -182,7 +182,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     ready = threading.Event()
     handlers = Handlers(config, holders, features, decision_log, metrics, ready.is_set, started_at_ms)
 
-    pool = CountingExecutor(config.workers)
+    pool = CountingExecutor(config.handler_threads)
     metrics.requests_in_flight.set_function(pool.active)
     requests = MetricChildren(metrics.requests)
     accounting = CallAccounting(
@@ -194,6 +194,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
+            ("grpc.so_reuseport", int(config.reuse_port)),
         ],
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )

@@ -6,7 +6,7 @@ import argparse
 import signal
 import threading
 
-from recsys_rl.cli.options import add_bootstrap_option, add_config_option, non_negative_int
+from recsys_rl.cli.options import add_bootstrap_option, add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger
 
@@ -28,6 +28,7 @@ _OPTIONS = (
     "explore",
     "shutdown_drain_s",
     "shutdown_grace_s",
+    "worker_processes",
 )
 
 
@@ -59,7 +60,19 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "user_id column, e.g. a dataset's features/user_engagement (the users this server will see)",
     )
     p.add_argument("--redis", metavar="HOST:PORT", help="Redis online store for the redis profile")
-    p.add_argument("--metrics-port", type=non_negative_int, help="Prometheus /metrics port (default off)")
+    p.add_argument(
+        "--metrics-port",
+        type=non_negative_int,
+        help="Prometheus /metrics and JSON /status port (default off; with --workers, worker i uses PORT+i)",
+    )
+    p.add_argument(
+        "--workers",
+        dest="worker_processes",
+        type=positive_int,
+        metavar="N",
+        help="server processes sharing the port (SO_REUSEPORT), each with its own GIL: for machines with "
+        "more cores, and callers that open several connections (default 1)",
+    )
     p.add_argument(
         "--shutdown-drain-s",
         type=float,
@@ -88,6 +101,12 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    if config.worker_processes > 1:
+        from recsys_rl.serving.workers import run_workers
+
+        code = run_workers(config, stop, lambda line: print(line, flush=True))
+        print("stopped", flush=True)
+        return code
     server = start_server(config)
     scheme = "grpcs" if config.tls_cert else "grpc"
     metrics = (

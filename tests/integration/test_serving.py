@@ -37,7 +37,7 @@ from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
 from recsys_rl.serving.routing import ServingSet
-from recsys_rl.serving.server import RunningServer, start_server
+from recsys_rl.serving.server import RunningServer, ServeError, start_server
 from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.state import FEED_STATE_FEATURES
 
@@ -296,7 +296,7 @@ class _BlockingDecider:
 
 def test_calls_refused_before_any_handler_runs_are_counted_by_code(serve):
     """RESOURCE_EXHAUSTED, undecodable requests and unknown methods never reach a handler; still counted."""
-    server = serve(workers=2, max_concurrent_rpcs=2)
+    server = serve(handler_threads=2, max_concurrent_rpcs=2)
     blocking = _BlockingDecider()
     server.holders["feed"].current = ServingSet(blocking, 0)
     count = server.metrics.value
@@ -623,6 +623,73 @@ def test_sigterm_drains_before_stopping_so_no_call_in_flight_is_cancelled(regist
         assert after.policy_version == "v1"
         assert process.wait(timeout=60) == 0
         assert process.stdout.read().strip() == "stopped"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_second_server_on_a_taken_port_refuses_to_start(serve):
+    first = serve()
+    with pytest.raises(ServeError, match=f"cannot listen on 127.0.0.1:{first.port}"):
+        serve(port=first.port)  # gRPC's default SO_REUSEPORT would have let it take half the calls
+
+
+def _requests_served(metrics_url: str) -> float:
+    text = urlopen(metrics_url, timeout=10).read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('recsys_serving_requests_total{code="OK",method="Rank"}')
+    )
+
+
+def test_worker_processes_share_the_port_and_stop_together_on_sigterm(registry_dir):
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "recsys-rl"),
+            "serve",
+            "--registry",
+            str(registry_dir),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--workers",
+            "2",
+            "--shutdown-drain-s",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("serving on grpc://127.0.0.1:"), line + process.stderr.read()
+        address, metrics = line.strip().removeprefix("serving on grpc://").split(", metrics on ")
+        assert address.endswith(" with 2 worker processes")
+        target, metrics_urls = address.split()[0], metrics.split(", ")
+        assert len(set(metrics_urls)) == 2
+        # 16 connections: the kernel spreads connections, so both workers get some (all on one: 2**-15)
+        channels = [
+            grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(16)
+        ]
+        try:
+            answers = [
+                ranking(ch).Rank(rank_request(f"r{i}-{k}"), timeout=30)
+                for k, ch in enumerate(channels)
+                for i in range(3)
+            ]
+        finally:
+            for ch in channels:
+                ch.close()
+        assert {a.policy_version for a in answers} == {"v1"}
+        served = [_requests_served(url) for url in metrics_urls]
+        assert sum(served) == len(answers) and min(served) > 0
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+        assert process.stdout.read().strip().splitlines()[-1] == "stopped"
     finally:
         if process.poll() is None:
             process.kill()
