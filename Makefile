@@ -1,6 +1,7 @@
 # recsys-rl: every command a user or CI needs, each installing what it uses first.
 #   make demo         the closed loop on the embedded default: simulate, pipeline, serve, pipeline again
-#   make test         unit + integration tests (starts real Apache Kafka and Redis on loopback)
+#   make test         unit + integration tests (starts real Apache Kafka and Redis on loopback; needs
+#                     Node.js and npm for the Node gRPC client test)
 #   make lint         ruff
 #   make bench        full benchmarks -> bench/results/*.json
 #   make bench-quick  the same, small sizes (CI)
@@ -9,18 +10,20 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NODE_DIR := tests/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 KAFKA_VERSION := 4.1.1
 KAFKA_LIBS ?= $(HOME)/.cache/recsys-rl/kafka-$(KAFKA_VERSION)/libs
 export RECSYS_RL_KAFKA_LIBS := $(KAFKA_LIBS)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test lint bench bench-quick kafka-jars redis-server lock clean
+.PHONY: install demo test lint bench bench-quick kafka-jars redis-server node-deps lock clean
 
 install: $(STAMP)
 
 # The lock file pins the whole resolved set; the project itself goes in editable, without build
 # isolation, so that its build step (protobuf stub generation) uses the pinned grpcio-tools.
-$(STAMP): setup.py pyproject.toml requirements.lock $(wildcard protos/*.proto)
+$(STAMP): setup.py pyproject.toml requirements.lock $(shell find protos -name '*.proto')
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check pip==26.3 setuptools==84.2.1 wheel==0.48.0
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
@@ -31,7 +34,7 @@ $(STAMP): setup.py pyproject.toml requirements.lock $(wildcard protos/*.proto)
 demo: install
 	$(BIN)/recsys-rl demo --out demo-output
 
-test: install kafka-jars redis-server
+test: install kafka-jars redis-server node-deps
 	$(BIN)/python -m pytest
 
 lint: install
@@ -73,6 +76,15 @@ redis-server:
 		$(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends redis-server; }
 
+# The Node.js gRPC client of tests/integration/test_node_client.py: @grpc/grpc-js and @grpc/proto-loader
+# at the versions package-lock.json pins, installed again only when the lock file changes; no package
+# needs an install script (protobufjs's only warns about how dependents pin it), so none runs.
+node-deps: $(NODE_STAMP)
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	npm ci --prefix $(NODE_DIR) --no-audit --no-fund --ignore-scripts
+	touch $@
+
 # Re-resolve the pinned set after changing install_requires in setup.py.
 lock:
 	rm -rf .lock-venv
@@ -85,4 +97,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) build *.egg-info recsys_rl/proto/*_pb2*.py recsys_rl/proto/*_pb2*.pyi .pytest_cache
+	rm -rf $(VENV) build *.egg-info recsys_rl/proto/*_pb2*.py recsys_rl/proto/*_pb2*.pyi .pytest_cache $(NODE_DIR)/node_modules

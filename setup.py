@@ -7,6 +7,8 @@ can never drift from the ``.proto`` files they come from.
 
 from __future__ import annotations
 
+import re
+import tempfile
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,10 +21,21 @@ ROOT = Path(__file__).parent.resolve()
 
 
 class BuildProtos(Command):
-    """Compile ``protos/*.proto`` into importable ``recsys_rl.proto`` modules."""
+    """Compile every ``protos/**/*.proto`` into the flat ``recsys_rl.proto`` package.
+
+    The .proto files sit at the paths their imports name (``protos/recsys/v1/serving.proto`` imports
+    ``recsys/v1/events.proto``), so plain ``protoc -I protos`` compiles them in any language, and the
+    descriptors' file names are ``recsys/v1/serving.proto``: the names every other language's stubs and
+    grpcurl (through reflection) use. protoc names the Python modules after those paths too
+    (``recsys.v1.serving_pb2``), which would claim a top-level ``recsys`` package that is not ours; so
+    the stubs are generated into a temporary directory and written into ``recsys_rl/proto/`` under
+    their own file names, with the modules' imports of each other (``from recsys.v1 import events_pb2``)
+    and their module names rewritten to ``recsys_rl.proto``. Descriptor names stay as protoc made them.
+    """
 
     description = "generate Python protobuf and gRPC stubs from protos/"
     user_options: ClassVar[list] = []
+    package = "recsys_rl.proto"
 
     def initialize_options(self) -> None:
         pass
@@ -34,21 +47,45 @@ class BuildProtos(Command):
         import grpc_tools
         from grpc_tools import protoc  # build-time dependency, see pyproject.toml
 
-        proto_files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "protos").glob("*.proto"))
+        include = ROOT / "protos"
+        proto_files = sorted(p.relative_to(include).as_posix() for p in include.rglob("*.proto"))
         well_known = str(Path(grpc_tools.__file__).parent / "_proto")
-        # The virtual include path maps protos/ onto recsys_rl/proto/, so the generated modules import
-        # each other as recsys_rl.proto.<name>_pb2 instead of as top-level modules.
-        args = [
-            "grpc_tools.protoc",
-            f"--proto_path=recsys_rl/proto={ROOT / 'protos'}",
-            f"--proto_path={well_known}",
-            f"--python_out={ROOT}",
-            f"--pyi_out={ROOT}",
-            f"--grpc_python_out={ROOT}",
-            *(str(ROOT / f) for f in proto_files),
-        ]
-        if protoc.main(args) != 0:
-            raise RuntimeError(f"protoc failed on {proto_files}")
+        out_dir = ROOT / self.package.replace(".", "/")
+        with tempfile.TemporaryDirectory() as tmp:
+            args = [
+                "grpc_tools.protoc",
+                f"--proto_path={include}",
+                f"--proto_path={well_known}",
+                f"--python_out={tmp}",
+                f"--pyi_out={tmp}",
+                f"--grpc_python_out={tmp}",
+                *proto_files,
+            ]
+            if protoc.main(args) != 0:
+                raise RuntimeError(f"protoc failed on {proto_files}")
+            generated = sorted(p for p in Path(tmp).rglob("*") if p.is_file())
+            # generated module (recsys.v1.events_pb2) -> its name in the flat package (events_pb2)
+            modules = {".".join(p.relative_to(tmp).with_suffix("").parts): p.stem for p in generated}
+            names = [p.name for p in generated]
+            clashes = sorted({name for name in names if names.count(name) > 1})
+            if clashes:
+                raise RuntimeError(f"protos/ files in different folders generate the same module: {clashes}")
+            for path in generated:
+                (out_dir / path.name).write_text(self._rewrite(path.read_text(), modules))
+
+    def _rewrite(self, code: str, modules: dict[str, str]) -> str:
+        """``code`` with every import and module name of a generated module moved into the package."""
+        for dotted, name in modules.items():
+            package = re.escape(dotted.rpartition(".")[0])
+            code = re.sub(
+                rf"^from {package} import {name}\b", f"from {self.package} import {name}", code, flags=re.M
+            )
+            code = code.replace(f"'{dotted}'", f"'{self.package}.{name}'")
+        packages = "|".join(re.escape(dotted.rpartition(".")[0]) for dotted in modules)
+        leftover = re.findall(rf"^(?:from|import) (?:{packages})\b.*$", code, flags=re.M)
+        if leftover:
+            raise RuntimeError(f"generated imports left unrewritten: {leftover}")
+        return code
 
 
 class BuildPyWithProtos(build_py):

@@ -1,8 +1,10 @@
 """Token auth for admin RPCs: a server interceptor that lets no anonymous caller reach them.
 
 The token comes from a file (never a flag: flags show in process lists). Callers send it as
-``authorization: Bearer <token>`` metadata; the comparison is constant-time. Without a token the
-server does not offer the admin service at all (see ``recsys_rl.serving.server``), so it is never open.
+``authorization: Bearer <token>`` metadata, the scheme in any case ("bearer" too: RFC 6750 takes it
+from RFC 7235, where auth schemes are case-insensitive, and some clients lower-case it); the token's
+comparison is constant-time. Without a token the server does not offer the admin service at all (see
+``recsys_rl.serving.server``), so it is never open.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import grpc
 from recsys_rl.config import ConfigError
 
 ADMIN_PREFIX = "/recsys.v1.AdminService/"
+_SCHEME = "bearer"
 
 
 def read_token(path: str) -> str:
@@ -38,12 +41,14 @@ class AdminTokenInterceptor(grpc.ServerInterceptor):
     """Admin methods need the bearer token; every other method passes untouched."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
         if not handler_call_details.method.startswith(ADMIN_PREFIX):
             return continuation(handler_call_details)
         sent = dict(handler_call_details.invocation_metadata or ()).get("authorization", "")
-        if not hmac.compare_digest(sent.encode(), self._expected):
+        scheme, _, token = sent.partition(" ")  # credentials = auth-scheme 1*SP token (RFC 7235 2.1)
+        token = token.lstrip(" ")
+        if not hmac.compare_digest(token.encode(), self._expected) or scheme.lower() != _SCHEME:
             return _deny("admin RPCs need 'authorization: Bearer <token>' metadata with the server's token")
         return continuation(handler_call_details)

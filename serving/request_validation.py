@@ -25,6 +25,10 @@ MAX_PREDICTION = 1e6
 MAX_UTC_OFFSET_MINUTES = 14 * 60
 #: The live-candidate predictions Allocate takes, in order (what the live state is built from).
 LIVE_PREDICTION_NAMES: tuple[str, ...] = signals.LIVE_SIGNALS
+#: The item type of every candidate: Rank orders short videos, Allocate decides on one live stream. An
+#: unset type (0) is refused too: a client that never sets it would log candidates no one can classify.
+RANK_ITEM_TYPE = contracts.ITEM_TYPES["video"]
+ALLOCATE_ITEM_TYPE = contracts.ITEM_TYPES["live"]
 
 
 class InvalidRequest(ValueError):
@@ -84,9 +88,23 @@ def _check_prediction_names(names: Sequence[str], expected: tuple[str, ...]) -> 
         )
 
 
-def _check_candidate(field: str, candidate: contracts.Candidate, width: int) -> None:
+def _item_type_name(value: int) -> str:
+    if value == 0:
+        return "ITEM_TYPE_UNSPECIFIED (not set)"
+    try:
+        return contracts.events_pb2.ItemType.Name(value)
+    except ValueError:  # a number this contract does not know: proto3 enums keep it
+        return str(value)
+
+
+def _check_candidate(field: str, candidate: contracts.Candidate, width: int, item_type: int) -> None:
     _check_id(f"{field}.item_id", candidate.item_id)
     _check_length(f"{field}.author_id", candidate.author_id)
+    if candidate.item_type != item_type:
+        raise InvalidRequest(
+            f"{field}.item_type",
+            f"should be {_item_type_name(item_type)}, but is {_item_type_name(candidate.item_type)}",
+        )
     if len(candidate.predictions) != width:
         raise InvalidRequest(
             f"{field}.predictions",
@@ -133,7 +151,7 @@ def validate_rank(
 
 
 def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidates:
-    """The candidates of ``request``, after checking every one (``width`` predictions each).
+    """The candidates of ``request``, after checking every one (``width`` predictions each, all videos).
 
     The common case (everything valid, encoded as protobuf encoders do) is read and checked in bulk
     from the encoded bytes (recsys_rl.serving.wire), which is what keeps 200 candidates cheap; any other
@@ -144,6 +162,7 @@ def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidate
     if (
         columns is not None
         and "" not in columns.item_ids
+        and columns.item_types.count(RANK_ITEM_TYPE) == len(encoded)
         and max(map(len, columns.item_ids)) <= MAX_ID_LENGTH
         and columns.longest_author_id <= MAX_ID_LENGTH
         and len(set(columns.item_ids)) == len(encoded)
@@ -152,7 +171,7 @@ def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidate
         return RankCandidates(encoded, columns.item_ids, columns.predictions)
     seen: set[str] = set()
     for j, candidate in enumerate(request.candidates):
-        _check_candidate(f"candidates[{j}]", candidate, width)
+        _check_candidate(f"candidates[{j}]", candidate, width, RANK_ITEM_TYPE)
         if candidate.item_id in seen:
             raise InvalidRequest(f"candidates[{j}].item_id", f"repeats {candidate.item_id!r}")
         seen.add(candidate.item_id)
@@ -166,4 +185,4 @@ def validate_allocate(request: contracts.AllocateRequest) -> None:
     _check_prediction_names(request.prediction_names, LIVE_PREDICTION_NAMES)
     if not request.HasField("live_candidate"):
         raise InvalidRequest("live_candidate", "is missing")
-    _check_candidate("live_candidate", request.live_candidate, len(LIVE_PREDICTION_NAMES))
+    _check_candidate("live_candidate", request.live_candidate, len(LIVE_PREDICTION_NAMES), ALLOCATE_ITEM_TYPE)

@@ -10,13 +10,16 @@ request's CPU. Two facts of the wire format make it cheap instead:
   message that declares DecisionRecord's candidates field ``bytes`` writes them back unchanged;
 * encoded messages merge on concatenation (repeated fields append), so ``encode(record) +
   record_candidates(encoded)`` decodes as the record with its candidates, and all candidates joined
-  and parsed once by a message with Candidate's ``item_id`` and ``predictions`` declared repeated
-  give every item id and every packed prediction block in one parse.
+  and parsed once by a message with Candidate's ``item_id``, ``item_type`` and ``predictions``
+  declared repeated give every item id, item type and packed prediction block in one parse.
 
 The views below are those messages, built from the contract's own field numbers in a private
 descriptor pool (they are no part of the API). ``candidate_columns`` separates the candidates with an
-empty item id and an empty prediction block: a candidate that lacks a field, repeats one or sends its
-predictions unpacked breaks the alternation and is left to the per-candidate checks.
+empty item id, an item type 0 and an empty prediction block: a candidate that lacks a field, repeats
+one or sends its predictions unpacked breaks the alternation and is left to the per-candidate checks.
+So is one that writes its item type as a packed list: protobuf parsers drop that unread (Candidate's
+item type is singular) while the view reads its value, and the view, re-encoding it as a varint, comes
+out one byte shorter than the bytes it was parsed from.
 """
 
 from __future__ import annotations
@@ -47,16 +50,25 @@ def _views() -> dict[str, type]:
             ("item_id", _number(contracts.Candidate, "item_id"), "string"),
             ("predictions", _number(contracts.Candidate, "predictions"), "bytes"),
             ("author_id", _number(contracts.Candidate, "author_id"), "string"),
+            ("item_type", _number(contracts.Candidate, "item_type"), "int32"),
         ],
     }
-    types = {"bytes": _FieldProto.TYPE_BYTES, "string": _FieldProto.TYPE_STRING}
+    types = {
+        "bytes": _FieldProto.TYPE_BYTES,
+        "string": _FieldProto.TYPE_STRING,
+        "int32": _FieldProto.TYPE_INT32,
+    }
     file = descriptor_pb2.FileDescriptorProto(
         name="serving/wire_views.proto", package="recsys.serving.wire", syntax="proto3"
     )
     for name, fields in views.items():
         message = file.message_type.add(name=name)
         for field, number, kind in fields:
-            message.field.add(name=field, number=number, type=types[kind], label=_FieldProto.LABEL_REPEATED)
+            added = message.field.add(
+                name=field, number=number, type=types[kind], label=_FieldProto.LABEL_REPEATED
+            )
+            if kind == "int32":  # the separator's item type 0 written as a varint, as a candidate's is
+                added.options.packed = False
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return {
@@ -66,8 +78,8 @@ def _views() -> dict[str, type]:
 
 
 _VIEWS = _views()
-#: Between two candidates when parsing them as one: an empty item id, then an empty prediction block.
-_SEPARATOR = _VIEWS["CandidateColumns"](item_id=[""], predictions=[b""]).SerializeToString()
+#: Between two candidates when parsing them as one: an empty item id, item type 0, an empty prediction block.
+_SEPARATOR = _VIEWS["CandidateColumns"](item_id=[""], item_type=[0], predictions=[b""]).SerializeToString()
 _FLOAT32 = np.dtype("<f4")
 
 
@@ -84,22 +96,27 @@ def record_candidates(encoded: list[bytes]) -> bytes:
 @dataclass(frozen=True)
 class Columns:
     item_ids: list[str]
+    item_types: list[int]  # as sent: any value, for the caller to check
     predictions: np.ndarray  # (candidates, width), float64 of the float32 values sent
     longest_author_id: int  # author ids are optional, so only their longest is read in bulk
 
 
 def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
-    """Item ids and predictions of the encoded candidates, or None unless each candidate has exactly one
-    item id and exactly one packed block of ``width`` predictions (the per-candidate checks say why)."""
-    columns = _VIEWS["CandidateColumns"].FromString(_SEPARATOR.join(encoded) + _SEPARATOR)
+    """Item ids, item types and predictions of the encoded candidates, or None unless each candidate has
+    exactly one item id, one item type (as a varint, however protobuf encoders write a set enum) and one
+    packed block of ``width`` predictions (the per-candidate checks say why)."""
+    joined = _SEPARATOR.join(encoded) + _SEPARATOR
+    columns = _VIEWS["CandidateColumns"].FromString(joined)
     n = len(encoded)
-    ids, blocks = list(columns.item_id), list(columns.predictions)
-    if len(ids) != 2 * n or len(blocks) != 2 * n:
+    ids, types, blocks = list(columns.item_id), list(columns.item_type), list(columns.predictions)
+    if len(ids) != 2 * n or len(types) != 2 * n or len(blocks) != 2 * n:
         return None
-    if ids[1::2].count("") != n or blocks[1::2].count(b"") != n:
+    if ids[1::2].count("") != n or types[1::2].count(0) != n or blocks[1::2].count(b"") != n:
+        return None
+    if columns.ByteSize() != len(joined):  # an item type sent as a packed list (see the module doc)
         return None
     item_ids, blocks = ids[0::2], blocks[0::2]
     if set(map(len, blocks)) != {width * _FLOAT32.itemsize}:
         return None
     values = np.frombuffer(b"".join(blocks), _FLOAT32).astype(np.float64).reshape(n, width)
-    return Columns(item_ids, values, max(map(len, columns.author_id), default=0))
+    return Columns(item_ids, types[0::2], values, max(map(len, columns.author_id), default=0))

@@ -259,6 +259,10 @@ def test_health_and_reflection_under_v1_and_v1alpha(registry_dir, serve):
         (lambda r: setattr(r.context, "last_page_click_rate", 2.0), "context.last_page_click_rate"),
         (lambda r: setattr(r.context, "session_watch_s", -3.0), "context.session_watch_s"),
         (lambda r: setattr(r.context, "utc_offset_minutes", -2000), "context.utc_offset_minutes"),
+        (
+            lambda r: setattr(r.candidates[3], "item_type", contracts.ITEM_TYPES["live"]),
+            "candidates[3].item_type",
+        ),
     ],
 )
 def test_invalid_fields_are_invalid_argument_naming_the_field(mutate, field, tmp_path, serve):

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: What the checkout holds that is not source: never copied into the wheel's build tree.
 NOT_SOURCE = shutil.ignore_patterns(
     ".git",
+    "node_modules",
     ".venv",
     "build",
     "dist",

@@ -14,6 +14,7 @@ from recsys_rl.serving.request_validation import (
 )
 
 LIMITS = {"max_candidates": 5, "max_page_size": 3}
+VIDEO, LIVE = contracts.ITEM_TYPES["video"], contracts.ITEM_TYPES["live"]
 
 
 def rank_request(**changes) -> contracts.RankRequest:
@@ -24,7 +25,9 @@ def rank_request(**changes) -> contracts.RankRequest:
         page_size=2,
         prediction_names=FEED_ACTION_NAMES,
         candidates=[
-            contracts.Candidate(item_id=f"v{i}", predictions=[10.0, 0.4, 0.01, 0.0, 0.0, 0.0, 0.0])
+            contracts.Candidate(
+                item_id=f"v{i}", item_type=VIDEO, predictions=[10.0, 0.4, 0.01, 0.0, 0.0, 0.0, 0.0]
+            )
             for i in range(3)
         ],
     )
@@ -43,7 +46,7 @@ def allocate_request() -> contracts.AllocateRequest:
         request_id="req-1",
         user_id="u1",
         prediction_names=LIVE_PREDICTION_NAMES,
-        live_candidate=contracts.Candidate(item_id="l1", predictions=[30.0, 0.1, 13.0]),
+        live_candidate=contracts.Candidate(item_id="l1", item_type=LIVE, predictions=[30.0, 0.1, 13.0]),
     )
 
 
@@ -119,6 +122,7 @@ def test_each_bad_candidate_field_is_named(mutate, field):
         ),
         (lambda r: r.prediction_names.reverse(), "prediction_names"),
         (lambda r: setattr(r, "user_id", ""), "user_id"),
+        (lambda r: setattr(r.live_candidate, "item_type", VIDEO), "live_candidate.item_type"),
     ],
 )
 def test_each_bad_allocate_field_is_named(mutate, field):
@@ -127,3 +131,49 @@ def test_each_bad_allocate_field_is_named(mutate, field):
     with pytest.raises(InvalidRequest) as err:
         validate_allocate(request)
     assert err.value.field == field
+
+
+# Rank ranks short videos and Allocate decides on one live stream: a candidate of the other type, or of
+# none (UNSPECIFIED, also what a client that never sets the field sends), is refused, not guessed.
+@pytest.mark.parametrize(
+    ("item_type", "message"),
+    [
+        pytest.param(
+            LIVE, "candidates[1].item_type should be ITEM_TYPE_VIDEO, but is ITEM_TYPE_LIVE", id="live"
+        ),
+        pytest.param(
+            0,
+            "candidates[1].item_type should be ITEM_TYPE_VIDEO, but is ITEM_TYPE_UNSPECIFIED (not set)",
+            id="unset",
+        ),
+        pytest.param(7, "candidates[1].item_type should be ITEM_TYPE_VIDEO, but is 7", id="unknown"),
+    ],
+)
+def test_a_rank_candidate_that_is_not_a_video_is_refused(item_type, message):
+    request = rank_request()
+    request.candidates[1].item_type = item_type
+    with pytest.raises(InvalidRequest) as err:
+        validate_rank(request, **LIMITS)
+    assert err.value.field == "candidates[1].item_type"
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("item_type", "message"),
+    [
+        pytest.param(
+            VIDEO, "live_candidate.item_type should be ITEM_TYPE_LIVE, but is ITEM_TYPE_VIDEO", id="video"
+        ),
+        pytest.param(
+            0,
+            "live_candidate.item_type should be ITEM_TYPE_LIVE, but is ITEM_TYPE_UNSPECIFIED (not set)",
+            id="unset",
+        ),
+    ],
+)
+def test_a_live_candidate_that_is_not_live_is_refused(item_type, message):
+    request = allocate_request()
+    request.live_candidate.item_type = item_type
+    with pytest.raises(InvalidRequest) as err:
+        validate_allocate(request)
+    assert str(err.value) == message

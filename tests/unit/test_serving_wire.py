@@ -9,23 +9,27 @@ import pytest
 
 from recsys_rl import contracts
 from recsys_rl.serving import wire
-from recsys_rl.serving.request_validation import rank_candidates
+from recsys_rl.serving.request_validation import InvalidRequest, rank_candidates
+
+VIDEO, LIVE = contracts.ITEM_TYPES["video"], contracts.ITEM_TYPES["live"]
 
 
-def request(n: int = 20, seed: int = 0) -> contracts.RankRequest:
+def request(n: int = 20, seed: int = 0, item_types: tuple[int, ...] = (VIDEO,)) -> contracts.RankRequest:
     rng = np.random.default_rng(seed)
     out = contracts.RankRequest(schema_version=1, request_id="r", user_id="u", page_size=3)
     for j in range(n):
-        candidate = out.candidates.add(item_id=f"v{j}-é", author_id=f"a{j}", item_type=j % 2)
+        item_type = item_types[j % len(item_types)]
+        candidate = out.candidates.add(item_id=f"v{j}-é", author_id=f"a{j}", item_type=item_type)
         candidate.predictions.extend(rng.gamma(2.0, 0.3, size=7).tolist())
     return out
 
 
 def test_columns_match_the_objects_reference_loop():
-    req = request()
+    req = request(item_types=(VIDEO, LIVE, LIVE))
     columns = wire.candidate_columns(wire.encoded_candidates(req), 7)
     assert columns is not None
     assert columns.item_ids == [c.item_id for c in req.candidates]
+    assert columns.item_types == [c.item_type for c in req.candidates]
     np.testing.assert_array_equal(
         columns.predictions, np.array([list(c.predictions) for c in req.candidates])
     )
@@ -56,28 +60,90 @@ def _unpacked(values: list[float]) -> bytes:
     return b"".join(b"\x25" + struct.pack("<f", v) for v in values)
 
 
+def _type(value: int) -> bytes:
+    return b"\x18" + bytes([value])
+
+
+def _packed_type(value: int) -> bytes:
+    # a singular enum written as a packed list: protobuf parsers keep it as an unknown field
+    return b"\x1a\x01" + bytes([value])
+
+
 SEVEN = [0.5] * 7
+V = _type(VIDEO)
+
+
+def test_one_id_one_type_and_one_block_per_candidate_is_read_in_bulk():
+    columns = wire.candidate_columns([_item(b"a") + V + _packed(SEVEN), _item(b"b") + _packed(SEVEN) + V], 7)
+    assert columns is not None
+    assert columns.item_ids == ["a", "b"] and columns.item_types == [VIDEO, VIDEO]
 
 
 @pytest.mark.parametrize(
     "encoded",
     [
-        pytest.param([_item(b"a") + _unpacked(SEVEN), _item(b"b") + _packed(SEVEN)], id="unpacked"),
+        pytest.param([_item(b"a") + V + _unpacked(SEVEN), _item(b"b") + V + _packed(SEVEN)], id="unpacked"),
         pytest.param(
-            [_item(b"a") + _packed(SEVEN[:3]) + _packed(SEVEN[3:]), _item(b"b") + _packed(SEVEN)], id="split"
+            [_item(b"a") + V + _packed(SEVEN[:3]) + _packed(SEVEN[3:]), _item(b"b") + V + _packed(SEVEN)],
+            id="split",
         ),
-        pytest.param([_item(b"a") + _item(b"x") + _packed(SEVEN), _packed(SEVEN)], id="id-moved"),
-        pytest.param([_packed(SEVEN), _item(b"b") + _packed(SEVEN)], id="no-id"),
-        pytest.param([_item(b"a") + _packed(SEVEN[:6]), _item(b"b") + _packed([*SEVEN, 0.5])], id="6-and-8"),
-        pytest.param([_item(b"a"), _item(b"b") + _packed([*SEVEN, *SEVEN])], id="values-moved"),
+        pytest.param([_item(b"a") + V + _item(b"x") + _packed(SEVEN), V + _packed(SEVEN)], id="id-moved"),
+        pytest.param([V + _packed(SEVEN), _item(b"b") + V + _packed(SEVEN)], id="no-id"),
+        pytest.param(
+            [_item(b"a") + V + _packed(SEVEN[:6]), _item(b"b") + V + _packed([*SEVEN, 0.5])], id="6-and-8"
+        ),
+        pytest.param([_item(b"a") + V, _item(b"b") + V + _packed([*SEVEN, *SEVEN])], id="values-moved"),
+        pytest.param([_item(b"a") + _packed(SEVEN), _item(b"b") + V + _packed(SEVEN)], id="no-type"),
+        pytest.param([_item(b"a") + V + V + _packed(SEVEN), _item(b"b") + _packed(SEVEN)], id="type-moved"),
+        pytest.param(
+            [_item(b"a") + _packed_type(VIDEO) + _packed(SEVEN), _item(b"b") + V + _packed(SEVEN)],
+            id="packed-type",
+        ),
     ],
 )
-def test_any_encoding_but_one_id_and_one_block_per_candidate_is_left_to_the_slow_path(encoded):
+def test_any_encoding_but_one_id_one_type_and_one_block_per_candidate_is_left_to_the_slow_path(encoded):
     assert wire.candidate_columns(encoded, 7) is None
+
+
+def _rank_request(encoded: list[bytes]) -> contracts.RankRequest:
+    """A Rank request whose candidates field holds ``encoded`` exactly (field 5, length-delimited)."""
+    return contracts.RankRequest.FromString(b"".join(b"\x2a" + bytes([len(c)]) + c for c in encoded))
+
+
+def _outcome(req: contracts.RankRequest) -> tuple[list[str], list[list[float]]] | str:
+    try:
+        candidates = rank_candidates(req, 7)
+    except InvalidRequest as err:
+        return str(err)
+    return candidates.item_ids, candidates.predictions.tolist()
+
+
+TYPE_ENCODINGS = {
+    "video": V,
+    "live": _type(LIVE),
+    "none": b"",
+    "explicit-0": _type(0),
+    "live-then-video": _type(LIVE) + V,  # the last value wins
+    "video-then-live": V + _type(LIVE),
+    "packed-video": _packed_type(VIDEO),  # read as unset
+    "unknown-7": _type(7),
+}
+
+
+@pytest.mark.parametrize("encoding", list(TYPE_ENCODINGS))
+def test_the_bulk_read_accepts_and_refuses_item_types_as_the_reference_loop_does(encoding, monkeypatch):
+    encoded = [_item(b"a") + V + _packed(SEVEN), _item(b"b") + TYPE_ENCODINGS[encoding] + _packed(SEVEN)]
+    req = _rank_request(encoded)
+    fast = _outcome(req)
+    monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width: None)
+    assert fast == _outcome(req)
+    accepted = req.candidates[1].item_type == VIDEO
+    assert isinstance(fast, tuple) == accepted, fast
 
 
 def test_a_valid_request_the_bulk_read_refuses_is_accepted_the_slow_way(monkeypatch):
     req = request(5)
+    assert wire.candidate_columns(wire.encoded_candidates(req), 7) is not None
     monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width: None)
     candidates = rank_candidates(req, 7)
     assert candidates.item_ids == [c.item_id for c in req.candidates]
