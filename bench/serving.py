@@ -1,14 +1,17 @@
-"""Benchmark: Rank latency of the real server, 200 candidates per request, decision logging to Kafka on.
+"""Benchmark: Rank throughput and latency of the real server, 200 candidates per request, decision logging on.
 
 Set-up, the production way: simulated logs -> embedded Kafka -> transitions; a behaviour-cloning policy
 trained on them, evaluated by the OPE gate (with a lenient gate config: this measures speed, not
-quality), registered and promoted to stable. Then ``recsys-rl serve`` runs in its own process with
-decision logging to the embedded broker, and a load generator in another process
-(``bench/serving_load.py``) offers requests open-loop at a fixed rate and then closed-loop to find the
-saturation rate. Baseline in the same run: a bare gRPC echo server of the same API under the same load
-generator.
+quality), registered and promoted to stable. Then ``recsys-rl serve --workers N`` (N: the machine's
+cores, at most 4) runs in its own processes with decision logging to the embedded broker, and a load
+generator in another process (``bench/serving_load.py``, over several connections, as a fleet of
+callers would) offers requests open-loop at fixed rates and then closed-loop to find the saturation
+rate. Baseline in the same run: a bare gRPC echo server of the same API (one process) under the same
+load generator.
 
-Target (DESIGN 12): p99 at most 10 ms at 500 requests per second offered, zero errors.
+Targets: p99 at most 10 ms at 500 requests/s offered, zero errors (DESIGN 12); saturation at least half
+the echo server's; p99 at most 5 ms at 1,000 requests/s offered, or 1.5 times the echo server's p99 at
+that rate where the echo server's own is above 3 ms (a busy machine).
 
     python bench/serving.py --quick --out bench/results/serving.json
 """
@@ -23,14 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 from common import bench_parser, write_result
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recsys_rl import registry
 from recsys_rl.kafka import open_broker
 from recsys_rl.kafka.broker import free_port
 from recsys_rl.kafka.reader import high_watermarks
+from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.ope.evaluate import EvaluateConfig, run_evaluation
 from recsys_rl.ope.gate import GateConfig
 from recsys_rl.pipelines.simulated import simulated_dataset
@@ -38,6 +40,13 @@ from recsys_rl.training.train import TrainConfig, train
 
 TARGET_P99_MS = 10.0
 TARGET_QPS = 500.0
+HIGH_QPS = 1_000.0
+TARGET_P99_MS_AT_HIGH = 5.0
+BUSY_ECHO_P99_MS = 3.0  # an echo p99 above this at HIGH_QPS marks a busy machine: the bar becomes relative
+BUSY_FACTOR = 1.5
+TARGET_SATURATION_RATIO = 0.5
+CHANNELS = 4
+WORKERS = max(1, min(4, os.cpu_count() or 1))
 MODES = {
     "quick": {"users": 300, "seconds": 3.0, "saturation_seconds": 2.0},
     "full": {"users": 1_000, "seconds": 20.0, "saturation_seconds": 5.0},
@@ -69,19 +78,16 @@ def _blessed_registry(work: Path, bootstrap_servers: str, users: int) -> Path:
     return reg
 
 
-def _wait_serving(target: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            try:
-                status = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)
-    raise RuntimeError(f"the server at {target} was not SERVING within {timeout_s} s")
+def _wait_started(server: subprocess.Popen) -> None:
+    """Until ``recsys-rl serve`` prints its address: all its worker processes are serving then."""
+    line = server.stdout.readline()
+    if not line.startswith("serving on "):
+        raise RuntimeError(f"the server did not start (exit code {server.wait()})")
+
+
+def _warm_up(target: str) -> None:
+    """A short closed loop on every connection first: first calls load code and fill caches."""
+    _load("closed", "--target", target, "--concurrency", "16", "--seconds", "2", "--channels", str(CHANNELS))
 
 
 def _load(*args: str) -> dict:
@@ -92,25 +98,59 @@ def _load(*args: str) -> dict:
 
 
 def _cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU seconds of process ``pid`` and its children so far (Linux /proc)."""
+
+    def stat(path: Path) -> list[str]:
+        return path.read_text().rsplit(")", 1)[1].split()
+
+    total = 0
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat(path)
+        except OSError:  # the process exited while we looked
+            continue
+        if path.parent.name == str(pid) or fields[1] == str(pid):  # fields[1]: the parent's pid
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _open(target: str, pid: int, qps: float, seconds: float) -> dict:
+    """Open loop at ``qps``, with the server's CPU per request."""
+    cpu_before = _cpu_s(pid)
+    offered = _load(
+        "open", "--target", target, "--qps", str(qps), "--seconds", str(seconds), "--channels", str(CHANNELS)
+    )
+    offered["server_cpu_ms_per_request"] = 1000.0 * (_cpu_s(pid) - cpu_before) / offered["requests"]
+    return offered
 
 
 def _measure(target: str, pid: int, seconds: float, saturation_seconds: float) -> dict:
-    """Open loop at the target rate, then closed loop; with the server's CPU per request in the open loop.
+    """Open loop at the target rate and at the high rate, then closed loop (saturation).
 
     CPU per request is the one number here that other load on the machine barely moves (latencies
     there are queueing behind whatever else runs): it says what the server costs, and 1000 / it is
     the rate one free core would sustain.
     """
-    cpu_before = _cpu_s(pid)
-    offered = _load("open", "--target", target, "--qps", str(TARGET_QPS), "--seconds", str(seconds))
-    offered["server_cpu_ms_per_request"] = 1000.0 * (_cpu_s(pid) - cpu_before) / offered["requests"]
-    saturation = _load(
-        "closed", "--target", target, "--concurrency", "16", "--seconds", str(saturation_seconds)
-    )
-    return {"open": offered, "saturation": saturation}
+    return {
+        "open": _open(target, pid, TARGET_QPS, seconds),
+        "open_high": _open(target, pid, HIGH_QPS, seconds),
+        "saturation": _load(
+            "closed",
+            "--target",
+            target,
+            "--concurrency",
+            "16",
+            "--seconds",
+            str(saturation_seconds),
+            "--channels",
+            str(CHANNELS),
+        ),
+    }
+
+
+def p99_bar_at_high(echo_p99_ms: float) -> float:
+    """The p99 the server must keep at HIGH_QPS: absolute on a quiet machine, relative on a busy one."""
+    return BUSY_FACTOR * echo_p99_ms if echo_p99_ms > BUSY_ECHO_P99_MS else TARGET_P99_MS_AT_HIGH
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         reg = _blessed_registry(work, broker.bootstrap_servers, settings["users"])
         topic = "bench.decisions"
+        ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, 1)])
         server_port, echo_port = free_port(), free_port()
         server = subprocess.Popen(
             [
@@ -134,9 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                 broker.bootstrap_servers,
                 "--decisions-topic",
                 topic,
+                "--workers",
+                str(WORKERS),
             ],
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            text=True,
         )
         echo = subprocess.Popen(
             [sys.executable, str(HERE / "serving_load.py"), "echo", "--port", str(echo_port)],
@@ -144,11 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_serving(f"127.0.0.1:{server_port}")
+            _wait_started(server)
+            _warm_up(f"127.0.0.1:{server_port}")
             served = _measure(
                 f"127.0.0.1:{server_port}", server.pid, settings["seconds"], settings["saturation_seconds"]
             )
-            time.sleep(0.5)  # let the echo process finish starting, if it has not yet
+            _warm_up(f"127.0.0.1:{echo_port}")
             echoed = _measure(
                 f"127.0.0.1:{echo_port}", echo.pid, settings["seconds"], settings["saturation_seconds"]
             )
@@ -158,41 +203,63 @@ def main(argv: list[str] | None = None) -> int:
             server.wait(timeout=60)
             echo.wait(timeout=60)
         decisions_logged = sum(high_watermarks(broker.bootstrap_servers, topic).values())
-    offered = served["open"]
+    offered, high, echo_high = served["open"], served["open_high"], echoed["open_high"]
+    ratio = served["saturation"]["qps_achieved"] / echoed["saturation"]["qps_achieved"]
+    bar_at_high = p99_bar_at_high(echo_high["p99_ms"])
+    checks = {
+        "p99_ms": offered["p99_ms"] is not None and offered["p99_ms"] <= TARGET_P99_MS,
+        "errors": offered["errors"] == 0 and high["errors"] == 0,
+        "saturation_ratio_to_echo": ratio >= TARGET_SATURATION_RATIO,
+        "p99_ms_at_1000": high["p99_ms"] is not None and high["p99_ms"] <= bar_at_high,
+    }
     result = {
         "benchmark": "serving",
         "mode": args.mode,
         "seed": args.seed,
-        "config": {**settings, "candidates": 200, "qps_offered": TARGET_QPS, "decision_logging": True},
+        "config": {
+            **settings,
+            "candidates": 200,
+            "qps_offered": TARGET_QPS,
+            "high_qps_offered": HIGH_QPS,
+            "decision_logging": True,
+            "worker_processes": WORKERS,
+            "client_channels": CHANNELS,
+        },
         "p50_ms": offered["p50_ms"],
         "p99_ms": offered["p99_ms"],
         "qps_offered": offered["qps_offered"],
         "qps_achieved": offered["qps_achieved"],
-        "errors": offered["errors"],
+        "errors": offered["errors"] + high["errors"],
+        "p99_ms_at_1000": high["p99_ms"],
+        "echo_p99_ms_at_1000": echo_high["p99_ms"],
         "saturation_qps": served["saturation"]["qps_achieved"],
         "echo_qps": echoed["saturation"]["qps_achieved"],
+        "saturation_ratio_to_echo": ratio,
         "echo_p99_ms": echoed["open"]["p99_ms"],
         "server_cpu_ms_per_request": offered["server_cpu_ms_per_request"],
         "echo_cpu_ms_per_request": echoed["open"]["server_cpu_ms_per_request"],
         "load_average_1m": os.getloadavg()[0],  # other work on the machine during the run
         "metrics": {"server": served, "echo": echoed, "decisions_logged": decisions_logged},
-        "targets": {"p99_ms": {"min": None, "max": TARGET_P99_MS}, "errors": {"min": None, "max": 0}},
-        "meets_targets": offered["p99_ms"] is not None
-        and offered["p99_ms"] <= TARGET_P99_MS
-        and offered["errors"] == 0,
+        "targets": {
+            "p99_ms": {"min": None, "max": TARGET_P99_MS},
+            "errors": {"min": None, "max": 0},
+            "saturation_ratio_to_echo": {"min": TARGET_SATURATION_RATIO, "max": None},
+            "p99_ms_at_1000": {"min": None, "max": bar_at_high},
+        },
+        "checks": checks,
+        "meets_targets": all(checks.values()),
         "wall_s": time.perf_counter() - started,
     }
     write_result(args.out, result)
+    verdicts = ", ".join(f"{name} {'met' if ok else 'NOT met'}" for name, ok in checks.items())
     print(
-        f"serving: p50 {offered['p50_ms']:.2f} ms, p99 {offered['p99_ms']:.2f} ms at {TARGET_QPS:.0f} QPS "
-        "offered "
-        f"({offered['qps_achieved']:.0f} achieved, {offered['errors']} errors); saturation "
-        f"{result['saturation_qps']:.0f} QPS vs echo {result['echo_qps']:.0f} QPS (echo p99 at "
-        f"{TARGET_QPS:.0f} QPS: {echoed['open']['p99_ms']:.2f} ms); {decisions_logged} decisions logged; "
-        f"CPU per request {result['server_cpu_ms_per_request']:.2f} ms (echo "
-        f"{result['echo_cpu_ms_per_request']:.2f} ms); load average {result['load_average_1m']:.1f}; "
-        f"target p99 <= {TARGET_P99_MS} ms -> {'met' if result['meets_targets'] else 'NOT met'}; "
-        f"wrote {args.out}"
+        f"serving ({WORKERS} worker processes, {CHANNELS} connections): p99 {offered['p99_ms']:.2f} ms "
+        f"at {TARGET_QPS:.0f}/s offered, {high['p99_ms']:.2f} ms at {HIGH_QPS:.0f}/s (echo "
+        f"{echo_high['p99_ms']:.2f} ms; bar {bar_at_high:.2f} ms); errors {result['errors']}; saturation "
+        f"{result['saturation_qps']:.0f}/s vs echo {result['echo_qps']:.0f}/s = {ratio:.2f}; "
+        f"{decisions_logged} decisions logged; CPU per request {result['server_cpu_ms_per_request']:.2f} ms "
+        f"(echo {result['echo_cpu_ms_per_request']:.2f} ms); load average {result['load_average_1m']:.1f}; "
+        f"targets: {verdicts}; wrote {args.out}"
     )
     return 0
 
