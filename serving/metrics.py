@@ -69,7 +69,7 @@ class ServingMetrics:
             "recsys_decision_log_records",
             "decision records by outcome: enqueued, acked, deferred (Kafka slow or down when the record was "
             "next: it waited), dropped_queue_full, dropped_shutdown, dropped_undeliverable (too large to "
-            "send, ever), failed (Kafka refused it)",
+            "send, ever), failed (Kafka refused it, or did not acknowledge it within 2 minutes)",
             ["outcome"],
             registry=r,
         )

@@ -1,20 +1,76 @@
-"""The decision log on real Apache Kafka: one record that can never be sent does not stop the others."""
+"""The decision log on real brokers: records Kafka refuses never stop the others, a missing topic is waited
+for (never created), and a broker that stops answering is reported once when it goes and once when it is
+back."""
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import threading
 import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from recsys_rl import contracts
+from recsys_rl.kafka import EmbeddedBroker
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.logs import get_logger
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.metrics import ServingMetrics
 
 pytestmark = pytest.mark.integration
 
 OUTCOMES = "recsys_decision_log_records_total"
+
+
+class Events(logging.Handler):
+    """The decision log's events (debug ones too) as (event, fields), in order."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[tuple[str, dict]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append((record.getMessage(), dict(getattr(record, "kv", {}))))
+
+    def named(self, event: str) -> list[dict]:
+        return [fields for name, fields in self.seen if name == event]
+
+
+@pytest.fixture
+def events() -> Iterator[Events]:
+    logger = get_logger("serve.decision_log")
+    handler, level = Events(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def wait_for(condition: Callable[[], bool], what: str, attempts: int = 1_200) -> None:
+    """Poll ``condition`` every 50 ms; fail after ``attempts`` tries (60 s by default)."""
+    pause = threading.Event()
+    for _ in range(attempts):
+        if condition():
+            return
+        pause.wait(0.05)
+    pytest.fail(f"gave up waiting for {what}")
+
+
+def decision(request_id: str) -> contracts.DecisionRecord:
+    return contracts.DecisionRecord(schema_version=1, request_id=request_id, user_id="u")
+
+
+def logged(bootstrap_servers: str, topic: str) -> list[str]:
+    return [
+        contracts.decode_decision(r.value).request_id
+        for r in read_range(bootstrap_servers, topic, idle_timeout_s=10.0)
+    ]
 
 
 def test_a_record_too_large_to_send_is_dropped_and_the_next_thousand_arrive(apache_kafka):
@@ -31,11 +87,102 @@ def test_a_record_too_large_to_send_is_dropped_and_the_next_thousand_arrive(apac
     )
     assert log.submit(topic, huge)
     for i in range(1_000):
-        assert log.submit(topic, contracts.DecisionRecord(schema_version=1, request_id=f"r{i}", user_id="u"))
+        assert log.submit(topic, decision(f"r{i}"))
     log.close()
-    arrived = [
-        contracts.decode_decision(r.value).request_id
-        for r in read_range(apache_kafka.bootstrap_servers, topic)
-    ]
-    assert arrived == [f"r{i}" for i in range(1_000)]
+    assert logged(apache_kafka.bootstrap_servers, topic) == [f"r{i}" for i in range(1_000)]
     assert metrics.value(OUTCOMES, outcome="dropped_undeliverable") == 1
+
+
+def test_a_record_the_broker_refuses_as_too_large_is_dropped_not_retried(apache_kafka, events):
+    """Under the producer's limit but over the topic's: the broker's refusal comes back in the delivery
+    report, and counts as undeliverable (logged), not as a failure; the records after it still go."""
+    topic = f"decisions-{uuid.uuid4().hex[:8]}"
+    ensure_topics(
+        apache_kafka.bootstrap_servers, [TopicSpec(topic, 1, configs=(("max.message.bytes", "65536"),))]
+    )
+    metrics = ServingMetrics()
+    log = DecisionLog(
+        apache_kafka.bootstrap_servers, metrics, capacity=2_000, in_flight=500, flush_timeout_s=30
+    )
+    try:
+        big = contracts.DecisionRecord(
+            schema_version=1, request_id="big", user_id="u", session_id="s" * 100_000
+        )
+        assert log.submit(topic, big)
+        # alone in its batch: a broker refuses a whole batch, and the records after it are not at fault
+        wait_for(lambda: len(events.named("record_undeliverable")) == 1, "the broker's refusal")
+        for i in range(1_000):
+            assert log.submit(topic, decision(f"r{i}"))
+    finally:
+        log.close()
+    assert logged(apache_kafka.bootstrap_servers, topic) == [f"r{i}" for i in range(1_000)]
+    assert metrics.value(OUTCOMES, outcome="dropped_undeliverable") == 1
+    assert metrics.value(OUTCOMES, outcome="failed") == 0
+    assert metrics.value(OUTCOMES, outcome="acked") == 1_000
+    assert events.named("record_undeliverable")[0]["bytes"] > 100_000
+
+
+def test_records_for_a_missing_topic_wait_for_it_and_never_create_it(embedded_kafka, events):
+    """Topics come from ensure_topics with their partition counts: a typo must not create one (Tansu
+    creates a topic that a metadata request asks for, unless the client says not to)."""
+    bootstrap = embedded_kafka.bootstrap_servers
+    topic = f"decisions-{uuid.uuid4().hex[:8]}"
+    metrics = ServingMetrics()
+    log = DecisionLog(bootstrap, metrics, capacity=50, in_flight=50, flush_timeout_s=30)
+    try:
+        for i in range(3):
+            assert log.submit(topic, decision(f"r{i}"))
+        wait_for(lambda: events.named("topic_unavailable"), "the missing topic's warning")
+        assert topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+        assert (
+            metrics.value(OUTCOMES, outcome="deferred") == 1 and metrics.value(OUTCOMES, outcome="acked") == 0
+        )
+        ensure_topics(bootstrap, [TopicSpec(topic, 1)])
+        wait_for(lambda: metrics.value(OUTCOMES, outcome="acked") == 3, "the records once the topic exists")
+    finally:
+        log.close()
+    assert logged(bootstrap, topic) == ["r0", "r1", "r2"]
+    (warning,) = events.named("topic_unavailable")
+    assert warning["topic"] == topic
+    assert events.named("topic_available") == [{"topic": topic}]
+
+
+def test_a_broker_that_stops_answering_is_reported_once_gone_and_once_back(events):
+    """Issue 18: a broker that stays unreachable is logged at warning level once per state change, with
+    the records waiting; librdkafka reports it down again and again meanwhile."""
+    with EmbeddedBroker() as broker:
+        topic = f"dec-{uuid.uuid4().hex[:8]}"
+        ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, 1)])
+        metrics = ServingMetrics()
+        value = metrics.value
+        log = DecisionLog(broker.bootstrap_servers, metrics, capacity=5, in_flight=3, flush_timeout_s=30)
+        try:
+            log.submit(topic, decision("before"))
+            wait_for(lambda: value(OUTCOMES, outcome="acked") == 1, "the first record's ack")
+            group = broker._process.pid  # the broker runs in its own process group
+            os.killpg(group, signal.SIGSTOP)  # Kafka stops answering: connections hang
+            try:
+                for i in range(4):  # three in flight (the limit), and one the sender holds
+                    assert log.submit(topic, decision(f"down-{i}"))
+                wait_for(lambda: value(OUTCOMES, outcome="deferred") == 1, "the record the sender holds")
+                accepted = [log.submit(topic, decision(f"queued-{i}")) for i in range(7)]
+                assert accepted == [True] * 5 + [False] * 2  # the queue holds five
+                wait_for(lambda: events.named("broker_unreachable"), "the outage's warning")
+                failed_probes = len(events.named("probe_failed"))
+                wait_for(lambda: len(events.named("probe_failed")) >= failed_probes + 2, "more failed probes")
+                (gone,) = events.named("broker_unreachable")
+                assert gone["waiting"] == 3 + 1 + 5 and gone["in_flight"] == 3
+                assert events.named("broker_reachable") == []
+            finally:
+                os.killpg(group, signal.SIGCONT)
+            wait_for(lambda: events.named("broker_reachable"), "the recovery's warning")
+            wait_for(lambda: value(OUTCOMES, outcome="acked") == 1 + 4 + 5, "the waiting records' acks")
+        finally:
+            log.close()
+        (back,) = events.named("broker_reachable")
+        assert back["deferred"] == 1 and back["dropped_queue_full"] == 2 and back["down_s"] > 0
+        assert len(events.named("broker_unreachable")) == 1
+        expected = ["before", *(f"down-{i}" for i in range(4)), *(f"queued-{i}" for i in range(5))]
+        assert logged(broker.bootstrap_servers, topic) == expected
+        assert value(OUTCOMES, outcome="failed") == 0
+        assert value(OUTCOMES, outcome="dropped_queue_full") == 2
