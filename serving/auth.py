@@ -31,24 +31,24 @@ def read_token(path: str) -> str:
 
 
 def _deny(message: str) -> grpc.RpcMethodHandler:
-    def abort(request, context: grpc.ServicerContext):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    async def abort(request, context: grpc.aio.ServicerContext):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     return grpc.unary_unary_rpc_method_handler(abort)
 
 
-class AdminTokenInterceptor(grpc.ServerInterceptor):
+class AdminTokenInterceptor(grpc.aio.ServerInterceptor):
     """Admin methods need the bearer token; every other method passes untouched."""
 
     def __init__(self, token: str) -> None:
         self._expected = token.encode()
 
-    def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
+    async def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
         if not handler_call_details.method.startswith(ADMIN_PREFIX):
-            return continuation(handler_call_details)
+            return await continuation(handler_call_details)
         sent = dict(handler_call_details.invocation_metadata or ()).get("authorization", "")
         scheme, _, token = sent.partition(" ")  # credentials = auth-scheme 1*SP token (RFC 7235 2.1)
         token = token.lstrip(" ")
         if not hmac.compare_digest(token.encode(), self._expected) or scheme.lower() != _SCHEME:
             return _deny("admin RPCs need 'authorization: Bearer <token>' metadata with the server's token")
-        return continuation(handler_call_details)
+        return await continuation(handler_call_details)

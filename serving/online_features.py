@@ -23,13 +23,13 @@ prometheus_client into multiprocess mode; see recsys_rl.serving.metrics). Every 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from concurrent.futures import Future, wait
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -109,7 +109,12 @@ class UserFeatureReader:
                 break
         return read
 
-    def lookup(self, user_id: str, budget_s: float) -> Lookup:
+    async def lookup(self, user_id: str, budget_s: float) -> Lookup:
+        """The user's row from memory at once, or from a read awaited for ``budget_s`` at most.
+
+        The server's handlers run on its event loop: awaiting the reader threads' answer lets the loop
+        serve other requests meanwhile, where blocking on it would stall them all.
+        """
         if self._store is None:
             return Lookup(None, "no_store")
         with self._lock:
@@ -127,8 +132,10 @@ class UserFeatureReader:
                     return Lookup(None, "busy")
                 future = self._enqueue(user_id)
         try:
-            user = future.result(timeout=max(budget_s, 0.0))
-        except FutureTimeout:
+            # shielded: a request that gives up must not cancel the read other requests wait for
+            read = asyncio.shield(asyncio.wrap_future(future))
+            user = await asyncio.wait_for(read, timeout=max(budget_s, 0.0))
+        except TimeoutError:
             return Lookup(None, "timeout")
         except Exception:  # any store failure, known (FeatureStoreError) or not, must not fail the request
             return Lookup(None, "error")

@@ -37,12 +37,12 @@ def _add_v1_descriptor(pool: descriptor_pool.DescriptorPool) -> None:
     pool.Add(proto)
 
 
-def enable_reflection(service_names: list[str], server: grpc.Server) -> None:
+def enable_reflection(service_names: list[str], server: grpc.aio.Server) -> None:
     """Reflection for ``service_names`` (plus both reflection services) under v1alpha and v1."""
     pool = descriptor_pool.Default()
     _add_v1_descriptor(pool)
     names = [*service_names, reflection.SERVICE_NAME, V1_SERVICE_NAME]
-    servicer = reflection.ReflectionServicer(names, pool=pool)
+    servicer = reflection.aio.ReflectionServicer(names, pool=pool)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
     v1_handler = grpc.stream_stream_rpc_method_handler(
         servicer.ServerReflectionInfo,

@@ -9,10 +9,13 @@ period, so load balancers stop sending before the listener closes and the in-fli
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -24,7 +27,7 @@ from recsys_rl.logs import get_logger, log_event
 from recsys_rl.registry import RegistryError
 from recsys_rl.registry.layout import open_registry
 from recsys_rl.serving.auth import AdminTokenInterceptor, read_token
-from recsys_rl.serving.call_accounting import CallAccounting, CountingExecutor
+from recsys_rl.serving.call_accounting import CallAccounting
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.http_endpoints import start_http_endpoints
 from recsys_rl.serving.metrics import MetricChildren, ServingMetrics
@@ -47,8 +50,34 @@ ADMIN = _SERVICES["AdminService"].full_name
 STATUS = _SERVICES["StatusService"].full_name
 
 
+T = TypeVar("T")
+
+
 class ServeError(OperationalError):
     """The server cannot start: a port taken, a certificate unreadable."""
+
+
+class _EventLoop:
+    """The server's asyncio event loop on a thread of its own: gRPC and every handler run on it.
+
+    One thread computing each request inline costs less than a pool of handler threads passing the GIL
+    and each call between them (measured: about a third less CPU per Rank, half again the requests per
+    second); the only wait, the feature read, is awaited. The server's API stays synchronous: callers
+    hand coroutines to the loop and wait for their results.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-aio", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10.0)
+        self.loop.close()
 
 
 @dataclass
@@ -57,8 +86,9 @@ class RunningServer:
     metrics: ServingMetrics
     metrics_port: int | None
     holders: dict[str, PolicyHolder]
-    _server: grpc.Server
-    _health: health.HealthServicer
+    _server: grpc.aio.Server
+    _loop: _EventLoop
+    _health: health.aio.HealthServicer
     _watcher: RoutingWatcher
     _log: DecisionLog
     _features: UserFeatureReader
@@ -69,7 +99,7 @@ class RunningServer:
         return self._ready.wait(timeout_s)
 
     def wait(self) -> None:
-        self._server.wait_for_termination()
+        self._loop.run(self._server.wait_for_termination())
 
     def stop(self, grace_s: float | None = None, drain_s: float = 0.0) -> None:
         """Shut down without failing a call that reached the server, in the order load balancers need.
@@ -77,13 +107,16 @@ class RunningServer:
         Health turns NOT_SERVING at once, and the server goes on serving for ``drain_s`` while health
         checkers notice and clients move away (a call already sent when the listener closes would fail);
         then it refuses new calls and gives the ones in flight ``grace_s`` to finish; then the decision log
-        flushes (its own bound).
+        flushes (its own bound). Stopping a stopped server does nothing.
         """
-        self._health.enter_graceful_shutdown()
+        if self._loop.loop.is_closed():
+            return
+        self._loop.run(self._health.enter_graceful_shutdown())
         if drain_s > 0:
             log_event(get_logger("serve"), "draining", drain_s=drain_s, grace_s=grace_s)
             time.sleep(drain_s)
-        self._server.stop(grace_s).wait()
+        self._loop.run(self._server.stop(grace_s))
+        self._loop.close()
         self._watcher.stop()
         self._log.close()
         self._features.close()
@@ -182,43 +215,23 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     ready = threading.Event()
     handlers = Handlers(config, holders, features, decision_log, metrics, ready.is_set, started_at_ms)
 
-    pool = CountingExecutor(config.handler_threads)
-    metrics.requests_in_flight.set_function(pool.active)
     requests = MetricChildren(metrics.requests)
     accounting = CallAccounting(
-        pool, config.max_concurrent_rpcs, lambda method, code: requests.get(method, code).inc()
+        config.max_concurrent_rpcs, lambda method, code: requests.get(method, code).inc()
     )
-    server = grpc.server(
-        pool,
-        interceptors=[accounting, *([AdminTokenInterceptor(token)] if token else [])],
-        options=[
-            ("grpc.max_receive_message_length", config.max_message_bytes),
-            ("grpc.max_send_message_length", config.max_message_bytes),
-            ("grpc.so_reuseport", int(config.reuse_port)),
-        ],
-        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
-    )
-    _add_services(server, handlers, with_admin=token is not None)
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    metrics.requests_in_flight.set_function(accounting.active)
+    interceptors = [accounting, *([AdminTokenInterceptor(token)] if token else [])]
     offered = [RANKING, ALLOCATION, STATUS, *([ADMIN] if token else [])]
-    for name in ("", *offered):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    enable_reflection([*offered, health.SERVICE_NAME], server)
-    address = f"{config.host}:{config.port}"
+    loop = _EventLoop()
     try:
-        port = (
-            server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+        server, health_servicer, port = loop.run(
+            _start_grpc(config, handlers, interceptors, offered, credentials, with_admin=token is not None)
         )
-    except RuntimeError as err:
-        port, reason = 0, str(err)
-    else:
-        reason = "the port is taken or the host is not local"
-    if port == 0:
+    except BaseException:
+        loop.close()
         decision_log.close()
         features.close()
-        raise ServeError(f"cannot listen on {address}: {reason}")
-    server.start()
+        raise
 
     watcher = RoutingWatcher(list(holders.values()), config.reload_interval_s)
 
@@ -227,8 +240,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         for holder in holders.values():
             holder.refresh()
         ready.set()
-        for name in ("", *offered):
-            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        loop.run(_set_health(health_servicer, offered, health_pb2.HealthCheckResponse.SERVING))
         log_event(
             log,
             "ready",
@@ -251,6 +263,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         metrics_port,
         holders,
         server,
+        loop,
         health_servicer,
         watcher,
         decision_log,
@@ -263,7 +276,50 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
     return running
 
 
-def _add_services(server: grpc.Server, handlers: Handlers, *, with_admin: bool) -> None:
+async def _start_grpc(
+    config: ServeConfig,
+    handlers: Handlers,
+    interceptors: list[grpc.aio.ServerInterceptor],
+    offered: list[str],
+    credentials: grpc.ServerCredentials | None,
+    *,
+    with_admin: bool,
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """The gRPC server listening (health NOT_SERVING until the first load); ServeError if it cannot."""
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", config.max_message_bytes),
+            ("grpc.max_send_message_length", config.max_message_bytes),
+            ("grpc.so_reuseport", int(config.reuse_port)),
+        ],
+    )
+    _add_services(server, handlers, with_admin=with_admin)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    await _set_health(health_servicer, offered, health_pb2.HealthCheckResponse.NOT_SERVING)
+    enable_reflection([*offered, health.SERVICE_NAME], server)
+    address = f"{config.host}:{config.port}"
+    try:
+        port = (
+            server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+        )
+    except RuntimeError as err:
+        port, reason = 0, str(err)
+    else:
+        reason = "the port is taken or the host is not local"
+    if port == 0:
+        raise ServeError(f"cannot listen on {address}: {reason}")
+    await server.start()
+    return server, health_servicer, port
+
+
+async def _set_health(servicer: health.aio.HealthServicer, offered: list[str], status: int) -> None:
+    for name in ("", *offered):
+        await servicer.set(name, status)
+
+
+def _add_services(server: grpc.aio.Server, handlers: Handlers, *, with_admin: bool) -> None:
     class Ranking(serving_pb2_grpc.RankingServiceServicer):
         Rank = staticmethod(handlers.instrumented("Rank", handlers.rank))
 

@@ -1,5 +1,7 @@
 """The RPC handlers: validate, read features, decide, answer, log. No blocking I/O on this path.
 
+They run on the server's asyncio event loop (grpc.aio): computing inline, awaiting only the feature read.
+
 Each handler reads its surface's current ``ServingSet`` once, so a reload mid-request changes nothing
 for that request. The served decision is logged to the decisions topic; a shadow policy's decision on
 the same state is logged to the shadow topic (kept apart because it was never shown: the transition
@@ -8,6 +10,8 @@ pipeline joins feedback to decisions by request id and must see the served one o
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,36 +77,42 @@ class Handlers:
         self._decision_counts = MetricChildren(metrics.decisions)
 
     def instrumented(self, method: str, handle: Callable) -> Callable:
-        """``handle`` with latency and status metrics, and errors mapped to gRPC status codes."""
+        """``handle`` as a gRPC asyncio method: latency and status metrics, errors mapped to status codes.
+
+        ``handle`` may be a plain function (it runs inline on the event loop: the handlers compute, and
+        only wait where they await) or a coroutine function.
+        """
 
         latency = self._metrics.latency.labels(method)
         counts = MetricChildren(self._metrics.requests)
 
-        def rpc(request, context: grpc.ServicerContext):
+        async def rpc(request, context: grpc.aio.ServicerContext):
             started = time.perf_counter()
-            code = grpc.StatusCode.OK
+            code, message = grpc.StatusCode.OK, ""
             try:
                 _still_in_time(context)
-                return handle(request, context)
+                answer = handle(request, context)
+                return await answer if inspect.isawaitable(answer) else answer
             except InvalidRequest as err:
-                code = grpc.StatusCode.INVALID_ARGUMENT
-                context.abort(code, str(err))
+                code, message = grpc.StatusCode.INVALID_ARGUMENT, str(err)
             except Abort as err:
-                code = err.code
-                context.abort(code, str(err))
+                code, message = err.code, str(err)
+            except asyncio.CancelledError:  # the client went away while the handler awaited
+                code = grpc.StatusCode.CANCELLED
+                raise
             except Exception:
-                code = grpc.StatusCode.INTERNAL
+                code, message = grpc.StatusCode.INTERNAL, "internal error; the server log has the details"
                 _logger.exception("rpc_failed", extra={"kv": {"method": method}})
-                context.abort(code, "internal error; the server log has the details")
             finally:
                 counts.get(method, code.name).inc()
                 latency.observe(time.perf_counter() - started)
+            await context.abort(code, message)
 
         return rpc
 
     # --- shared steps ----------------------------------------------------------------------------------
 
-    def _budget_s(self, context: grpc.ServicerContext) -> float:
+    def _budget_s(self, context: grpc.aio.ServicerContext) -> float:
         """The feature lookup's budget: the configured one, cut short by the client's deadline."""
         if not self._is_ready():
             raise Abort(grpc.StatusCode.UNAVAILABLE, "the server is still loading its policies")
@@ -114,18 +124,18 @@ class Handlers:
             budget = min(budget, remaining - _DEADLINE_RESERVE_S)
         return budget
 
-    def _state(self, request, context: grpc.ServicerContext) -> tuple[np.ndarray, str | None, int]:
+    async def _state(self, request, context: grpc.aio.ServicerContext) -> tuple[np.ndarray, str | None, int]:
         """(feed state, why features are missing or None, event time ms) of a Rank or Allocate request."""
-        lookup = self._features.lookup(request.user_id, self._budget_s(context))
+        lookup = await self._features.lookup(request.user_id, self._budget_s(context))
         if lookup.missing is not None:
             self._metrics.features_missing.labels(lookup.missing).inc()
         time_ms = event_time_ms(request.context, time.time_ns() // 1_000_000)
         return feed_state(lookup.user, request.context, time_ms), lookup.missing, time_ms
 
     @staticmethod
-    def _still_wanted(context: grpc.ServicerContext) -> None:
+    def _still_wanted(context: grpc.aio.ServicerContext) -> None:
         """A client that gave up gets no answer, and its decision is not logged as served."""
-        if not context.is_active():
+        if context.cancelled():
             raise Abort(grpc.StatusCode.CANCELLED, "the client went away before the answer")
 
     def _record(
@@ -172,11 +182,13 @@ class Handlers:
 
     # --- RankingService --------------------------------------------------------------------------------
 
-    def rank(self, request: contracts.RankRequest, context: grpc.ServicerContext) -> contracts.RankResponse:
+    async def rank(
+        self, request: contracts.RankRequest, context: grpc.aio.ServicerContext
+    ) -> contracts.RankResponse:
         candidates = validate_rank(
             request, max_candidates=self._config.max_candidates, max_page_size=self._config.max_page_size
         )
-        state, missing, time_ms = self._state(request, context)
+        state, missing, time_ms = await self._state(request, context)
         served, shadow = self._decide("feed", request.user_id, state, request_seed(request.request_id))
         scores, order = _ranking(candidates.predictions, served.action, request.page_size)
         self._still_wanted(context)
@@ -204,11 +216,11 @@ class Handlers:
 
     # --- AllocationService -----------------------------------------------------------------------------
 
-    def allocate(
-        self, request: contracts.AllocateRequest, context: grpc.ServicerContext
+    async def allocate(
+        self, request: contracts.AllocateRequest, context: grpc.aio.ServicerContext
     ) -> contracts.AllocateResponse:
         validate_allocate(request)
-        feed, missing, time_ms = self._state(request, context)
+        feed, missing, time_ms = await self._state(request, context)
         state = live_state(feed, np.array(request.live_candidate.predictions))
         served, shadow = self._decide(
             "live_allocation", request.user_id, state, request_seed(request.request_id)
@@ -235,14 +247,15 @@ class Handlers:
 
     # --- StatusService and AdminService ---------------------------------------------------------------
 
-    def status(self, request, context: grpc.ServicerContext) -> contracts.serving_pb2.StatusResponse:
+    def status(self, request, context: grpc.aio.ServicerContext) -> contracts.serving_pb2.StatusResponse:
         return contracts.serving_pb2.StatusResponse(
             surfaces=self._surface_statuses(), ready=self._is_ready(), started_at_ms=self._started_at_ms
         )
 
-    def reload(self, request, context: grpc.ServicerContext) -> contracts.serving_pb2.ReloadResponse:
+    async def reload(self, request, context) -> contracts.serving_pb2.ReloadResponse:
+        """Loads policies (seconds of TensorFlow) on a thread of its own, off the event loop."""
         for holder in self._holders.values():
-            holder.refresh(force=True)
+            await asyncio.to_thread(holder.refresh, force=True)
         return contracts.serving_pb2.ReloadResponse(surfaces=self._surface_statuses())
 
     def _surface_statuses(self) -> list[contracts.serving_pb2.SurfaceStatus]:
@@ -265,16 +278,16 @@ class Handlers:
         return statuses
 
 
-def _still_in_time(context: grpc.ServicerContext) -> None:
+def _still_in_time(context: grpc.aio.ServicerContext) -> None:
     """Refuse, before any work, a request whose client has already given up or whose deadline passed.
 
-    Under overload requests wait in the handler pool; doing the full work for ones nobody is waiting
+    Under overload requests wait for the event loop; doing the full work for ones nobody is waiting
     for any more would spend the capacity the fresh ones need, and throughput would collapse.
     """
     remaining = context.time_remaining()
     if remaining is not None and remaining <= 0:
         raise Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed while the request waited")
-    if not context.is_active():
+    if context.cancelled():
         raise Abort(grpc.StatusCode.CANCELLED, "the client went away while the request waited")
 
 

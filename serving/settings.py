@@ -10,12 +10,11 @@ class ServeConfig:
     registry: str | None = None  # model registry directory; its routing says what is served
     host: str = "127.0.0.1"
     port: int = 50051  # 0: any free port (RunningServer.port says which)
-    handler_threads: int = 16  # threads that run RPC handlers, in each process
     worker_processes: int = 1  # server processes sharing the port (serve --workers; serving.workers)
     # Share the port with other processes (SO_REUSEPORT): set for the worker processes of serve --workers.
     # Off otherwise, so that a second server started on a taken port fails instead of taking half its calls.
     reuse_port: bool = False
-    max_concurrent_rpcs: int = 256  # more are refused with RESOURCE_EXHAUSTED instead of queueing forever
+    max_concurrent_rpcs: int = 256  # unary calls at once; more are refused with RESOURCE_EXHAUSTED at once
     # decision logging
     bootstrap_servers: str | None = None  # Kafka; None: decisions are counted but not logged
     decisions_topic: str = "recsys.decisions"
@@ -67,7 +66,6 @@ class ServeConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} should be >= 0, but is {getattr(self, name)}")
         for name in (
-            "handler_threads",
             "worker_processes",
             "max_concurrent_rpcs",
             "log_queue_size",

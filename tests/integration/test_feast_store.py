@@ -6,6 +6,7 @@ materialise take seconds each.
 """
 
 import argparse
+import asyncio
 import datetime as dt
 import os
 import re
@@ -432,7 +433,7 @@ def test_a_cold_burst_of_known_users_fills_the_cache_for_their_next_pages(tmp_pa
 
     def burst():
         with ThreadPoolExecutor(32) as callers:
-            return list(callers.map(lambda user: reader.lookup(user, 0.005), users))
+            return list(callers.map(lambda user: asyncio.run(reader.lookup(user, 0.005)), users))
 
     burst()  # cold: how many make the budget depends on the machine; every one queues a read
     deadline = time.monotonic() + 30.0

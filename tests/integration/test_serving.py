@@ -36,7 +36,6 @@ from recsys_rl.kafka import EmbeddedBroker
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
 from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
-from recsys_rl.serving.routing import ServingSet
 from recsys_rl.serving.server import RunningServer, ServeError, start_server
 from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.state import FEED_STATE_FEATURES
@@ -283,50 +282,6 @@ def test_oversized_messages_are_refused_and_the_server_carries_on(tmp_path, serv
             ranking(ch).Rank(rank_request(n=500))  # ~40 KB
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert ranking(ch).Rank(rank_request()).item_ids
-
-
-class _BlockingDecider:
-    """Holds every decision until released: calls that stay in flight as long as a test needs."""
-
-    version = "blocking"
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def decide(self, state, seed, explore):
-        self.release.wait(30)
-        return np.zeros(len(FEED_ACTION_NAMES)), 0.0
-
-
-def test_calls_refused_before_any_handler_runs_are_counted_by_code(serve):
-    """RESOURCE_EXHAUSTED, undecodable requests and unknown methods never reach a handler; still counted."""
-    server = serve(handler_threads=2, max_concurrent_rpcs=2)
-    blocking = _BlockingDecider()
-    server.holders["feed"].current = ServingSet(blocking, 0)
-    count = server.metrics.value
-    with channel(server) as ch:
-        held = [ranking(ch).Rank.future(rank_request(f"held-{i}"), timeout=30) for i in range(2)]
-        wait_for(
-            lambda: server.metrics.value("recsys_serving_requests_in_flight") == 2, "two calls in flight"
-        )
-        for i in range(3):
-            with pytest.raises(grpc.RpcError) as err:
-                ranking(ch).Rank(rank_request(f"refused-{i}"), timeout=10)
-            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        blocking.release.set()
-        assert [call.result().policy_version for call in held] == ["blocking"] * 2
-        raw = ch.unary_unary("/recsys.v1.RankingService/Rank")  # bytes in, bytes out
-        with pytest.raises(grpc.RpcError) as err:
-            raw(b"\xff\xff\xff\xff", timeout=10)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert err.value.details().startswith("the request is not a recsys.v1.RankRequest: ")
-        with pytest.raises(grpc.RpcError) as err:
-            ch.unary_unary("/recsys.v1.NoSuchService/Rank")(b"", timeout=10)
-        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert count("recsys_serving_requests_total", method="Rank", code="RESOURCE_EXHAUSTED") == 3
-    assert count("recsys_serving_requests_total", method="Rank", code="OK") == 2
-    assert count("recsys_serving_requests_total", method="Rank", code="INVALID_ARGUMENT") == 1
-    assert count("recsys_serving_requests_total", method="unknown", code="UNIMPLEMENTED") == 1
 
 
 # --- routing and reload ------------------------------------------------------------------------------
@@ -860,3 +815,49 @@ def test_warm_users_that_cannot_be_read_stop_the_server_from_starting(tmp_path, 
     (tmp_path / "users.parquet").write_bytes(b"not parquet")
     with pytest.raises(ConfigError, match=r"should be Parquet with a user_id column"):
         serve(feature_warm_users=str(tmp_path / "users.parquet"))
+
+
+def test_calls_refused_before_any_handler_runs_are_counted_by_code(
+    redis_features, redis_server, tmp_path, serve
+):
+    """RESOURCE_EXHAUSTED, undecodable requests and unknown methods never reach a handler; still counted.
+
+    Two calls are held in flight by a Redis that stops answering: they await their feature reads.
+    """
+    server = serve(
+        **redis_feature_settings(redis_features, redis_server, tmp_path),
+        feature_budget_ms=30_000.0,
+        feature_cache_s=0.0,
+        max_concurrent_rpcs=2,
+    )
+    count = server.metrics.value
+    client = redis.Redis(host=redis_server.host, port=redis_server.port)
+    with channel(server) as ch:
+        client.execute_command("CLIENT", "PAUSE", "20000", "ALL")
+        try:
+            held = [
+                ranking(ch).Rank.future(rank_request(f"held-{i}", f"user-{i}"), timeout=60) for i in (1, 2)
+            ]
+            wait_for(lambda: count("recsys_serving_requests_in_flight") == 2, "two calls in flight")
+            for i in range(3):
+                with pytest.raises(grpc.RpcError) as err:
+                    ranking(ch).Rank(rank_request(f"refused-{i}"), timeout=10)
+                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        finally:
+            client.execute_command("CLIENT", "UNPAUSE")
+        assert all(call.result().item_ids for call in held)
+        wait_for(lambda: count("recsys_serving_requests_in_flight") == 0, "the calls to finish")
+        raw = ch.unary_unary("/recsys.v1.RankingService/Rank")  # bytes in, bytes out
+        with pytest.raises(grpc.RpcError) as err:
+            raw(b"\xff\xff\xff\xff", timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("the request is not a recsys.v1.RankRequest: ")
+        with pytest.raises(grpc.RpcError) as err:
+            ch.unary_unary("/recsys.v1.NoSuchService/Rank")(b"", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    client.close()
+    assert count("recsys_serving_requests_total", method="Rank", code="RESOURCE_EXHAUSTED") == 3
+    assert count("recsys_serving_requests_total", method="Rank", code="OK") == 2
+    assert count("recsys_serving_requests_total", method="Rank", code="INVALID_ARGUMENT") == 1
+    assert count("recsys_serving_requests_total", method="unknown", code="UNIMPLEMENTED") == 1
+    assert count("recsys_serving_requests_in_flight") == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import NamedTuple
 
 import grpc
@@ -24,12 +25,16 @@ class Aborted(Exception):
 
 
 class Context:
-    def abort(self, code: grpc.StatusCode, details: str) -> None:
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)
 
 
+async def _passed(details: Details):
+    return PASSED
+
+
 def intercept(method: str, *metadata: tuple[str, str]):
-    return AdminTokenInterceptor(TOKEN).intercept_service(lambda details: PASSED, Details(method, metadata))
+    return asyncio.run(AdminTokenInterceptor(TOKEN).intercept_service(_passed, Details(method, metadata)))
 
 
 @pytest.mark.parametrize(
@@ -63,7 +68,7 @@ def test_every_other_caller_of_an_admin_rpc_is_unauthenticated(metadata):
     handler = intercept(RELOAD, *metadata)
     assert handler is not PASSED
     with pytest.raises(Aborted) as err:
-        handler.unary_unary(None, Context())
+        asyncio.run(handler.unary_unary(None, Context()))
     code, details = err.value.args
     assert code == grpc.StatusCode.UNAUTHENTICATED
     assert "authorization: Bearer <token>" in details and TOKEN not in details

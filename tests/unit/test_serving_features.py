@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,8 +11,13 @@ import pandas as pd
 import pytest
 
 import recsys_rl.feature_store
-from recsys_rl.serving.online_features import UserFeatureReader
+from recsys_rl.serving.online_features import Lookup, UserFeatureReader
 from recsys_rl.state import StoredUserFeatures
+
+
+def lookup(reader: UserFeatureReader, user_id: str, budget_s: float) -> Lookup:
+    """One lookup from a caller outside the event loop (a thread of its own, as these tests are)."""
+    return asyncio.run(reader.lookup(user_id, budget_s))
 
 
 class SlowStore:
@@ -68,21 +74,21 @@ def _wait_for(condition, timeout_s: float = 5.0) -> None:
 def _burst(reader: UserFeatureReader, users: list[str], budget_s: float) -> list[str | None]:
     """Concurrent lookups, one per user, as 32 callers would send them; the fallback reason of each."""
     with ThreadPoolExecutor(32) as pool:
-        return [r.missing for r in pool.map(lambda u: reader.lookup(u, budget_s), users)]
+        return [r.missing for r in pool.map(lambda u: lookup(reader, u, budget_s), users)]
 
 
 def test_a_late_read_is_served_from_the_cache_next_time(slow_store: SlowStore) -> None:
     reader = UserFeatureReader(object(), readers=2, cache_s=60.0)
-    first = reader.lookup("u1", budget_s=0.01)
+    first = lookup(reader, "u1", budget_s=0.01)
     assert first.user is None and first.missing == "timeout"
     slow_store.release.set()
-    _wait_for(lambda: reader.lookup("u1", budget_s=0.0).missing is None)
-    second = reader.lookup("u1", budget_s=0.0)
+    _wait_for(lambda: lookup(reader, "u1", budget_s=0.0).missing is None)
+    second = lookup(reader, "u1", budget_s=0.0)
     assert _row_of(second.user) == _views("u1") and slow_store.reads == ["u1"]  # the store was read once
     # an unknown user is remembered as unknown, and not read again either
     slow_store.calls.clear()
-    assert reader.lookup("u-new", budget_s=1.0).missing == "unknown_user"
-    assert reader.lookup("u-new", budget_s=1.0).missing == "unknown_user"
+    assert lookup(reader, "u-new", budget_s=1.0).missing == "unknown_user"
+    assert lookup(reader, "u-new", budget_s=1.0).missing == "unknown_user"
     assert slow_store.reads == ["u-new"]
     reader.close()
 
@@ -102,7 +108,7 @@ def test_a_cold_burst_that_misses_its_budget_fills_the_cache_for_the_next_one(sl
 
 def test_users_waiting_while_a_reader_is_busy_share_one_store_call(slow_store: SlowStore) -> None:
     reader = UserFeatureReader(object(), readers=1, batch_size=20)
-    assert reader.lookup("first", budget_s=0.0).missing == "timeout"
+    assert lookup(reader, "first", budget_s=0.0).missing == "timeout"
     _wait_for(lambda: slow_store.calls == [["first"]])  # the only reader is now blocked on it
     assert _burst(reader, [f"u{i}" for i in range(50)], budget_s=0.0) == ["timeout"] * 50
     slow_store.release.set()
@@ -115,12 +121,12 @@ def test_users_waiting_while_a_reader_is_busy_share_one_store_call(slow_store: S
 
 def test_a_full_queue_falls_back_at_once_without_queueing(slow_store: SlowStore) -> None:
     reader = UserFeatureReader(object(), readers=1, max_pending=3)
-    assert [reader.lookup(f"u{i}", budget_s=0.0).missing for i in range(5)] == ["timeout"] * 3 + ["busy"] * 2
-    assert reader.lookup("u0", budget_s=0.0).missing == "timeout"  # already queued: waits for that read
+    assert [lookup(reader, f"u{i}", budget_s=0.0).missing for i in range(5)] == ["timeout"] * 3 + ["busy"] * 2
+    assert lookup(reader, "u0", budget_s=0.0).missing == "timeout"  # already queued: waits for that read
     slow_store.release.set()
     _wait_for(lambda: reader.pending() == 0)
-    assert reader.lookup("u0", budget_s=0.0).missing is None
-    assert reader.lookup("u4", budget_s=1.0).missing is None and slow_store.reads[-1] == "u4"
+    assert lookup(reader, "u0", budget_s=0.0).missing is None
+    assert lookup(reader, "u4", budget_s=1.0).missing is None and slow_store.reads[-1] == "u4"
     reader.close()
 
 
@@ -131,8 +137,8 @@ def test_warm_up_reads_the_expected_users_before_the_first_request(slow_store: S
     assert reader.warm_up(["u1", "u2", "u1", "u3", "u4", "u-new"]) == 5
     assert slow_store.calls[0] == ["warm-up"]  # Feast's registry is loaded first
     assert sorted(slow_store.reads[1:]) == ["u-new", "u1", "u2", "u3", "u4"]
-    assert _row_of(reader.lookup("u4", budget_s=0.0).user) == _views("u4")
-    assert reader.lookup("u-new", budget_s=0.0).missing == "unknown_user"
+    assert _row_of(lookup(reader, "u4", budget_s=0.0).user) == _views("u4")
+    assert lookup(reader, "u-new", budget_s=0.0).missing == "unknown_user"
     assert reader.warm_up(["u1"]) == 0 and len(slow_store.reads) == 7  # cached: not read again
     reader.close()
 
@@ -148,25 +154,25 @@ def test_a_failed_read_falls_back_and_is_not_cached(slow_store: SlowStore) -> No
     slow_store.release.set()
     slow_store.fail = True
     reader = UserFeatureReader(object(), readers=1)
-    assert reader.lookup("u1", budget_s=1.0).missing == "error"
+    assert lookup(reader, "u1", budget_s=1.0).missing == "error"
     slow_store.fail = False
-    assert reader.lookup("u1", budget_s=1.0).missing is None
+    assert lookup(reader, "u1", budget_s=1.0).missing is None
     assert slow_store.reads == ["u1", "u1"]
     reader.close()
 
 
 def test_closing_releases_queued_lookups(slow_store: SlowStore) -> None:
     reader = UserFeatureReader(object(), readers=1)
-    assert reader.lookup("first", budget_s=0.0).missing == "timeout"
+    assert lookup(reader, "first", budget_s=0.0).missing == "timeout"
     _wait_for(lambda: slow_store.calls == [["first"]])
     results: list[str | None] = []
-    waiting = threading.Thread(target=lambda: results.append(reader.lookup("queued", budget_s=5.0).missing))
+    waiting = threading.Thread(target=lambda: results.append(lookup(reader, "queued", budget_s=5.0).missing))
     waiting.start()
     _wait_for(lambda: reader.pending() == 2)  # "first", being read, and "queued"
     reader.close()
     waiting.join(2.0)
     assert results == ["error"]
-    assert reader.lookup("later", budget_s=1.0).missing == "error"
+    assert lookup(reader, "later", budget_s=1.0).missing == "error"
     slow_store.release.set()
 
 
@@ -174,15 +180,15 @@ def test_entries_expire_and_the_oldest_go_first(slow_store: SlowStore) -> None:
     slow_store.release.set()
     reader = UserFeatureReader(object(), readers=2, cache_s=0.2, cache_size=2)
     for user in ("u1", "u2", "u3"):
-        assert reader.lookup(user, budget_s=1.0).user is not None
-    assert reader.lookup("u1", budget_s=1.0).user is not None  # u1 was evicted: read again
+        assert lookup(reader, user, budget_s=1.0).user is not None
+    assert lookup(reader, "u1", budget_s=1.0).user is not None  # u1 was evicted: read again
     assert slow_store.reads == ["u1", "u2", "u3", "u1"]
     time.sleep(0.25)
     # expired: answered from the cache at once, and read again in the background
     slow_store.release.clear()
-    assert _row_of(reader.lookup("u3", budget_s=0.0).user) == _views("u3")
+    assert _row_of(lookup(reader, "u3", budget_s=0.0).user) == _views("u3")
     _wait_for(lambda: slow_store.reads[-1:] == ["u3"] and len(slow_store.reads) == 5)
-    assert _row_of(reader.lookup("u3", budget_s=0.0).user) == _views(
+    assert _row_of(lookup(reader, "u3", budget_s=0.0).user) == _views(
         "u3"
     )  # the refresh is under way: no second one
     slow_store.release.set()
@@ -195,6 +201,6 @@ def test_without_a_cache_every_lookup_reads(slow_store: SlowStore) -> None:
     slow_store.release.set()
     reader = UserFeatureReader(object(), readers=2, cache_s=0.0)
     for _ in range(3):
-        assert reader.lookup("u1", budget_s=1.0).user is not None
+        assert lookup(reader, "u1", budget_s=1.0).user is not None
     assert slow_store.reads == ["u1"] * 3
     reader.close()
