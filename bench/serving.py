@@ -6,8 +6,9 @@ quality), registered and promoted to stable. Then ``recsys-rl serve --workers N`
 cores, at most 4) runs in its own processes with decision logging to the embedded broker, and a load
 generator in another process (``bench/serving_load.py``, over several connections, as a fleet of
 callers would) offers requests open-loop at fixed rates and then closed-loop to find the saturation
-rate. Baseline in the same run: a bare gRPC echo server of the same API (one process) under the same
-load generator.
+rate. Baseline in the same run: a bare gRPC echo server of the same API (one process, a thread pool, as
+the targets were set against) under the same load generator; beside it, for the record, the same echo on
+grpc.aio (the server's own model), at saturation.
 
 Targets: p99 at most 10 ms at 500 requests/s offered, zero errors (DESIGN 12); saturation at least half
 the echo server's; p99 at most 5 ms at 1,000 requests/s offered, or 1.5 times the echo server's p99 at
@@ -134,18 +135,23 @@ def _measure(target: str, pid: int, seconds: float, saturation_seconds: float) -
     return {
         "open": _open(target, pid, TARGET_QPS, seconds),
         "open_high": _open(target, pid, HIGH_QPS, seconds),
-        "saturation": _load(
-            "closed",
-            "--target",
-            target,
-            "--concurrency",
-            "16",
-            "--seconds",
-            str(saturation_seconds),
-            "--channels",
-            str(CHANNELS),
-        ),
+        "saturation": _saturation(target, saturation_seconds),
     }
+
+
+def _saturation(target: str, seconds: float) -> dict:
+    """Closed loop, 16 calls in flight over the connections: the most the server answers."""
+    return _load(
+        "closed",
+        "--target",
+        target,
+        "--concurrency",
+        "16",
+        "--seconds",
+        str(seconds),
+        "--channels",
+        str(CHANNELS),
+    )
 
 
 def p99_bar_at_high(echo_p99_ms: float) -> float:
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         reg = _blessed_registry(work, broker.bootstrap_servers, settings["users"])
         topic = "bench.decisions"
         ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, 1)])
-        server_port, echo_port = free_port(), free_port()
+        server_port, echo_port, aio_echo_port = free_port(), free_port(), free_port()
         server = subprocess.Popen(
             [
                 str(Path(sys.executable).with_name("recsys-rl")),
@@ -182,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             stderr=subprocess.DEVNULL,
             text=True,
         )
-        echo = subprocess.Popen(
-            [sys.executable, str(HERE / "serving_load.py"), "echo", "--port", str(echo_port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        echo, aio_echo = (
+            subprocess.Popen(
+                [sys.executable, str(HERE / "serving_load.py"), "echo", "--port", str(port), *flags],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for port, flags in ((echo_port, ()), (aio_echo_port, ("--aio",)))
         )
         try:
             _wait_started(server)
@@ -197,11 +206,13 @@ def main(argv: list[str] | None = None) -> int:
             echoed = _measure(
                 f"127.0.0.1:{echo_port}", echo.pid, settings["seconds"], settings["saturation_seconds"]
             )
+            _warm_up(f"127.0.0.1:{aio_echo_port}")
+            aio_echoed = _saturation(f"127.0.0.1:{aio_echo_port}", settings["saturation_seconds"])
         finally:
-            server.terminate()
-            echo.terminate()
-            server.wait(timeout=60)
-            echo.wait(timeout=60)
+            for process in (server, echo, aio_echo):
+                process.terminate()
+            for process in (server, echo, aio_echo):
+                process.wait(timeout=60)
         decisions_logged = sum(high_watermarks(broker.bootstrap_servers, topic).values())
     offered, high, echo_high = served["open"], served["open_high"], echoed["open_high"]
     ratio = served["saturation"]["qps_achieved"] / echoed["saturation"]["qps_achieved"]
@@ -235,11 +246,18 @@ def main(argv: list[str] | None = None) -> int:
         "saturation_qps": served["saturation"]["qps_achieved"],
         "echo_qps": echoed["saturation"]["qps_achieved"],
         "saturation_ratio_to_echo": ratio,
+        "aio_echo_qps": aio_echoed["qps_achieved"],
+        "saturation_ratio_to_aio_echo": served["saturation"]["qps_achieved"] / aio_echoed["qps_achieved"],
         "echo_p99_ms": echoed["open"]["p99_ms"],
         "server_cpu_ms_per_request": offered["server_cpu_ms_per_request"],
         "echo_cpu_ms_per_request": echoed["open"]["server_cpu_ms_per_request"],
         "load_average_1m": os.getloadavg()[0],  # other work on the machine during the run
-        "metrics": {"server": served, "echo": echoed, "decisions_logged": decisions_logged},
+        "metrics": {
+            "server": served,
+            "echo": echoed,
+            "aio_echo": {"saturation": aio_echoed},
+            "decisions_logged": decisions_logged,
+        },
         "targets": {
             "p99_ms": {"min": None, "max": TARGET_P99_MS},
             "errors": {"min": None, "max": 0},
@@ -256,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         f"serving ({WORKERS} worker processes, {CHANNELS} connections): p99 {offered['p99_ms']:.2f} ms "
         f"at {TARGET_QPS:.0f}/s offered, {high['p99_ms']:.2f} ms at {HIGH_QPS:.0f}/s (echo "
         f"{echo_high['p99_ms']:.2f} ms; bar {bar_at_high:.2f} ms); errors {result['errors']}; saturation "
-        f"{result['saturation_qps']:.0f}/s vs echo {result['echo_qps']:.0f}/s = {ratio:.2f}; "
+        f"{result['saturation_qps']:.0f}/s vs echo {result['echo_qps']:.0f}/s = {ratio:.2f} (aio echo "
+        f"{result['aio_echo_qps']:.0f}/s = {result['saturation_ratio_to_aio_echo']:.2f}); "
         f"{decisions_logged} decisions logged; CPU per request {result['server_cpu_ms_per_request']:.2f} ms "
         f"(echo {result['echo_cpu_ms_per_request']:.2f} ms); load average {result['load_average_1m']:.1f}; "
         f"targets: {verdicts}; wrote {args.out}"

@@ -9,7 +9,7 @@ machine, the baseline the real server is read against.
 
     python bench/serving_load.py open --target HOST:PORT --qps 500 --seconds 10 --candidates 200
     python bench/serving_load.py closed --target HOST:PORT --concurrency 16 --seconds 5 --candidates 200
-    python bench/serving_load.py echo --port PORT
+    python bench/serving_load.py echo --port PORT [--aio]
 """
 
 from __future__ import annotations
@@ -140,12 +140,35 @@ def _summary(results: list[tuple[float, bool]], elapsed: float, cpu: float, offe
     }
 
 
+def _empty_response(request: contracts.RankRequest) -> contracts.RankResponse:
+    return contracts.RankResponse(schema_version=1, request_id=request.request_id)
+
+
 class _Echo(serving_pb2_grpc.RankingServiceServicer):
     def Rank(self, request, context):  # the gRPC method name
-        return contracts.RankResponse(schema_version=1, request_id=request.request_id)
+        return _empty_response(request)
 
 
-def echo(port: int) -> None:
+class _AsyncEcho(serving_pb2_grpc.RankingServiceServicer):
+    async def Rank(self, request, context):
+        return _empty_response(request)
+
+
+async def _async_echo(port: int) -> None:
+    server = grpc.aio.server()
+    serving_pb2_grpc.add_RankingServiceServicer_to_server(_AsyncEcho(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+def echo(port: int, use_aio: bool) -> None:
+    """The echo server: on a thread pool (the baseline the serving targets were set against), or on
+    grpc.aio, the server model of recsys-rl serve (gRPC and protobuf alone as the real server uses them)."""
+    if use_aio:
+        asyncio.run(_async_echo(port))
+        return
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     serving_pb2_grpc.add_RankingServiceServicer_to_server(_Echo(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
@@ -169,10 +192,12 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--qps", type=float, default=500.0)
         else:
             p.add_argument("--concurrency", type=int, default=16)
-    mode.add_parser("echo").add_argument("--port", type=int, required=True)
+    echo_parser = mode.add_parser("echo")
+    echo_parser.add_argument("--port", type=int, required=True)
+    echo_parser.add_argument("--aio", action="store_true", help="on grpc.aio instead of a thread pool")
     args = parser.parse_args(argv)
     if args.mode == "echo":
-        echo(args.port)
+        echo(args.port, args.aio)
         return 0
     pool = requests(args.candidates, args.seed)
     if args.mode == "open":

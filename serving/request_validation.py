@@ -163,8 +163,7 @@ def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidate
         columns is not None
         and "" not in columns.item_ids
         and columns.item_types.count(RANK_ITEM_TYPE) == len(encoded)
-        and max(map(len, columns.item_ids)) <= MAX_ID_LENGTH
-        and columns.longest_author_id <= MAX_ID_LENGTH
+        and _ids_within_limits(encoded, columns)
         and len(set(columns.item_ids)) == len(encoded)
         and np.all((columns.predictions >= 0) & (columns.predictions <= MAX_PREDICTION))
     ):
@@ -177,6 +176,17 @@ def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidate
         seen.add(candidate.item_id)
     predictions = np.array([list(c.predictions) for c in request.candidates], np.float64)
     return RankCandidates(encoded, [c.item_id for c in request.candidates], predictions.reshape(-1, width))
+
+
+def _ids_within_limits(encoded: list[bytes], columns: wire.Columns) -> bool:
+    """Every item and author id at most MAX_ID_LENGTH characters.
+
+    A candidate's encoding is longer than each id in it (a character is at least a byte), so when no
+    candidate is longer than the limit, no id can be; only otherwise are the ids' lengths read.
+    """
+    if max(map(len, encoded)) <= MAX_ID_LENGTH:
+        return True
+    return max(map(len, columns.item_ids)) <= MAX_ID_LENGTH and columns.longest_author_id() <= MAX_ID_LENGTH
 
 
 def validate_allocate(request: contracts.AllocateRequest) -> None:

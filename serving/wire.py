@@ -24,6 +24,7 @@ out one byte shorter than the bytes it was parsed from.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +99,11 @@ class Columns:
     item_ids: list[str]
     item_types: list[int]  # as sent: any value, for the caller to check
     predictions: np.ndarray  # (candidates, width), float64 of the float32 values sent
-    longest_author_id: int  # author ids are optional, so only their longest is read in bulk
+    _author_ids: Sequence[str]  # the parsed view's column; read only when asked
+
+    def longest_author_id(self) -> int:
+        """Author ids are optional, so only their longest is read in bulk (each read makes a str)."""
+        return max(map(len, self._author_ids), default=0)
 
 
 def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
@@ -119,4 +124,4 @@ def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
     if set(map(len, blocks)) != {width * _FLOAT32.itemsize}:
         return None
     values = np.frombuffer(b"".join(blocks), _FLOAT32).astype(np.float64).reshape(n, width)
-    return Columns(item_ids, types[0::2], values, max(map(len, columns.author_id), default=0))
+    return Columns(item_ids, types[0::2], values, columns.author_id)

@@ -177,3 +177,27 @@ def test_a_live_candidate_that_is_not_live_is_refused(item_type, message):
     with pytest.raises(InvalidRequest) as err:
         validate_allocate(request)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("item_id", "author_id", "field"),
+    [
+        pytest.param("v" * 128, "", None, id="item-id-at-the-limit"),
+        pytest.param("v" * 129, "", "candidates[1].item_id", id="item-id-past-the-limit"),
+        pytest.param("v1x", "a" * 128, None, id="author-id-at-the-limit"),
+        pytest.param("v1x", "a" * 129, "candidates[1].author_id", id="author-id-past-the-limit"),
+        # each id within the limit while the candidate's encoding is not: still accepted
+        pytest.param("v" * 120, "a" * 120, None, id="both-long-ids-within"),
+        pytest.param("é" * 128, "", None, id="multibyte-at-the-limit"),  # 256 bytes, 128 characters
+        pytest.param("é" * 129, "", "candidates[1].item_id", id="multibyte-past-the-limit"),
+    ],
+)
+def test_id_lengths_are_checked_at_the_limit_in_characters(item_id, author_id, field):
+    request = rank_request()
+    request.candidates[1].item_id, request.candidates[1].author_id = item_id, author_id
+    if field is None:
+        assert validate_rank(request, **LIMITS).item_ids[1] == item_id
+    else:
+        with pytest.raises(InvalidRequest) as err:
+            validate_rank(request, **LIMITS)
+        assert err.value.field == field
