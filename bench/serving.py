@@ -46,7 +46,7 @@ TARGET_P99_MS_AT_HIGH = 5.0
 BUSY_ECHO_P99_MS = 3.0  # an echo p99 above this at HIGH_QPS marks a busy machine: the bar becomes relative
 BUSY_FACTOR = 1.5
 TARGET_SATURATION_RATIO = 0.5
-CHANNELS = 4
+CHANNELS = 16  # connections: the kernel spreads them over the worker processes, the more the evener
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 MODES = {
     "quick": {"users": 300, "seconds": 3.0, "saturation_seconds": 2.0},
