@@ -7,6 +7,7 @@ integration test reads as "fine" in CI while testing nothing.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import time
@@ -17,9 +18,11 @@ from pathlib import Path
 import prometheus_client  # noqa: F401  before Feast: see below
 import pytest
 import redis
+from log_capture import Events
 
 from recsys_rl.kafka import Broker, EmbeddedBroker, KafkaSetupError, LocalKafkaBroker
 from recsys_rl.kafka.broker import free_port, log_excerpt
+from recsys_rl.logs import get_logger
 from recsys_rl.processes import stop_process
 
 # Importing Feast sets PROMETHEUS_MULTIPROC_DIR, and a prometheus_client imported after that shares metric
@@ -147,3 +150,15 @@ def feed_dataset(embedded_kafka: Broker, tmp_path_factory: pytest.TempPathFactor
         seed=FEED_DATASET_SEED,
     )
     return result.dataset_dir
+
+
+@pytest.fixture
+def decision_log_events() -> Iterator[Events]:
+    """The serving decision log's events (``log_capture.Events``), debug level included."""
+    logger = get_logger("serve.decision_log")
+    handler, level = Events(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)

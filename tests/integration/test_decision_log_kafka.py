@@ -4,12 +4,11 @@ back."""
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -18,38 +17,12 @@ from recsys_rl import contracts
 from recsys_rl.kafka import EmbeddedBroker
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
-from recsys_rl.logs import get_logger
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.metrics import ServingMetrics
 
 pytestmark = pytest.mark.integration
 
 OUTCOMES = "recsys_decision_log_records_total"
-
-
-class Events(logging.Handler):
-    """The decision log's events (debug ones too) as (event, fields), in order."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.seen: list[tuple[str, dict]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.seen.append((record.getMessage(), dict(getattr(record, "kv", {}))))
-
-    def named(self, event: str) -> list[dict]:
-        return [fields for name, fields in self.seen if name == event]
-
-
-@pytest.fixture
-def events() -> Iterator[Events]:
-    logger = get_logger("serve.decision_log")
-    handler, level = Events(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
 
 
 def wait_for(condition: Callable[[], bool], what: str, attempts: int = 1_200) -> None:
@@ -93,7 +66,7 @@ def test_a_record_too_large_to_send_is_dropped_and_the_next_thousand_arrive(apac
     assert metrics.value(OUTCOMES, outcome="dropped_undeliverable") == 1
 
 
-def test_a_record_the_broker_refuses_as_too_large_is_dropped_not_retried(apache_kafka, events):
+def test_a_record_the_broker_refuses_as_too_large_is_dropped_not_retried(apache_kafka, decision_log_events):
     """Under the producer's limit but over the topic's: the broker's refusal comes back in the delivery
     report, and counts as undeliverable (logged), not as a failure; the records after it still go."""
     topic = f"decisions-{uuid.uuid4().hex[:8]}"
@@ -110,7 +83,7 @@ def test_a_record_the_broker_refuses_as_too_large_is_dropped_not_retried(apache_
         )
         assert log.submit(topic, big)
         # alone in its batch: a broker refuses a whole batch, and the records after it are not at fault
-        wait_for(lambda: len(events.named("record_undeliverable")) == 1, "the broker's refusal")
+        wait_for(lambda: len(decision_log_events.named("record_undeliverable")) == 1, "the broker's refusal")
         for i in range(1_000):
             assert log.submit(topic, decision(f"r{i}"))
     finally:
@@ -119,10 +92,10 @@ def test_a_record_the_broker_refuses_as_too_large_is_dropped_not_retried(apache_
     assert metrics.value(OUTCOMES, outcome="dropped_undeliverable") == 1
     assert metrics.value(OUTCOMES, outcome="failed") == 0
     assert metrics.value(OUTCOMES, outcome="acked") == 1_000
-    assert events.named("record_undeliverable")[0]["bytes"] > 100_000
+    assert decision_log_events.named("record_undeliverable")[0]["bytes"] > 100_000
 
 
-def test_records_for_a_missing_topic_wait_for_it_and_never_create_it(embedded_kafka, events):
+def test_records_for_a_missing_topic_wait_for_it_and_never_create_it(embedded_kafka, decision_log_events):
     """Topics come from ensure_topics with their partition counts: a typo must not create one (Tansu
     creates a topic that a metadata request asks for, unless the client says not to)."""
     bootstrap = embedded_kafka.bootstrap_servers
@@ -132,7 +105,7 @@ def test_records_for_a_missing_topic_wait_for_it_and_never_create_it(embedded_ka
     try:
         for i in range(3):
             assert log.submit(topic, decision(f"r{i}"))
-        wait_for(lambda: events.named("topic_unavailable"), "the missing topic's warning")
+        wait_for(lambda: decision_log_events.named("topic_unavailable"), "the missing topic's warning")
         assert topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
         assert (
             metrics.value(OUTCOMES, outcome="deferred") == 1 and metrics.value(OUTCOMES, outcome="acked") == 0
@@ -142,12 +115,12 @@ def test_records_for_a_missing_topic_wait_for_it_and_never_create_it(embedded_ka
     finally:
         log.close()
     assert logged(bootstrap, topic) == ["r0", "r1", "r2"]
-    (warning,) = events.named("topic_unavailable")
+    (warning,) = decision_log_events.named("topic_unavailable")
     assert warning["topic"] == topic
-    assert events.named("topic_available") == [{"topic": topic}]
+    assert decision_log_events.named("topic_available") == [{"topic": topic}]
 
 
-def test_a_broker_that_stops_answering_is_reported_once_gone_and_once_back(events):
+def test_a_broker_that_stops_answering_is_reported_once_gone_and_once_back(decision_log_events):
     """Issue 18: a broker that stays unreachable is logged at warning level once per state change, with
     the records waiting; librdkafka reports it down again and again meanwhile."""
     with EmbeddedBroker() as broker:
@@ -167,21 +140,24 @@ def test_a_broker_that_stops_answering_is_reported_once_gone_and_once_back(event
                 wait_for(lambda: value(OUTCOMES, outcome="deferred") == 1, "the record the sender holds")
                 accepted = [log.submit(topic, decision(f"queued-{i}")) for i in range(7)]
                 assert accepted == [True] * 5 + [False] * 2  # the queue holds five
-                wait_for(lambda: events.named("broker_unreachable"), "the outage's warning")
-                failed_probes = len(events.named("probe_failed"))
-                wait_for(lambda: len(events.named("probe_failed")) >= failed_probes + 2, "more failed probes")
-                (gone,) = events.named("broker_unreachable")
+                wait_for(lambda: decision_log_events.named("broker_unreachable"), "the outage's warning")
+                failed_probes = len(decision_log_events.named("probe_failed"))
+                wait_for(
+                    lambda: len(decision_log_events.named("probe_failed")) >= failed_probes + 2,
+                    "more failed probes",
+                )
+                (gone,) = decision_log_events.named("broker_unreachable")
                 assert gone["waiting"] == 3 + 1 + 5 and gone["in_flight"] == 3
-                assert events.named("broker_reachable") == []
+                assert decision_log_events.named("broker_reachable") == []
             finally:
                 os.killpg(group, signal.SIGCONT)
-            wait_for(lambda: events.named("broker_reachable"), "the recovery's warning")
+            wait_for(lambda: decision_log_events.named("broker_reachable"), "the recovery's warning")
             wait_for(lambda: value(OUTCOMES, outcome="acked") == 1 + 4 + 5, "the waiting records' acks")
         finally:
             log.close()
-        (back,) = events.named("broker_reachable")
+        (back,) = decision_log_events.named("broker_reachable")
         assert back["deferred"] == 1 and back["dropped_queue_full"] == 2 and back["down_s"] > 0
-        assert len(events.named("broker_unreachable")) == 1
+        assert len(decision_log_events.named("broker_unreachable")) == 1
         expected = ["before", *(f"down-{i}" for i in range(4)), *(f"queued-{i}" for i in range(5))]
         assert logged(broker.bootstrap_servers, topic) == expected
         assert value(OUTCOMES, outcome="failed") == 0

@@ -6,6 +6,7 @@ blessings (``recsys_rl.ope.blessing.write_blessing``); each test gets its own re
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -87,6 +88,23 @@ def serve(tmp_path: Path) -> Iterator:
     yield start
     for server in started:
         server.stop(1.0)
+
+
+@contextlib.contextmanager
+def serve_process(*args: str) -> Iterator[subprocess.Popen]:
+    """``recsys-rl serve ARGS`` in a process of its own (output piped, text), killed if still running."""
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "recsys-rl"), "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def rank_request(request_id: str = "req-1", user_id: str = "user-1", n: int = 20) -> contracts.RankRequest:
@@ -516,20 +534,7 @@ def test_a_registry_that_does_not_exist_stops_the_server_from_starting(tmp_path,
 
 
 def test_the_cli_serves_in_a_subprocess_and_stops_cleanly_on_sigterm(registry_dir, tmp_path):
-    process = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "recsys-rl"),
-            "serve",
-            "--registry",
-            str(registry_dir),
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with serve_process("--registry", str(registry_dir), "--port", "0") as process:
         line = process.stdout.readline()
         assert line.startswith("serving on grpc://127.0.0.1:"), line + process.stderr.read()
         port = int(line.rsplit(":", 1)[1])
@@ -538,30 +543,11 @@ def test_the_cli_serves_in_a_subprocess_and_stops_cleanly_on_sigterm(registry_di
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
         assert process.stdout.read().strip() == "stopped"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_sigterm_drains_before_stopping_so_no_call_in_flight_is_cancelled(registry_dir):
     """NOT_SERVING at once, served on through the drain period, in-flight calls finished, then stopped."""
-    process = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "recsys-rl"),
-            "serve",
-            "--registry",
-            str(registry_dir),
-            "--port",
-            "0",
-            "--shutdown-drain-s",
-            "3",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with serve_process("--registry", str(registry_dir), "--port", "0", "--shutdown-drain-s", "3") as process:
         line = process.stdout.readline()
         assert line.startswith("serving on grpc://127.0.0.1:"), line + process.stderr.read()
         with grpc.insecure_channel(line.strip().rsplit("/", 1)[1]) as ch:
@@ -582,10 +568,6 @@ def test_sigterm_drains_before_stopping_so_no_call_in_flight_is_cancelled(regist
         assert after.policy_version == "v1"
         assert process.wait(timeout=60) == 0
         assert process.stdout.read().strip() == "stopped"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_a_second_server_on_a_taken_port_refuses_to_start(serve):
@@ -604,26 +586,18 @@ def _requests_served(metrics_url: str) -> float:
 
 
 def test_worker_processes_share_the_port_and_stop_together_on_sigterm(registry_dir):
-    process = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "recsys-rl"),
-            "serve",
-            "--registry",
-            str(registry_dir),
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--workers",
-            "2",
-            "--shutdown-drain-s",
-            "0.5",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with serve_process(
+        "--registry",
+        str(registry_dir),
+        "--port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--workers",
+        "2",
+        "--shutdown-drain-s",
+        "0.5",
+    ) as process:
         line = process.stdout.readline()
         assert line.startswith("serving on grpc://127.0.0.1:"), line + process.stderr.read()
         address, metrics = line.strip().removeprefix("serving on grpc://").split(", metrics on ")
@@ -649,10 +623,6 @@ def test_worker_processes_share_the_port_and_stop_together_on_sigterm(registry_d
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
         assert process.stdout.read().strip().splitlines()[-1] == "stopped"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 # --- online features and a Redis outage ---------------------------------------------------------------

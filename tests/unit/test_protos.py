@@ -6,12 +6,13 @@ only this package's build mapped; and nothing in the API told a caller what to s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc_tools
 import pytest
 from google.protobuf import descriptor_pb2
-from grpc_tools import protoc
 
 from recsys_rl import contracts
 
@@ -25,11 +26,23 @@ API_FILES = ["recsys/v1/events.proto", "recsys/v1/serving.proto"]
 
 def compile_protos(files: list[str], out: Path, *flags: str) -> descriptor_pb2.FileDescriptorSet:
     """``files`` compiled with plain ``-I protos``, as any other language's build would; fails the test
-    with protoc's message if protoc fails."""
+    with protoc's message if protoc fails.
+
+    protoc runs in a process of its own: called in the test process, beside the gRPC servers and
+    protobuf pools other tests left loaded, grpc_tools' protoc crashed the whole session (a segfault).
+    """
     descriptors = out / "descriptors.pb"
-    argv = ["protoc", f"-I{PROTOS}", f"-I{WELL_KNOWN}", f"--python_out={out}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",
+        f"-I{PROTOS}",
+        f"-I{WELL_KNOWN}",
+        f"--python_out={out}",
+    ]
     argv += [f"--descriptor_set_out={descriptors}", "--include_imports", *flags, *files]
-    assert protoc.main(argv) == 0, f"protoc -I protos {' '.join(files)} failed (its message is above)"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"protoc -I protos {' '.join(files)} failed: {done.stderr}"
     return descriptor_pb2.FileDescriptorSet.FromString(descriptors.read_bytes())
 
 

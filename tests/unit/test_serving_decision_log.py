@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Iterator
-
-import pytest
 
 from recsys_rl import contracts
 from recsys_rl.kafka.broker import free_port
-from recsys_rl.logs import get_logger
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.metrics import ServingMetrics
 
@@ -58,32 +53,7 @@ def test_the_queue_depth_gauge_is_right_while_kafka_is_down():
     assert metrics.value("recsys_decision_log_queue_depth") == 0
 
 
-class Events(logging.Handler):
-    """The decision log's events (debug ones too) as (event, fields), in order."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.seen: list[tuple[str, dict]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.seen.append((record.getMessage(), dict(getattr(record, "kv", {}))))
-
-    def named(self, event: str) -> list[dict]:
-        return [fields for name, fields in self.seen if name == event]
-
-
-@pytest.fixture
-def events() -> Iterator[Events]:
-    logger = get_logger("serve.decision_log")
-    handler, level = Events(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
-def test_a_broker_that_never_answers_is_warned_about_once_with_the_records_waiting(events):
+def test_a_broker_that_never_answers_is_warned_about_once_with_the_records_waiting(decision_log_events):
     """Issue 18: an unreachable broker is logged at warning level once per state change, not once per
     retry (librdkafka reports it down many times a second while it tries, and the sender keeps asking)."""
     metrics = ServingMetrics()
@@ -93,14 +63,17 @@ def test_a_broker_that_never_answers_is_warned_about_once_with_the_records_waiti
             log.submit("decisions", record(i))
         pause = threading.Event()
         for _ in range(600):  # 30 s at most; the broker is asked about every 1 to 2 s
-            if len(events.named("probe_failed")) >= 3:
+            if len(decision_log_events.named("probe_failed")) >= 3:
                 break
             pause.wait(0.05)
-        assert len(events.named("probe_failed")) >= 3
-        (warning,) = events.named("broker_unreachable")
+        assert len(decision_log_events.named("probe_failed")) >= 3
+        (warning,) = decision_log_events.named("broker_unreachable")
         assert warning["waiting"] == 4 and warning["in_flight"] == 0
         assert "Connection refused" in warning["error"]
-        assert events.named("broker_reachable") == [] and events.named("producer_connected") == []
+        assert (
+            decision_log_events.named("broker_reachable") == []
+            and decision_log_events.named("producer_connected") == []
+        )
         assert metrics.value(OUTCOMES, outcome="deferred") == 1  # the record the sender holds
     finally:
         log.close()
