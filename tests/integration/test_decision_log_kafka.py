@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import uuid
 from collections.abc import Callable
 
+import polling
 import pytest
 from confluent_kafka.admin import AdminClient
 
@@ -25,14 +25,9 @@ pytestmark = pytest.mark.integration
 OUTCOMES = "recsys_decision_log_records_total"
 
 
-def wait_for(condition: Callable[[], bool], what: str, attempts: int = 1_200) -> None:
-    """Poll ``condition`` every 50 ms; fail after ``attempts`` tries (60 s by default)."""
-    pause = threading.Event()
-    for _ in range(attempts):
-        if condition():
-            return
-        pause.wait(0.05)
-    pytest.fail(f"gave up waiting for {what}")
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Kafka outages take longer: 60 s."""
+    polling.wait_for(condition, what, attempts=1_200)
 
 
 def decision(request_id: str) -> contracts.DecisionRecord:

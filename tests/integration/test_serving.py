@@ -27,6 +27,7 @@ import redis
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from polling import wait_for
 from registry_fakes import make_report
 
 from recsys_rl import contracts, registry
@@ -153,16 +154,6 @@ def status_of(ch: grpc.Channel) -> dict[str, contracts.serving_pb2.SurfaceStatus
     """The Status RPC's answer by surface; asked without any token."""
     answer = contracts.serving_pb2_grpc.StatusServiceStub(ch).Status(contracts.serving_pb2.StatusRequest())
     return {surface.surface: surface for surface in answer.surfaces}
-
-
-def wait_for(condition, what: str, attempts: int = 400) -> None:
-    """Poll ``condition`` every 50 ms; fail after ``attempts`` tries (20 s by default)."""
-    pause = threading.Event()
-    for _ in range(attempts):
-        if condition():
-            return
-        pause.wait(0.05)
-    pytest.fail(f"gave up waiting for {what}")
 
 
 # --- Rank end to end ---------------------------------------------------------------------------------
