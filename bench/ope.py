@@ -74,7 +74,7 @@ def write_parquet(logged: LoggedSteps, path: Path) -> None:
     empty = pa.array(np.full(n, ""))
     columns = {
         "request_id": empty,
-        "user_id": empty,
+        "user_id": pa.array(np.char.add("u", logged.user.astype(str))),
         "session_id": session_id,
         "surface": pa.array(np.full(n, "feed")),
         "policy_version": empty,

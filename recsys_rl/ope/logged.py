@@ -10,6 +10,7 @@ everywhere.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -59,9 +60,14 @@ class LoggedSteps:
     done: np.ndarray  # (n,) bool: the session ended after this decision
     next_states: np.ndarray  # (n, D) float32; meaningless (zeros) where done
     signals: tuple[str, ...]
+    # (n,) int64 identity of the user who was served; rows with equal values are one user, whatever part
+    # of the logs they came from. None when the logs do not say: every session is then its own user.
+    user: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.states.shape[0]
+        if self.user is None:
+            object.__setattr__(self, "user", self.session.astype(np.int64, copy=True))
         expected = {
             "actions": 2,
             "rewards": 2,
@@ -71,6 +77,7 @@ class LoggedSteps:
             "step": 1,
             "done": 1,
             "next_states": 2,
+            "user": 1,
         }
         for name, ndim in expected.items():
             value = getattr(self, name)
@@ -113,6 +120,11 @@ class LoggedSteps:
         """A session's group is that of its first decision (a user's group does not change mid-session)."""
         return self.groups[self.session_starts]
 
+    @property
+    def session_users(self) -> np.ndarray:
+        """The user of each session (that of its first decision: a session is one user's)."""
+        return self.user[self.session_starts]
+
     @classmethod
     def from_dataset(cls, dataset: TransitionDataset) -> LoggedSteps:
         """The rows of a transition dataset (its Parquet shards; the manifest was checked on opening)."""
@@ -121,7 +133,7 @@ class LoggedSteps:
     @classmethod
     def from_parquet(cls, paths: Sequence[str | Path], signals: Sequence[str]) -> LoggedSteps:
         """Read transition Parquet shards (the pipeline's schema), sorted by (session_id, step)."""
-        columns = ["session_id", "step", "user_group", "done", "state", "next_state", "action"]
+        columns = ["session_id", "user_id", "step", "user_group", "done", "state", "next_state", "action"]
         columns += ["log_propensity", *(f"reward_{s}" for s in signals)]
         table = pa.concat_tables([pq.read_table(p, columns=columns) for p in paths])
         if table.num_rows == 0:
@@ -145,6 +157,7 @@ class LoggedSteps:
             done=ints("done").astype(bool),
             next_states=_list_matrix(table, "next_state"),
             signals=tuple(signals),
+            user=user_identities(table.column("user_id")),
         )
 
     @classmethod
@@ -152,7 +165,9 @@ class LoggedSteps:
         """Feed decisions of simulated days, straight from the simulator's record.
 
         Sessions of different ``DayLog`` objects are kept apart even when their ids coincide, so logs of
-        separate simulator runs can be pooled. The group is read from the state's one-hot group features;
+        separate simulator runs can be pooled; users are the simulator's user ids, so one user's days are
+        one user (pooling separate runs with the same ids treats their users as one, which only widens
+        the intervals). The group is read from the state's one-hot group features;
         a terminal decision's next state is zeros, as in the pipeline's transitions.
         """
         feeds = [d.feed for d in days]
@@ -178,6 +193,7 @@ class LoggedSteps:
             done=done,
             next_states=next_states,
             signals=signal_registry.FEED_SIGNALS,
+            user=np.concatenate([f.user for f in feeds])[order].astype(np.int64),
         )
 
     @classmethod
@@ -195,6 +211,21 @@ class LoggedSteps:
         }
         session = np.concatenate([p.session + offset for p, offset in zip(parts, offsets, strict=True)])
         return cls(**arrays, session=session, signals=parts[0].signals)
+
+
+def user_identities(user_id: pa.ChunkedArray) -> np.ndarray:
+    """Logged user id strings as int64 identities: the first 8 bytes of each id's BLAKE2b digest.
+
+    A digest rather than codes of this read, so that logs read separately and concatenated still agree on
+    who is who; ids are at most 128 characters (``contracts.MAX_ID_LENGTH``), and a collision of two users
+    among millions (probability ~1e-7) would only merge their clusters.
+    """
+    encoded = user_id.combine_chunks().dictionary_encode()
+    digests = [
+        int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little", signed=True)
+        for value in encoded.dictionary.to_pylist()
+    ]
+    return np.asarray(digests, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 def _list_matrix(table: pa.Table, name: str) -> np.ndarray:

@@ -47,7 +47,8 @@ def test_the_result_follows_the_documented_schema(logged, evaluation):
         "alpha": 0.05,
         "resamples": 60,
         "seed": 3,
-        "unit": "session",
+        "unit": "user",
+        "users": int(np.unique(logged.user).size),
         "jackknife_blocks": 200,
     }
     assert list(evaluation["estimators"]) == list(ESTIMATORS)

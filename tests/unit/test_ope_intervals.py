@@ -146,3 +146,44 @@ def test_unknown_interval_method_is_refused():
     sums = resample_sums(terms, np.zeros(3, int), resamples=5, seed=0).overall()
     with pytest.raises(ValueError, match="interval method"):
         bootstrap_interval(_mean_statistic, sums, "normal", 0.05)
+
+
+def test_a_clusters_units_share_one_count_in_every_resample_whichever_group_they_are_in():
+    # identity terms: a resample's column sums are each unit's count; units 0-1 and 2-4 are two users, and
+    # user 1's sessions fall in two groups; chunks of 2 units must not split a user
+    clusters = np.array([7, 7, 3, 3, 3, 9])
+    groups = np.array([0, 0, 0, 1, 1, 1])
+    draws = resample_sums(np.eye(6), groups, resamples=50, seed=2, clusters=clusters, chunk_units=2)
+    counts = draws.overall().bootstrap
+    np.testing.assert_array_equal(counts[:, 0], counts[:, 1])
+    np.testing.assert_array_equal(counts[:, 2], counts[:, 3])
+    np.testing.assert_array_equal(counts[:, 2], counts[:, 4])
+    assert not np.array_equal(counts[:, 0], counts[:, 2]) and not np.array_equal(counts[:, 0], counts[:, 5])
+    # per group: group 1 holds user 3's last two sessions, drawn with the count of its first
+    np.testing.assert_array_equal(draws.group(1).bootstrap[:, 3], draws.group(0).bootstrap[:, 2])
+
+
+def test_jackknife_blocks_leave_whole_clusters_out():
+    clusters = np.array([5, 1, 5, 2, 1, 2, 3])
+    terms = np.random.default_rng(1).normal(size=(7, 2))
+    draws = resample_sums(terms, np.zeros(7, int), resamples=3, seed=0, clusters=clusters, blocks=2)
+    # clusters in order of first appearance 5, 1, 2, 3 are dealt to blocks 0, 1, 0, 1
+    np.testing.assert_allclose(draws.blocks[0, 0], terms[[0, 2, 3, 5]].sum(axis=0))
+    np.testing.assert_allclose(draws.blocks[0, 1], terms[[1, 4, 6]].sum(axis=0))
+    assert draws.block_sizes[0].tolist() == [2, 2]
+
+
+def test_clustering_widens_the_interval_of_correlated_units():
+    # 200 users of 10 sessions each: a user effect (sd 1) and session noise (sd 1); the mean's standard
+    # error is sqrt((1 + 1/10) / 200) when users are resampled, sqrt(2 / 2000) when sessions are
+    rng = np.random.default_rng(4)
+    user = np.repeat(np.arange(200), 10)
+    x = rng.normal(size=200)[user] + rng.normal(size=2000)
+    terms = RatioTerms.mean(x[:, None]).flat()
+    widths = {}
+    for name, clusters in (("user", user), ("session", None)):
+        sums = resample_sums(terms, np.zeros(2000, int), resamples=1000, seed=5, clusters=clusters).overall()
+        result = bootstrap_interval(_mean_statistic, sums, "percentile", 0.05)
+        widths[name] = result.high[0] - result.low[0]
+    assert widths["user"] == pytest.approx(2 * 1.96 * math.sqrt(1.1 / 200), rel=0.1)
+    assert widths["session"] == pytest.approx(2 * 1.96 * math.sqrt(2 / 2000), rel=0.1)
