@@ -7,6 +7,10 @@ that optimum move with the user (group, history, page). That is 1 + D + K + DK +
 for the feed's D = 15, K = 7: rich enough to take most of the variance out of DR, small enough that
 the normal equations are a 156 x 156 solve.
 
+FQE adds the step: one indicator column per position in the session (the last one shared by every later
+position), since the value of the rest of a session depends on how much of it is left and the state need
+not say (a model without it averages over positions: 9.5% off on sessions of fixed length).
+
 Everything is fitted from sufficient statistics accumulated in one pass over the rows (Gram matrix
 sum x x', sums x r', and for FQE sum (1 - done) x x_next'), so the design matrix of a million rows is
 never held in memory and the fit on "all folds but k" is the total minus fold k. The ridge is solved on
@@ -21,35 +25,69 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def feature_width(state_dim: int, action_dim: int) -> int:
+def feature_width(state_dim: int, action_dim: int, step_buckets: int = 0) -> int:
     """Columns of ``features``, intercept included."""
-    return 1 + state_dim + action_dim + state_dim * action_dim + action_dim * (action_dim + 1) // 2
+    return (
+        1
+        + state_dim
+        + action_dim
+        + state_dim * action_dim
+        + action_dim * (action_dim + 1) // 2
+        + step_buckets
+    )
 
 
-def features(states: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """x(s, a) for rows of states (n, D) and actions (n, K), float64."""
+def features(
+    states: np.ndarray, actions: np.ndarray, steps: np.ndarray | None = None, step_buckets: int = 0
+) -> np.ndarray:
+    """x(s, a) for rows of states (n, D) and actions (n, K), float64; with ``step_buckets`` > 0, the
+    rows' positions ``steps`` (n,) as indicators of min(step, step_buckets - 1)."""
     actions = np.asarray(actions, np.float64)
     first, second = np.triu_indices(actions.shape[1])
-    return _assemble(states, actions, actions[:, first] * actions[:, second])
+    return _assemble(
+        states, actions, actions[:, first] * actions[:, second], _step_indicators(steps, step_buckets)
+    )
 
 
-def expected_features(states: np.ndarray, action_samples: np.ndarray) -> np.ndarray:
+def expected_features(
+    states: np.ndarray, action_samples: np.ndarray, steps: np.ndarray | None = None, step_buckets: int = 0
+) -> np.ndarray:
     """The mean of x(s, a) over action samples (m, n, K) drawn at each state: since a linear model is
     linear in x, its prediction at these features is the Monte-Carlo mean of its predictions."""
     samples = np.asarray(action_samples, np.float64)
     first, second = np.triu_indices(samples.shape[2])
-    return _assemble(states, samples.mean(axis=0), (samples[..., first] * samples[..., second]).mean(axis=0))
+    return _assemble(
+        states,
+        samples.mean(axis=0),
+        (samples[..., first] * samples[..., second]).mean(axis=0),
+        _step_indicators(steps, step_buckets),
+    )
 
 
-def _assemble(states: np.ndarray, actions: np.ndarray, quadratic: np.ndarray) -> np.ndarray:
+def _step_indicators(steps: np.ndarray | None, buckets: int) -> np.ndarray | None:
+    if buckets == 0:
+        return None
+    if steps is None:
+        raise ValueError(f"step_buckets is {buckets}, so the rows' steps are needed")
+    out = np.zeros((steps.shape[0], buckets))
+    out[np.arange(steps.shape[0]), np.minimum(steps, buckets - 1)] = 1.0
+    return out
+
+
+def _assemble(
+    states: np.ndarray, actions: np.ndarray, quadratic: np.ndarray, step_columns: np.ndarray | None
+) -> np.ndarray:
     n, d = states.shape
     k = actions.shape[1]
-    out = np.empty((n, feature_width(d, k)))
+    buckets = 0 if step_columns is None else step_columns.shape[1]
+    out = np.empty((n, feature_width(d, k, buckets)))
     out[:, 0] = 1.0
     out[:, 1 : 1 + d] = states
     out[:, 1 + d : 1 + d + k] = actions
     out[:, 1 + d + k : 1 + d + k + d * k] = (states[:, :, None] * actions[:, None, :]).reshape(n, d * k)
-    out[:, 1 + d + k + d * k :] = quadratic
+    out[:, 1 + d + k + d * k : out.shape[1] - buckets] = quadratic
+    if buckets:
+        out[:, out.shape[1] - buckets :] = step_columns
     return out
 
 

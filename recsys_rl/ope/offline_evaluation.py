@@ -28,7 +28,8 @@ Estimator names: single-decision ``ips``, ``clipped_ips``, ``ncis``, ``snips``, 
       "interval": {"method", "alpha", "resamples", "seed", "unit": "user" | "session", "jackknife_blocks"},
       "settings": {OPESettings fields but thresholds},
       "estimators": {name: {"kind": "single_decision" | "sequential",
-                            "scale": "per_decision" | "per_session_discounted", **block of entry}},
+                            "scale": "per_decision" | "per_session_discounted",
+                            "model_error_included": bool, **block of entry}},
       "behaviour": {"per_decision": block of entry, "per_session_discounted": block of entry},
       "concentration": {"estimator": "clipped_ips", "cap": float, "range_source": str, "assumes": str,
                         "signals": {signal: {"value", "range": [lo, hi], "hoeffding": [lo, hi],
@@ -45,8 +46,9 @@ Estimator names: single-decision ``ips``, ``clipped_ips``, ``ncis``, ``snips``, 
       "baseline": "behaviour" | "incumbent",
       "signals": [...], "directions": {signal: +1 | -1}, "rows", "sessions", "group_sizes", "interval",
       "settings",
-      "estimators": {name: {"kind", "scale", **block of {"candidate": entry, "baseline": entry,
-                                                         "difference": entry, "relative": entry}}},
+      "estimators": {name: {"kind", "scale", "model_error_included",
+                            **block of {"candidate": entry, "baseline": entry,
+                                        "difference": entry, "relative": entry}}},
       "diagnostics": {"candidate": diagnose(...), "baseline": diagnose(...) | None}
     }
 
@@ -96,6 +98,9 @@ BOOTSTRAP_UNITS = ("user", "session")
 SINGLE_DECISION = ("ips", "clipped_ips", "ncis", "snips", "dm", "dr", "sndr", "switch_dr")
 SEQUENTIAL = ("pdis", "wpdis", "sequential_dr", "fqe")
 ESTIMATORS = SINGLE_DECISION + SEQUENTIAL
+#: Estimators that are a fitted model's prediction alone: their bootstrap holds the model fixed, so their
+#: intervals leave the model's error out (see the module docstring) and no gate may read them.
+MODEL_ONLY = ("dm", "fqe")
 _REWARD_MODEL = {"dm", "dr", "sndr", "switch_dr"}
 _FQE_MODEL = {"sequential_dr", "fqe"}
 _SCALES = {"single_decision": "per_decision", "sequential": "per_session_discounted"}
@@ -214,11 +219,7 @@ def evaluate_policy_offline(
     return {
         **_header(logged, "ope_evaluation", interval, alpha, resamples, seed, settings, unit),
         "estimators": {
-            name: {
-                "kind": kind_of(name),
-                "scale": _SCALES[kind_of(name)],
-                **report(layout.statistic(f"target/{name}")),
-            }
+            name: {**_estimator_header(name), **report(layout.statistic(f"target/{name}"))}
             for name in estimators
         },
         "behaviour": {scale: report(layout.statistic(scale)) for scale in behaviour},
@@ -281,14 +282,19 @@ def evaluate_lift(
         **_header(logged, "ope_lift", interval, alpha, resamples, seed, settings, unit),
         "baseline": "behaviour" if baseline is None else "incumbent",
         "directions": dict(zip(logged.signals, signal_registry.directions(logged.signals), strict=True)),
-        "estimators": {
-            name: {"kind": kind_of(name), "scale": _SCALES[kind_of(name)], **lift(name)}
-            for name in estimators
-        },
+        "estimators": {name: {**_estimator_header(name), **lift(name)} for name in estimators},
         "diagnostics": {
             "candidate": diagnose(logged, new.log_ratio, settings.thresholds),
             "baseline": None if old is None else diagnose(logged, old.log_ratio, settings.thresholds),
         },
+    }
+
+
+def _estimator_header(name: str) -> dict[str, Any]:
+    return {
+        "kind": kind_of(name),
+        "scale": _SCALES[kind_of(name)],
+        "model_error_included": name not in MODEL_ONLY,
     }
 
 

@@ -75,12 +75,14 @@ def fit_q_model(
     ridge: float,
     samples: int,
     seed: int,
+    step_buckets: int = 0,
 ) -> QPredictions:
-    """A linear Q of the target policy after ``iterations`` fitted-Q steps (0: the reward model)."""
+    """A linear Q of the target policy after ``iterations`` fitted-Q steps (0: the reward model), with
+    the session position among its inputs when ``step_buckets`` > 0 (``linear.features``)."""
     if samples < 1 or iterations < 0:
         raise ValueError(f"samples should be >= 1 and iterations >= 0, but are {samples} and {iterations}")
     row_fold = session_folds(logged.sessions, folds, seed)[logged.session]
-    width = feature_width(logged.states.shape[1], logged.actions.shape[1])
+    width = feature_width(logged.states.shape[1], logged.actions.shape[1], step_buckets)
     stats = Statistics.zeros(folds, width, len(logged.signals))
     next_rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
     # rows in fold order, so every chunk belongs to one fold and adds to that fold's statistics
@@ -89,13 +91,20 @@ def fit_q_model(
     for k in range(folds):
         for chunk in _chunks(bounds[k + 1] - bounds[k]):
             rows = order[bounds[k] : bounds[k + 1]][chunk]
-            x = features(logged.states[rows], logged.actions[rows])
+            x = features(logged.states[rows], logged.actions[rows], logged.step[rows], step_buckets)
             stats.gram[k] += x.T @ x
             stats.response[k] += x.T @ logged.rewards[rows]
             if iterations > 0:
                 following = np.zeros_like(x)
                 live = np.flatnonzero(~logged.done[rows])
-                following[live] = _target_features(target, logged.next_states[rows[live]], samples, next_rng)
+                following[live] = _target_features(
+                    target,
+                    logged.next_states[rows[live]],
+                    logged.step[rows[live]] + 1,
+                    step_buckets,
+                    samples,
+                    next_rng,
+                )
                 stats.transition[k] += x.T @ following
     coefficients = np.stack(
         [
@@ -103,7 +112,7 @@ def fit_q_model(
             for k in range(folds)
         ]
     )
-    q_logged, v_target = _predict(logged, target, coefficients, row_fold, samples, seed)
+    q_logged, v_target = _predict(logged, target, coefficients, row_fold, samples, seed, step_buckets)
     return QPredictions(q_logged, v_target, row_fold, coefficients)
 
 
@@ -114,6 +123,7 @@ def _predict(
     row_fold: np.ndarray,
     samples: int,
     seed: int,
+    step_buckets: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     folds, width, signals = coefficients.shape
     stacked = coefficients.transpose(1, 0, 2).reshape(width, folds * signals)
@@ -122,9 +132,11 @@ def _predict(
     v_target = np.empty((logged.rows, signals))
     for rows in _chunks(logged.rows):
         pick = row_fold[rows][:, None, None]
-        x = features(logged.states[rows], logged.actions[rows])
+        x = features(logged.states[rows], logged.actions[rows], logged.step[rows], step_buckets)
         q_logged[rows] = np.take_along_axis((x @ stacked).reshape(-1, folds, signals), pick, axis=1)[:, 0]
-        expected = _target_features(target, logged.states[rows], samples, rng)
+        expected = _target_features(
+            target, logged.states[rows], logged.step[rows], step_buckets, samples, rng
+        )
         v_target[rows] = np.take_along_axis((expected @ stacked).reshape(-1, folds, signals), pick, axis=1)[
             :, 0
         ]
@@ -132,10 +144,15 @@ def _predict(
 
 
 def _target_features(
-    target: ScoredPolicy, states: np.ndarray, samples: int, rng: np.random.Generator
+    target: ScoredPolicy,
+    states: np.ndarray,
+    steps: np.ndarray,
+    step_buckets: int,
+    samples: int,
+    rng: np.random.Generator,
 ) -> np.ndarray:
     draws = np.stack([target.act(states, rng)[0] for _ in range(samples)])
-    return expected_features(states, draws)
+    return expected_features(states, draws, steps, step_buckets)
 
 
 def _chunks(rows: int) -> list[slice]:

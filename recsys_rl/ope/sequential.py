@@ -15,8 +15,10 @@ model's q_t = Q(s_t, a_t) and v_t = E_{a ~ pi} Q(s_t, a):
 FQE iterates ridge regressions of r + gamma Q_k(s', a' ~ pi) on x(s, a) (``linear.solve_ridge``) a fixed
 ``FQE_ITERATIONS`` times from Q_0 = the reward model: iteration k is the k + 1 step truncated value, and
 simulated sessions end after at most 30 pages, so 30 iterations reach their horizon; longer real sessions
-are truncated there, a bias that shrinks as gamma^30 (0.21 for watch time, 0.04 for the rest). It is
-cross-fitted by session like the reward model, and DR uses its Q.
+are truncated there, a bias that shrinks as gamma^30 (0.21 for watch time, 0.04 for the rest). Its Q
+takes the decision's position in the session as an input (``FQE_STEP_BUCKETS`` indicators, the last for
+every later position), since what is left of a session depends on it. It is cross-fitted by session like
+the reward model, and DR uses its Q.
 
 All estimators return ``RatioTerms`` with one row per session (in session order).
 """
@@ -32,6 +34,8 @@ from recsys_rl.ope.reward_model import QPredictions, fit_q_model
 from recsys_rl.ope.terms import RatioTerms
 
 FQE_ITERATIONS = 30
+#: Positions FQE tells apart: one per page a simulated session can reach.
+FQE_STEP_BUCKETS = 30
 
 
 def default_gammas(logged: LoggedSteps) -> np.ndarray:
@@ -121,4 +125,5 @@ def fit_fqe(
         ridge=ridge,
         samples=samples,
         seed=seed,
+        step_buckets=FQE_STEP_BUCKETS,
     )

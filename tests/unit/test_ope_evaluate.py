@@ -56,6 +56,8 @@ def test_the_result_follows_the_documented_schema(logged, evaluation):
     for name, block in evaluation["estimators"].items():
         assert block["kind"] == ("single_decision" if name in SINGLE_DECISION else "sequential")
         assert block["scale"] == ("per_decision" if name in SINGLE_DECISION else "per_session_discounted")
+        # a prediction alone: its interval holds the model fixed and must say so wherever it is shown
+        assert block["model_error_included"] is (name not in ("dm", "fqe"))
         assert sorted(block["groups"]) == groups
         for scope in [block["overall"], *block["groups"].values()]:
             assert list(scope) == list(signals.FEED_SIGNALS)
