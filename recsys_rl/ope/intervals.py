@@ -46,6 +46,8 @@ JACKKNIFE_BLOCKS = 200
 #: held at a time.
 CHUNK_UNITS = 8_192
 INTERVAL_METHODS = ("bca", "percentile")
+#: Share of non-finite resamples beyond which an interval is refused rather than read off the rest.
+MAX_DROPPED_SHARE = 0.01
 
 _NORMAL = NormalDist()
 _cdf = np.vectorize(_NORMAL.cdf, otypes=[float])
@@ -169,13 +171,19 @@ def _poisson_sums(
 @dataclass(frozen=True)
 class Interval:
     value: np.ndarray  # (S,)
-    low: np.ndarray  # (S,)
+    low: np.ndarray  # (S,) NaN when no interval could be given
     high: np.ndarray  # (S,)
     method: str
+    dropped: np.ndarray  # (S,) resamples whose estimate was not finite, left out of the quantiles
 
 
 def bootstrap_interval(statistic: Statistic, sums: Resampled, method: str, alpha: float) -> Interval:
-    """The estimate ``statistic(observed sums)`` with its percentile or BCa interval at level 1 - alpha."""
+    """The estimate ``statistic(observed sums)`` with its percentile or BCa interval at level 1 - alpha.
+
+    A resample whose estimate is not finite (it drew no session of a small group, or a ratio's baseline
+    summed to 0) is left out and counted; when more than ``MAX_DROPPED_SHARE`` of them are, the interval
+    is NaN: the rest would describe a different, luckier sample.
+    """
     value = statistic(sums.observed)
     boot = statistic(sums.bootstrap)
     if method == "percentile":
@@ -184,7 +192,9 @@ def bootstrap_interval(statistic: Statistic, sums: Resampled, method: str, alpha
         low, high = bca_interval(value, boot, statistic(sums.jackknife), alpha)
     else:
         raise ValueError(f"interval method should be one of {INTERVAL_METHODS}, but is {method!r}")
-    return Interval(value, low, high, method)
+    dropped = (~np.isfinite(boot)).sum(axis=0)
+    failed = dropped > MAX_DROPPED_SHARE * boot.shape[0]
+    return Interval(value, np.where(failed, np.nan, low), np.where(failed, np.nan, high), method, dropped)
 
 
 def percentile_interval(boot: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:

@@ -8,8 +8,10 @@ read, so their layout below is a contract: add keys, never rename or remove them
 
 Common pieces
 -------------
-``entry``: ``{"value": float, "interval": [low, high], "method": "bca" | "percentile"}``, the estimate and
-  its two-sided 1 - alpha bootstrap interval.
+``entry``: ``{"value": float, "interval": [low, high], "method": "bca" | "percentile",
+  "dropped_resamples": int}``, the estimate and its two-sided 1 - alpha bootstrap interval; resamples
+  whose estimate was not finite are left out and counted, and past 1% of them the interval is
+  ``[null, null]`` (``recsys_rl.ope.intervals.bootstrap_interval``), which no gate rule can pass.
 ``block``: ``{"overall": {signal: X}, "groups": {group name: {signal: X}}}`` for some X; ``groups`` holds
   the user groups present in the logs (names from ``recsys_rl.state.ACTIVITY_GROUPS``) and is ``{}`` when
   called with ``groups=False``.
@@ -403,6 +405,7 @@ class _Reporter:
                         "value": _number(result.value[i]),
                         "interval": [_number(result.low[i]), _number(result.high[i])],
                         "method": result.method,
+                        "dropped_resamples": int(result.dropped[i]),
                     }
                     if name:
                         per_signal[signal][name] = entry

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from recsys_rl.ope.intervals import (
+    Resampled,
     bca_interval,
     bias_correction,
     bootstrap_interval,
@@ -20,7 +21,8 @@ from recsys_rl.ope.terms import RatioTerms
 
 
 def _mean_statistic(sums: np.ndarray) -> np.ndarray:
-    return sums[..., :1] / sums[..., 1:]
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero baseline is an outcome under test
+        return sums[..., :1] / sums[..., 1:]
 
 
 def test_intervals_of_a_normal_mean_match_the_textbook_interval():
@@ -187,3 +189,23 @@ def test_clustering_widens_the_interval_of_correlated_units():
         widths[name] = result.high[0] - result.low[0]
     assert widths["user"] == pytest.approx(2 * 1.96 * math.sqrt(1.1 / 200), rel=0.1)
     assert widths["session"] == pytest.approx(2 * 1.96 * math.sqrt(2 / 2000), rel=0.1)
+
+
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+@pytest.mark.parametrize(("zero_baselines", "refused"), [(2, False), (3, True)])
+def test_non_finite_resamples_are_counted_and_past_one_percent_refuse_the_interval(
+    method, zero_baselines, refused
+):
+    # 200 resamples of a ratio; some drew a baseline of 0 (no session of a small group, say)
+    rng = np.random.default_rng(0)
+    boot = np.column_stack([rng.normal(10.0, 1.0, 200), rng.normal(5.0, 0.5, 200)])
+    boot[:zero_baselines, 1] = 0.0
+    jack = np.column_stack([rng.normal(10.0, 0.1, 20), rng.normal(5.0, 0.05, 20)])
+    sums = Resampled(np.array([10.0, 5.0]), boot, jack)
+    result = bootstrap_interval(_mean_statistic, sums, method, 0.05)
+    assert result.dropped.tolist() == [zero_baselines]
+    assert result.value[0] == pytest.approx(2.0)
+    if refused:
+        assert np.isnan(result.low[0]) and np.isnan(result.high[0])
+    else:
+        assert 1.0 < result.low[0] < 2.0 < result.high[0] < 3.0
