@@ -10,6 +10,8 @@ shuffle without their bytes, and the next run needs only what the builder uses.
 
 One line per (user, kind): ``{"user_id", "kind", "events"}``, with each event's fields in `Decision` or
 `Feedback` order and bytes fields as ``{"b64": ...}``, lines sorted, so reruns write the same bytes.
+A decision carried by a run from before `Decision` gained its trailing fields (``deterministic``) is
+read back with their defaults: those runs read only version-1 decision records, which count as sampled.
 """
 
 from __future__ import annotations
@@ -51,8 +53,20 @@ def read_carried(path: Path) -> list[tuple[str, tuple[int, list[tuple]]]]:
     for line in path.read_bytes().splitlines():
         entry = json.loads(line)
         events = [tuple(_unfield(v) for v in row) for row in entry["events"]]
+        if entry["kind"] == DECISION:
+            events = [_with_defaults(event, path) for event in events]
         out.append((entry["user_id"], (entry["kind"], events)))
     return out
+
+
+def _with_defaults(event: tuple, path: Path) -> tuple:
+    """A decision's fields, the trailing ones an older run did not write filled with their defaults."""
+    missing = Decision._fields[len(event) :]
+    if any(name not in Decision._field_defaults for name in missing):
+        raise ValueError(
+            f"{path}: a carried decision should have {len(Decision._fields)} fields, but has {len(event)}"
+        )
+    return event + tuple(Decision._field_defaults[name] for name in missing)
 
 
 def count_events(carried: Iterable[tuple[str, tuple[int, list[tuple]]]]) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from recsys_rl.atomic_json import jsonl_file, write_bytes_atomic, write_json_atomic
@@ -200,6 +201,7 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
             "feature_names": list(STATE_FEATURES[surface]),
             "rows": rows,
             "features_missing": _features_missing([p for p in shards if p.suffix == PARQUET_SUFFIX]),
+            "deterministic": _deterministic([p for p in shards if p.suffix == PARQUET_SUFFIX]),
             "tfrecord_shards": [p.name for p in shards if p.suffix == TFRECORD_SUFFIX],
             "parquet_shards": [p.name for p in shards if p.suffix == PARQUET_SUFFIX],
         }
@@ -283,6 +285,16 @@ def _features_missing(parquet_shards: list[Path]) -> dict[str, Any]:
         reasons.update(pq.read_table(path, columns=["features_missing_reason"]).column(0).to_pylist())
     del reasons[""]  # the store answered
     return {"rows": sum(reasons.values()), "by_reason": dict(sorted(reasons.items()))}
+
+
+def _deterministic(parquet_shards: list[Path]) -> dict[str, int]:
+    """How many of a surface's transitions served the policy's mode (``serve --no-explore``): their
+    log_propensity is no behaviour propensity, and OPE leaves their sessions out."""
+    rows = sum(
+        pc.sum(pq.read_table(path, columns=["deterministic"]).column(0)).as_py() or 0
+        for path in parquet_shards
+    )
+    return {"rows": int(rows)}
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

@@ -79,6 +79,10 @@ class Decision(NamedTuple):
     policy_version: str
     displaced_watch_s: float  # live insertions: the logged prediction of the video watch displaced; else 0
     features_missing_reason: str  # why the state was built from default user features; "" when it was not
+    # the action was the policy's mode, not a draw (``contracts.DETERMINISTIC_SELECTIONS``): its
+    # log_propensity is no behaviour propensity. Last, so that a carried decision of a run before this
+    # field existed is the prefix of one (``pipelines.carry`` fills it in: such decisions were sampled).
+    deterministic: bool = False
 
 
 class Feedback(NamedTuple):
@@ -173,6 +177,7 @@ def _decision_fields(
         record.policy_version,
         displaced,
         record.features_missing_reason,
+        contracts.action_selection(record) in contracts.DETERMINISTIC_SELECTIONS,
     )
 
 
@@ -424,6 +429,7 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
                 "policy_version": decision.policy_version,
                 "features_missing": bool(decision.features_missing_reason),
                 "features_missing_reason": decision.features_missing_reason,
+                "deterministic": decision.deterministic,
                 "done": following is None,
                 "reward": _rewards(request, surface),
                 "feedback_count": len(request.feedback),

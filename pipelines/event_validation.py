@@ -153,6 +153,13 @@ def check_decision_read(
             f"{list(contracts.FEATURES_MISSING_REASONS)} exactly when features_missing is set, but is "
             f"{reason!r} with features_missing={record.features_missing}",
         )
+    if contracts.action_selection(record) is None:
+        return Rejection(
+            "missing_field" if record.action_selection == 0 else "out_of_range",
+            "DecisionRecord.action_selection of a version-2 record should be one of "
+            f"{list(contracts.ACTION_SELECTIONS)} {tuple(contracts.ACTION_SELECTIONS.values())}, but is "
+            f"{record.action_selection}",
+        )
     if record.user_group >= len(ACTIVITY_GROUPS):
         return Rejection(
             "out_of_range",

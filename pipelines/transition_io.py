@@ -36,6 +36,7 @@ _INT_FIELDS = (
     "next_event_time_ms",
     "user_group",
     "features_missing",
+    "deterministic",  # 1: the action was the policy's mode, and log_propensity no behaviour propensity
     "done",
     "feedback_count",
 )

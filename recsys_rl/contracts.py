@@ -22,8 +22,13 @@ except ImportError as err:  # pragma: no cover - exercised only on a broken inst
 
 from recsys_rl import signals
 
-#: Version written into every event message; readers reject any other value.
-EVENTS_SCHEMA_VERSION = 1
+#: Version serving writes into a DecisionRecord. Version 2 added ``action_selection``.
+DECISION_SCHEMA_VERSION = 2
+#: DecisionRecord versions readers accept; any other is dead-lettered. A version-1 record cannot say how
+#: its action was chosen and is read as sampled (see :func:`action_selection`).
+READABLE_DECISION_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+#: Version of a FeedbackEvent; readers reject any other value.
+FEEDBACK_SCHEMA_VERSION = 1
 #: Version of the serving request/response messages.
 SERVING_SCHEMA_VERSION = 1
 
@@ -53,6 +58,17 @@ ROUTING_ARMS: dict[str, int] = {
     "fallback": events_pb2.ROUTING_ARM_FALLBACK,
     "behaviour": events_pb2.ROUTING_ARM_BEHAVIOUR,
 }
+
+#: How serving chose a decision's action (``DecisionRecord.action_selection``): drawn from the policy, whose
+#: log-propensity the record then carries, or the policy's mode (``serve --no-explore``), a point mass
+#: whose logged "propensity" is only the policy's density at that point.
+ACTION_SELECTIONS: dict[str, int] = {
+    "sampled": events_pb2.ACTION_SELECTION_SAMPLED,
+    "mode": events_pb2.ACTION_SELECTION_MODE,
+}
+ACTION_SELECTION_NAMES: dict[int, str] = {v: k for k, v in ACTION_SELECTIONS.items()}
+#: Selections whose logged log_propensity is not a behaviour propensity: OPE must not weight by it.
+DETERMINISTIC_SELECTIONS = frozenset({"mode"})
 
 #: Why a decision's state was built from default user features (``DecisionRecord.features_missing_reason``):
 #: no feature store configured, a user the store does not know, a read slower than the request's budget,
@@ -96,12 +112,12 @@ def encode(message: Message) -> bytes:
     return message.SerializeToString(deterministic=True)
 
 
-def _check_version(message: DecisionRecord | FeedbackEvent) -> None:
-    if message.schema_version != EVENTS_SCHEMA_VERSION:
+def _check_version(message: DecisionRecord | FeedbackEvent, readable: tuple[int, ...]) -> None:
+    if message.schema_version not in readable:
+        expected = " or ".join(map(str, readable))
         raise ContractError(
             "unknown_schema_version",
-            f"{type(message).__name__}.schema_version should be {EVENTS_SCHEMA_VERSION}, "
-            f"but is {message.schema_version}",
+            f"{type(message).__name__}.schema_version should be {expected}, but is {message.schema_version}",
         )
 
 
@@ -123,8 +139,21 @@ def decode_decision(data: bytes) -> DecisionRecord:
     _check_not_empty(DecisionRecord, data)
     record = DecisionRecord()
     _parse_binary(record, data)
-    _check_version(record)
+    _check_version(record, READABLE_DECISION_SCHEMA_VERSIONS)
     return record
+
+
+def action_selection(record: DecisionRecord) -> str | None:
+    """How the record's action was chosen, as a key of ``ACTION_SELECTIONS``; None when it does not say.
+
+    A version-1 record has no such field and is read as ``"sampled"``: a version-1 server sampled unless
+    it was started with ``--no-explore``, and nothing in its records tells the two apart. A version-2
+    record must say: None for one that does not (unset, or a number this reader does not know).
+    """
+    selection = record.action_selection
+    if selection == events_pb2.ACTION_SELECTION_UNSPECIFIED and record.schema_version == 1:
+        return "sampled"
+    return ACTION_SELECTION_NAMES.get(selection)
 
 
 def decode_feedback(data: bytes) -> FeedbackEvent:
@@ -147,7 +176,7 @@ def decode_feedback(data: bytes) -> FeedbackEvent:
             raise ContractError("malformed_json", f"FeedbackEvent JSON does not parse: {err}") from None
     else:
         _parse_binary(event, data)
-    _check_version(event)
+    _check_version(event, (FEEDBACK_SCHEMA_VERSION,))
     return event
 
 
@@ -162,11 +191,16 @@ def feedback_signal_values(event: FeedbackEvent) -> dict[str, float]:
 
 
 __all__ = [
-    "EVENTS_SCHEMA_VERSION",
+    "ACTION_SELECTIONS",
+    "ACTION_SELECTION_NAMES",
+    "DECISION_SCHEMA_VERSION",
+    "DETERMINISTIC_SELECTIONS",
     "FEATURES_MISSING_REASONS",
+    "FEEDBACK_SCHEMA_VERSION",
     "FEEDBACK_SIGNAL_FIELDS",
     "ITEM_TYPES",
     "MAX_ID_LENGTH",
+    "READABLE_DECISION_SCHEMA_VERSIONS",
     "ROUTING_ARMS",
     "SERVING_SCHEMA_VERSION",
     "SURFACES",
@@ -181,6 +215,7 @@ __all__ = [
     "RankRequest",
     "RankResponse",
     "TFExample",
+    "action_selection",
     "decode_decision",
     "decode_feedback",
     "encode",

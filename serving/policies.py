@@ -8,7 +8,8 @@ log-density (feed, Gaussian over fusion-weight logits) or log-probability (alloc
 the action actually served. With exploration off, the policy's mode is served (the Gaussian mean; an
 insert when its probability is at least one half) and the logged value is the policy's log-density or
 log-probability *at that action*: the action itself was chosen deterministically, so the value is not
-a behaviour propensity, and importance-weighted OPE should not use records logged that way.
+a behaviour propensity. The decision record says which it was (``action_selection``: sampled or mode,
+set by ``serving.service``), and offline evaluation leaves out the sessions of records logged that way.
 """
 
 from __future__ import annotations

@@ -53,6 +53,9 @@ class Decision:
     decider: Decider
     action: np.ndarray
     log_propensity: float
+    # how the action was chosen (a key of contracts.ACTION_SELECTIONS): "sampled" from the policy, or
+    # its "mode" (serve --no-explore), when log_propensity is only the density at that point
+    selection: str
 
 
 class Handlers:
@@ -142,7 +145,7 @@ class Handlers:
         self, request, surface: str, state: np.ndarray, missing: str | None, time_ms: int, decision: Decision
     ) -> contracts.DecisionRecord:
         return contracts.DecisionRecord(
-            schema_version=contracts.EVENTS_SCHEMA_VERSION,
+            schema_version=contracts.DECISION_SCHEMA_VERSION,
             request_id=request.request_id,
             user_id=request.user_id,
             surface=contracts.SURFACES[surface],
@@ -159,6 +162,7 @@ class Handlers:
             features_missing=missing is not None,
             features_missing_reason=missing or "",
             session_id=request.context.session_id,
+            action_selection=contracts.ACTION_SELECTIONS[decision.selection],
         )
 
     def _emit(
@@ -172,11 +176,13 @@ class Handlers:
         """The served decision and, when a shadow is routed, the shadow's decision on the same state."""
         snapshot = self._holders[surface].current
         arm, decider = snapshot.route(user_id)
-        served = Decision(arm, decider, *decider.decide(state, seed, self._config.explore))
+        explore = self._config.explore
+        selection = "sampled" if explore else "mode"
+        served = Decision(arm, decider, *decider.decide(state, seed, explore), selection)
         shadow = None
         if snapshot.shadow is not None:
             shadow = Decision(
-                "shadow", snapshot.shadow, *snapshot.shadow.decide(state, seed, self._config.explore)
+                "shadow", snapshot.shadow, *snapshot.shadow.decide(state, seed, explore), selection
             )
         return served, shadow
 

@@ -38,7 +38,9 @@ class ServeConfig:
     # a cached row is answered this long, then still answered while a refresh is read; 0: no cache
     feature_cache_s: float = 60.0
     # policies and routing
-    explore: bool = True  # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode
+    # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode, logged as such
+    # (action_selection MODE), whose sessions offline evaluation cannot weight and leaves out
+    explore: bool = True
     reload_interval_s: float = 2.0  # how often routing.json is polled for a new revision
     live_position: int = 2  # slot of an inserted live stream in the page
     # limits

@@ -6,15 +6,22 @@ turned into one ``LoggedSteps``. Its rows are ordered by session and, within a s
 steps numbered 0, 1, ... without gaps: sequential estimators take cumulative products along that order
 and single-decision ones sum over sessions, so the order is checked once here instead of assumed
 everywhere.
+
+Not every logged decision can be weighted. One that serving chose as the policy's mode (``serve
+--no-explore``) logs the policy's density at that point, which is no propensity: the behaviour there was
+a point mass. Reading transitions, ``LoggedSteps.from_parquet`` leaves out every session holding such a
+decision (sequential estimators need whole sessions) and says how many it left out, and why, in
+``LoggedSteps.excluded``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -31,6 +38,18 @@ if TYPE_CHECKING:  # the dataset reader imports TensorFlow; OPE only needs its s
 
 #: Rows per call when a policy's log-density is evaluated; bounds the memory of a TensorFlow policy.
 LOG_PROB_CHUNK_ROWS = 65_536
+
+#: Why ``LoggedSteps.from_parquet`` leaves sessions out (the keys of ``LoggedSteps.excluded``), and what
+#: each reason means.
+EXCLUSION_REASONS: dict[str, str] = {
+    "deterministic": (
+        "the session holds a decision served as the policy's mode (serve --no-explore), whose logged "
+        "log_propensity is the density of a point mass, not a behaviour propensity"
+    ),
+}
+#: The transitions' column that marks such a decision; datasets of schema version 1 do not have it.
+DETERMINISTIC_COLUMN = "deterministic"
+_NOTHING_EXCLUDED: Mapping[str, Mapping[str, int]] = MappingProxyType({})
 
 
 class ScoredPolicy(Protocol):
@@ -103,6 +122,20 @@ class LoggedSteps:
             )
 
     @property
+    def excluded(self) -> Mapping[str, Mapping[str, int]]:
+        """What the reader left out of these rows, and why: ``{reason: {"decisions": n, "sessions": m}}``
+        (reasons: ``EXCLUSION_REASONS``; decisions: every decision of the sessions left out). Empty when
+        nothing was. Not a dataclass field: the fields are row-aligned columns, which code slices and
+        concatenates alike; this describes rows that are not here (``dataclasses.replace`` drops it)."""
+        return self.__dict__.get("_excluded", _NOTHING_EXCLUDED)
+
+    def _with_excluded(self, excluded: Mapping[str, Mapping[str, int]]) -> LoggedSteps:
+        self.__dict__["_excluded"] = MappingProxyType(
+            {k: MappingProxyType(dict(v)) for k, v in excluded.items()}
+        )
+        return self
+
+    @property
     def rows(self) -> int:
         return int(self.states.shape[0])
 
@@ -127,26 +160,39 @@ class LoggedSteps:
 
     @classmethod
     def from_dataset(cls, dataset: TransitionDataset) -> LoggedSteps:
-        """The rows of a transition dataset (its Parquet shards; the manifest was checked on opening)."""
+        """The rows of a transition dataset (its Parquet shards; the manifest was checked on opening),
+        less the sessions `from_parquet` leaves out."""
         return cls.from_parquet(dataset.shard_paths("parquet"), dataset.signals)
 
     @classmethod
     def from_parquet(cls, paths: Sequence[str | Path], signals: Sequence[str]) -> LoggedSteps:
-        """Read transition Parquet shards (the pipeline's schema), sorted by (session_id, step)."""
+        """Read transition Parquet shards (the pipeline's schema), sorted by (session_id, step).
+
+        Every session holding a deterministic decision (``EXCLUSION_REASONS``) is left out and counted in
+        ``excluded``; shards without the ``deterministic`` column (datasets of schema version 1, built
+        from decision records that could not say) count as sampled. ValueError when nothing is left.
+        """
         columns = ["session_id", "user_id", "step", "user_group", "done", "state", "next_state", "action"]
         columns += ["log_propensity", *(f"reward_{s}" for s in signals)]
-        table = pa.concat_tables([pq.read_table(p, columns=columns) for p in paths])
+        table = pa.concat_tables([_read_shard(p, columns) for p in paths])
         if table.num_rows == 0:
             raise ValueError(f"the Parquet shards {[str(p) for p in paths]} hold no rows")
         table = table.sort_by([("session_id", "ascending"), ("step", "ascending")])
-        session_id = table.column("session_id").combine_chunks()
-        changed = pc.not_equal(session_id[1:], session_id[:-1]).to_numpy(zero_copy_only=False)
-        session = np.concatenate([[0], np.cumsum(changed)]).astype(np.int64)
+        table, excluded = _without_deterministic_sessions(table)
+        if table.num_rows == 0:
+            counts = excluded["deterministic"]
+            raise ValueError(
+                f"every session in the Parquet shards {[str(p) for p in paths]} was left out: "
+                f"{counts['sessions']} sessions ({counts['decisions']} decisions), because "
+                f"{EXCLUSION_REASONS['deterministic']}; nothing is left to weight (log with a server that "
+                "explores: serve without --no-explore)"
+            )
+        session = _session_codes(table)
 
         def ints(name: str) -> np.ndarray:
             return table.column(name).to_numpy().astype(np.int64)
 
-        return cls(
+        steps = cls(
             states=_list_matrix(table, "state"),
             actions=_list_matrix(table, "action"),
             rewards=np.column_stack([table.column(f"reward_{s}").to_numpy() for s in signals]),
@@ -159,6 +205,7 @@ class LoggedSteps:
             signals=tuple(signals),
             user=user_identities(table.column("user_id")),
         )
+        return steps._with_excluded(excluded)
 
     @classmethod
     def from_day_logs(cls, days: Sequence[DayLog]) -> LoggedSteps:
@@ -210,7 +257,13 @@ class LoggedSteps:
             if f.name not in ("session", "signals")
         }
         session = np.concatenate([p.session + offset for p, offset in zip(parts, offsets, strict=True)])
-        return cls(**arrays, session=session, signals=parts[0].signals)
+        excluded: dict[str, dict[str, int]] = {}
+        for part in parts:
+            for reason, counts in part.excluded.items():
+                total = excluded.setdefault(reason, {"decisions": 0, "sessions": 0})
+                for key in total:
+                    total[key] += counts[key]
+        return cls(**arrays, session=session, signals=parts[0].signals)._with_excluded(excluded)
 
 
 def user_identities(user_id: pa.ChunkedArray) -> np.ndarray:
@@ -226,6 +279,35 @@ def user_identities(user_id: pa.ChunkedArray) -> np.ndarray:
         for value in encoded.dictionary.to_pylist()
     ]
     return np.asarray(digests, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def _read_shard(path: str | Path, columns: list[str]) -> pa.Table:
+    """A shard's ``columns`` and its ``deterministic`` flags (all 0 in a shard written before them)."""
+    if DETERMINISTIC_COLUMN in pq.read_schema(path).names:
+        return pq.read_table(path, columns=[*columns, DETERMINISTIC_COLUMN])
+    table = pq.read_table(path, columns=columns)
+    return table.append_column(DETERMINISTIC_COLUMN, pa.array(np.zeros(table.num_rows, np.int64)))
+
+
+def _session_codes(table: pa.Table) -> np.ndarray:
+    """Codes 0, 1, ... of a table sorted by session id: one per run of equal ids."""
+    session_id = table.column("session_id").combine_chunks()
+    changed = pc.not_equal(session_id[1:], session_id[:-1]).to_numpy(zero_copy_only=False)
+    return np.concatenate([[0], np.cumsum(changed)]).astype(np.int64)
+
+
+def _without_deterministic_sessions(table: pa.Table) -> tuple[pa.Table, dict[str, dict[str, int]]]:
+    """The sorted table less every session that holds a deterministic decision, and what was left out
+    (``{}`` when nothing was)."""
+    deterministic = table.column(DETERMINISTIC_COLUMN).to_numpy(zero_copy_only=False) != 0
+    if not deterministic.any():
+        return table, {}
+    session = _session_codes(table)
+    dropped = np.zeros(int(session[-1]) + 1, dtype=bool)
+    dropped[session[deterministic]] = True
+    keep = ~dropped[session]
+    excluded = {"decisions": int(np.sum(~keep)), "sessions": int(np.sum(dropped))}
+    return table.filter(pa.array(keep)), {"deterministic": excluded}
 
 
 def _list_matrix(table: pa.Table, name: str) -> np.ndarray:

@@ -27,6 +27,7 @@ Estimator names: single-decision ``ips``, ``clipped_ips``, ``ncis``, ``snips``, 
       "schema_version": 1, "kind": "ope_evaluation",
       "signals": [signal, ...], "rows": int, "sessions": int,
       "group_sizes": {group name: {"rows": int, "sessions": int}},
+      "excluded": {reason: {"decisions": int, "sessions": int}},
       "interval": {"method", "alpha", "resamples", "seed", "unit": "user" | "session", "jackknife_blocks"},
       "settings": {OPESettings fields but thresholds},
       "estimators": {name: {"kind": "single_decision" | "sequential",
@@ -40,13 +41,17 @@ Estimator names: single-decision ``ips``, ``clipped_ips``, ``ncis``, ``snips``, 
     }
 
 ``behaviour`` is the logged data's own (on-policy) value on both scales, from the same resamples.
+``excluded`` is what the reader left out of the logs before any of this, by reason (``LoggedSteps.excluded``,
+``recsys_rl.ope.logged.EXCLUSION_REASONS``: sessions holding a decision served as the policy's mode), and
+``{}`` when nothing was; ``rows`` and ``sessions`` count what is left.
 
 ``evaluate_lift`` returns::
 
     {
       "schema_version": 1, "kind": "ope_lift",
       "baseline": "behaviour" | "incumbent",
-      "signals": [...], "directions": {signal: +1 | -1}, "rows", "sessions", "group_sizes", "interval",
+      "signals": [...], "directions": {signal: +1 | -1}, "rows", "sessions", "group_sizes", "excluded",
+      "interval",
       "settings",
       "estimators": {name: {"kind", "scale", "model_error_included",
                             **block of {"candidate": entry, "baseline": entry,
@@ -336,6 +341,7 @@ def _header(
             }
             for code in np.unique(session_groups)
         },
+        "excluded": {reason: dict(counts) for reason, counts in logged.excluded.items()},
         "interval": {
             "method": interval,
             "alpha": alpha,

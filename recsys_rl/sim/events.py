@@ -116,7 +116,7 @@ def _decision(
     """The fields every decision record has, whatever its surface."""
     user = int(log.user[i])
     return contracts.DecisionRecord(
-        schema_version=contracts.EVENTS_SCHEMA_VERSION,
+        schema_version=contracts.DECISION_SCHEMA_VERSION,
         request_id=request_id,
         user_id=ids.user(user),
         surface=contracts.SURFACES[surface],
@@ -128,6 +128,8 @@ def _decision(
         policy_version=version,
         routing_arm=contracts.ROUTING_ARMS["behaviour"],
         session_id=ids.session(int(log.session[i])),
+        # the simulator's behaviour policies always draw their actions
+        action_selection=contracts.ACTION_SELECTIONS["sampled"],
     )
 
 
@@ -165,7 +167,7 @@ def feedback_events(log: DayLog, world: World, ids: EventIds) -> Iterator[contra
         item = int(views.item[i])
         is_live = bool(views.is_live[i])
         yield contracts.FeedbackEvent(
-            schema_version=contracts.EVENTS_SCHEMA_VERSION,
+            schema_version=contracts.FEEDBACK_SCHEMA_VERSION,
             request_id=(ids.live_request if is_live else ids.request)(int(views.request[i])),
             user_id=ids.user(int(views.user[i])),
             item_id=ids.live(item) if is_live else ids.video(item),

@@ -372,6 +372,39 @@ def test_a_shadow_is_computed_and_logged_apart_but_never_served(registry_dir, to
     assert list(shadow.action) != list(served.action)
 
 
+@pytest.mark.parametrize(
+    ("flags", "selection"), [((), "sampled"), (("--no-explore",), "mode")], ids=["explore", "no-explore"]
+)
+def test_the_logged_records_say_whether_the_action_was_drawn_or_the_mode(
+    flags, selection, topics, embedded_kafka
+):
+    """Issue 19: ``serve --no-explore`` logged the mode's density as a propensity and nothing in the
+    record said so, so OPE weighted by it. Through the CLI, a real socket and Kafka: every record (Rank and
+    Allocate) now says how its action was chosen."""
+    bootstrap = embedded_kafka.bootstrap_servers
+    args = ("--port", "0", "--bootstrap-servers", bootstrap, "--decisions-topic", topics[0], *flags)
+    with serve_process(*args, "--shutdown-drain-s", "0") as process:
+        line = process.stdout.readline()
+        assert line.startswith("serving on grpc://127.0.0.1:"), line + process.stderr.read()
+        with grpc.insecure_channel(line.strip().rsplit("/", 1)[1]) as ch:
+            ranked = [ranking(ch).Rank(rank_request(f"{selection}-{i}")) for i in range(2)]
+            contracts.serving_pb2_grpc.AllocationServiceStub(ch).Allocate(allocate_request(f"{selection}-l"))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, process.stderr.read()
+    logged = decisions(bootstrap, topics[0])
+    assert [(r.request_id, contracts.SURFACE_NAMES[r.surface]) for r in logged] == [
+        (f"{selection}-0", "feed"),
+        (f"{selection}-1", "feed"),
+        (f"{selection}-l", "live_allocation"),
+    ]
+    for record in logged:
+        assert record.schema_version == contracts.DECISION_SCHEMA_VERSION
+        assert record.action_selection == contracts.ACTION_SELECTIONS[selection]
+        assert contracts.action_selection(record) == selection
+    # the mark tells the truth: the mode is the same action for every request id, a draw is not
+    assert (ranked[0].action == ranked[1].action) is (selection == "mode")
+
+
 # --- decision logging when Kafka is down --------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from recsys_rl import contracts, signals
 
 def _decision() -> contracts.DecisionRecord:
     record = contracts.DecisionRecord(
-        schema_version=contracts.EVENTS_SCHEMA_VERSION,
+        schema_version=contracts.DECISION_SCHEMA_VERSION,
         request_id="r1",
         user_id="u7",
         surface=contracts.SURFACES["feed"],
@@ -25,6 +25,7 @@ def _decision() -> contracts.DecisionRecord:
         routing_arm=contracts.ROUTING_ARMS["canary"],
         served_item_ids=["v1", "v2"],
         session_id="s1",
+        action_selection=contracts.ACTION_SELECTIONS["sampled"],
     )
     record.candidates.add(
         item_id="v1",
@@ -46,7 +47,7 @@ def test_encoding_is_deterministic():
 
 feedback_events = st.builds(
     contracts.FeedbackEvent,
-    schema_version=st.just(contracts.EVENTS_SCHEMA_VERSION),
+    schema_version=st.just(contracts.FEEDBACK_SCHEMA_VERSION),
     request_id=st.text(max_size=20),
     user_id=st.text(max_size=10),
     item_id=st.text(max_size=10),
@@ -113,11 +114,54 @@ def test_an_empty_decision_is_named_empty_not_an_unknown_version():
     assert info.value.reason == "empty_value"
 
 
-def test_decision_with_unknown_version_names_the_field():
+@pytest.mark.parametrize("version", [0, 3, 99])
+def test_decision_with_unknown_version_names_the_field(version):
     record = _decision()
-    record.schema_version = 2
-    with pytest.raises(contracts.ContractError, match="schema_version should be 1, but is 2"):
+    record.schema_version = version
+    with pytest.raises(
+        contracts.ContractError, match=rf"DecisionRecord\.schema_version should be 1 or 2, but is {version}"
+    ) as info:
         contracts.decode_decision(contracts.encode(record))
+    assert info.value.reason == "unknown_schema_version"
+
+
+def test_a_version_1_decision_is_still_read_and_taken_as_sampled():
+    """Issue 19: version 2 added action_selection; a version-1 record (written before it) cannot say, and
+    a version-1 server sampled unless started with --no-explore, so it is read as sampled."""
+    record = _decision()
+    record.schema_version = 1
+    record.ClearField("action_selection")
+    decoded = contracts.decode_decision(contracts.encode(record))
+    assert decoded == record
+    assert contracts.action_selection(decoded) == "sampled"
+
+
+@pytest.mark.parametrize(
+    ("version", "selection", "expected"),
+    [
+        pytest.param(2, contracts.ACTION_SELECTIONS["sampled"], "sampled", id="v2-sampled"),
+        pytest.param(2, contracts.ACTION_SELECTIONS["mode"], "mode", id="v2-mode"),
+        pytest.param(2, 0, None, id="v2-unspecified"),  # a version-2 writer must say
+        pytest.param(2, 7, None, id="v2-unknown-number"),
+        pytest.param(1, contracts.ACTION_SELECTIONS["mode"], "mode", id="v1-that-says-mode"),
+    ],
+)
+def test_how_a_decision_was_chosen_is_read_by_version(version, selection, expected):
+    record = _decision()
+    record.schema_version, record.action_selection = version, selection
+    assert contracts.action_selection(contracts.decode_decision(contracts.encode(record))) == expected
+
+
+def test_only_the_mode_is_deterministic():
+    assert set(contracts.ACTION_SELECTIONS) == {"sampled", "mode"}
+    assert sorted(contracts.DETERMINISTIC_SELECTIONS) == ["mode"]
+
+
+def test_feedback_keeps_its_own_version_when_decisions_move_on():
+    event = contracts.FeedbackEvent(schema_version=contracts.DECISION_SCHEMA_VERSION, request_id="r")
+    assert contracts.FEEDBACK_SCHEMA_VERSION == 1 != contracts.DECISION_SCHEMA_VERSION
+    with pytest.raises(contracts.ContractError, match=r"FeedbackEvent\.schema_version should be 1, but is 2"):
+        contracts.decode_feedback(contracts.encode(event))
 
 
 def test_serving_messages_carry_a_schema_version():

@@ -1,4 +1,4 @@
-"""Interval coverage on simulated multi-day logs: resampling users covers the truth, resampling sessions does not.
+"""Interval coverage on simulated multi-day logs: resampling users covers the truth, sessions do not.
 
 The population is one simulated world of 5,000 users over five days of the behaviour policy; each
 repetition evaluates the logs of 200 users drawn from it without replacement, so the truth is the

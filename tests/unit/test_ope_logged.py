@@ -66,8 +66,12 @@ def test_days_of_separate_runs_keep_their_sessions_apart(simulated):
         LoggedSteps.concatenate([single[0], dataclasses.replace(single[1], signals=("a",) * 7)])
 
 
-def _write_dataset(directory, day) -> None:
-    """The day as the pipeline writes it: two Parquet shards of rows in no particular order."""
+def _write_dataset(directory, day, deterministic=None, schema_version=DATASET_SCHEMA_VERSION) -> None:
+    """The day as the pipeline writes it: two Parquet shards of rows in no particular order.
+
+    ``deterministic``: the rows (in ``LoggedSteps.from_day_logs`` order) served as the policy's mode;
+    ``schema_version`` 1 writes the shards as they were before that column existed.
+    """
     feed = day.feed
     order = np.lexsort((feed.page, feed.session))
     logged = LoggedSteps.from_day_logs([day])
@@ -90,6 +94,7 @@ def _write_dataset(directory, day) -> None:
         "next_event_time_ms": np.zeros(n, np.int64),
         "user_group": logged.groups,
         "features_missing": np.zeros(n, np.int64),
+        "deterministic": np.zeros(n, np.int64) if deterministic is None else deterministic.astype(np.int64),
         "done": logged.done.astype(np.int64),
         "feedback_count": np.zeros(n, np.int64),
         "state": lists(logged.states),
@@ -98,13 +103,17 @@ def _write_dataset(directory, day) -> None:
         "log_propensity": logged.behaviour_log_prob,
         **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(signals.FEED_SIGNALS)},
     }
-    table = pa.Table.from_pydict(columns, schema=parquet_schema("feed"))
+    schema = parquet_schema("feed")
+    if schema_version == 1:
+        del columns["deterministic"]
+        schema = schema.remove(schema.get_field_index("deterministic"))
+    table = pa.Table.from_pydict(columns, schema=schema)
     shuffled = table.take(np.random.default_rng(0).permutation(n))
     names = ["transitions-feed-00000-of-00002.parquet", "transitions-feed-00001-of-00002.parquet"]
     pq.write_table(shuffled.slice(0, n // 3), directory / names[0])
     pq.write_table(shuffled.slice(n // 3), directory / names[1])
     manifest = {
-        "schema_version": DATASET_SCHEMA_VERSION,
+        "schema_version": schema_version,
         "kind": "transitions",
         "surfaces": {
             "feed": {
@@ -134,6 +143,64 @@ def test_a_dataset_reads_back_as_the_same_steps(simulated, tmp_path):
         else:
             np.testing.assert_array_equal(got, want, err_msg=field.name)
             assert got.dtype == want.dtype, field.name
+
+
+def _marked(logged: LoggedSteps, sessions: np.ndarray, step: int = 1) -> np.ndarray:
+    """Rows flagged deterministic: decision ``step`` (or the last one, if shorter) of each of ``sessions``."""
+    ends = np.r_[logged.session_starts[1:], logged.rows] - 1
+    marked = np.zeros(logged.rows, dtype=bool)
+    marked[np.minimum(logged.session_starts[sessions] + step, ends[sessions])] = True
+    return marked
+
+
+def test_sessions_holding_a_deterministic_decision_are_left_out_and_counted(simulated, tmp_path):
+    """Issue 19: a decision served as the policy's mode logs a density at a point mass, not a
+    propensity; the whole session goes (sequential estimators need whole sessions), counted by reason."""
+    _, day = simulated
+    everything = LoggedSteps.from_day_logs([day])
+    dropped = np.arange(0, everything.sessions, 4)  # every fourth session has one such decision
+    marked = _marked(everything, dropped)
+    _write_dataset(tmp_path, day, deterministic=marked)
+    logged = LoggedSteps.from_dataset(open_dataset(tmp_path))
+    gone = np.isin(everything.session, dropped)
+    assert logged.excluded == {"deterministic": {"decisions": int(gone.sum()), "sessions": dropped.size}}
+    assert int(gone.sum()) > dropped.size == int(marked.sum())  # the sessions' sampled decisions go too
+    assert (logged.rows, logged.sessions) == (
+        everything.rows - gone.sum(),
+        everything.sessions - dropped.size,
+    )
+    # what is left is exactly the other sessions, whole and renumbered
+    np.testing.assert_array_equal(logged.states, everything.states[~gone])
+    np.testing.assert_array_equal(logged.behaviour_log_prob, everything.behaviour_log_prob[~gone])
+    np.testing.assert_array_equal(logged.step, everything.step[~gone])
+    assert logged.session[-1] == logged.sessions - 1
+    # pooled logs add up what each part left out
+    both = LoggedSteps.concatenate([logged, logged])
+    assert both.excluded == {
+        "deterministic": {"decisions": 2 * int(gone.sum()), "sessions": 2 * dropped.size}
+    }
+
+
+def test_a_version_1_dataset_without_the_column_is_read_whole_as_sampled(simulated, tmp_path):
+    _, day = simulated
+    _write_dataset(tmp_path, day, schema_version=1)
+    logged = LoggedSteps.from_dataset(open_dataset(tmp_path))
+    assert logged.rows == LoggedSteps.from_day_logs([day]).rows
+    assert logged.excluded == {}
+
+
+def test_logs_with_nothing_but_deterministic_sessions_are_refused_naming_why(simulated, tmp_path):
+    _, day = simulated
+    everything = LoggedSteps.from_day_logs([day])
+    _write_dataset(tmp_path, day, deterministic=_marked(everything, np.arange(everything.sessions), step=0))
+    with pytest.raises(ValueError, match=r"every session .* was left out") as info:
+        LoggedSteps.from_dataset(open_dataset(tmp_path))
+    message = str(info.value)
+    assert f"{everything.sessions} sessions ({everything.rows} decisions)" in message
+    assert (
+        "served as the policy's mode (serve --no-explore)" in message
+        and "not a behaviour propensity" in message
+    )
 
 
 def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION
 from recsys_rl.pipelines.dataset import (
     INVENTORY_FILE,
     AccountingError,
@@ -54,13 +55,23 @@ def test_accounting_splits_reasons_and_checks_the_equation():
     assert not accounting_summary({**carrying, "carried": 4})["balanced"]
 
 
-def _stage(paths: DatasetPaths, fates: dict, rows: int = 0, reasons: tuple[str, ...] = ()) -> None:
+def _stage(
+    paths: DatasetPaths,
+    fates: dict,
+    rows: int = 0,
+    reasons: tuple[str, ...] = (),
+    deterministic: tuple[int, ...] = (),
+) -> None:
     paths.staging.mkdir(parents=True)
     (paths.staging / "accounting.jsonl").write_text(json.dumps(fates) + "\n")
     schema = parquet_schema("feed")
-    reasons = reasons or ("",) * rows
+    reasons = reasons or ("",) * (rows or len(deterministic))
+    deterministic = deterministic or (0,) * len(reasons)
     table = pa.Table.from_pylist(
-        [{**dict.fromkeys(schema.names), "features_missing_reason": reason} for reason in reasons],
+        [
+            {**dict.fromkeys(schema.names), "features_missing_reason": reason, "deterministic": flag}
+            for reason, flag in zip(reasons, deterministic, strict=True)
+        ],
         schema=schema,
     )
     pq.write_table(table, paths.staging / "transitions-feed-00000-of-00001.parquet")
@@ -121,6 +132,17 @@ def test_the_manifest_counts_transitions_decided_on_default_features_by_reason(t
     feed = finalize(paths, {}, SETTINGS)["surfaces"]["feed"]
     assert feed["rows"] == 5
     assert feed["features_missing"] == {"rows": 3, "by_reason": {"timeout": 2, "unknown_user": 1}}
+
+
+def test_the_manifest_counts_transitions_that_served_the_policys_mode(tmp_path):
+    """Issue 19: version 2 of the dataset says how many decisions were the policy's mode (their
+    log_propensity is no propensity); version 1 could not."""
+    paths = DatasetPaths(tmp_path, "transitions-modes")
+    _stage(paths, {"read": 4, "used": 4, "built:feed": 4}, deterministic=(0, 1, 1, 0))
+    manifest = finalize(paths, {}, SETTINGS)
+    assert manifest["schema_version"] == DATASET_SCHEMA_VERSION == 2
+    assert manifest["surfaces"]["feed"]["deterministic"] == {"rows": 2}
+    assert manifest["surfaces"]["live_allocation"]["deterministic"] == {"rows": 0}
 
 
 FEATURE_FILE = "features/user_engagement/2026-01-01-00000-of-00001.parquet"

@@ -60,6 +60,10 @@ def test_valid_records_pass():
     assert check_decision(fallback) is None
     assert check_decision(live_decision()) is None
     assert check_feedback(feedback()) is None
+    for selection in contracts.ACTION_SELECTIONS.values():  # version 2 says how the action was chosen
+        chosen = feed_decision()
+        chosen.schema_version, chosen.action_selection = 2, selection
+        assert check_decision(chosen) is None
 
 
 def _set(**fields):
@@ -237,6 +241,21 @@ def _set(**fields):
         ),
         pytest.param(
             feedback, _set(item_type=0), "unknown_item_type", "but is 0", id="unspecified-item-type"
+        ),
+        pytest.param(
+            feed_decision,
+            _set(schema_version=2),
+            "missing_field",
+            "DecisionRecord.action_selection of a version-2 record should be one of ['sampled', 'mode'] "
+            "(1, 2), but is 0",
+            id="v2-without-action-selection",
+        ),
+        pytest.param(
+            live_decision,
+            _set(schema_version=2, action_selection=9),
+            "out_of_range",
+            "action_selection of a version-2 record should be one of ['sampled', 'mode'] (1, 2), but is 9",
+            id="v2-unknown-action-selection",
         ),
     ],
 )

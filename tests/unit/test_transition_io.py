@@ -26,6 +26,7 @@ def _row(surface: str = "feed") -> dict:
         "policy_version": "p",
         "features_missing_reason": "timeout",
         "features_missing": True,
+        "deterministic": True,
         "step": 3,
         "event_time_ms": 1_767_225_600_000,
         "next_event_time_ms": -1,
@@ -61,9 +62,13 @@ def test_examples_parse_with_tensorflow():
     flags = {
         "features_missing": tf.io.FixedLenFeature([], tf.int64),
         "features_missing_reason": tf.io.FixedLenFeature([], tf.string),
+        "deterministic": tf.io.FixedLenFeature([], tf.int64),
     }
     parsed = tf.io.parse_single_example(to_example(_row()), flags)
     assert int(parsed["features_missing"]) == 1 and parsed["features_missing_reason"].numpy() == b"timeout"
+    assert int(parsed["deterministic"]) == 1
+    parsed = tf.io.parse_single_example(to_example(_row() | {"deterministic": False}), flags)
+    assert int(parsed["deterministic"]) == 0
 
 
 def test_example_bytes_are_deterministic():
@@ -79,6 +84,7 @@ def test_parquet_rows_name_each_reward_and_keep_every_value():
     first = table.to_pylist()[0]
     assert [first[f"reward_{s}"] for s in signals.LIVE_SIGNALS] == [30.0, 2.0, 7.5]
     assert first["state"] == [0.5, -1.0] and first["done"] == 1 and first["step"] == 3
+    assert first["deterministic"] == 1
     assert table.column("state").to_pylist()[1] == [] and table.num_rows == 2
     assert parquet_table("feed", []).num_rows == 0
 
@@ -95,7 +101,15 @@ def _reference_example(row: dict) -> bytes:
     strings = ("request_id", "user_id", "session_id", "surface", "policy_version", "features_missing_reason")
     for name in strings:
         feature[name].bytes_list.value.append(row[name].encode("utf-8"))
-    ints = ("step", "event_time_ms", "next_event_time_ms", "user_group", "features_missing", "done")
+    ints = (
+        "step",
+        "event_time_ms",
+        "next_event_time_ms",
+        "user_group",
+        "features_missing",
+        "deterministic",
+        "done",
+    )
     for name in (*ints, "feedback_count"):
         feature[name].int64_list.value.append(int(row[name]))
     for name in ("state", "next_state", "action"):
@@ -126,6 +140,7 @@ def _random_row(rng: random.Random) -> dict:
         "policy_version": rng.choice(["", "behaviour-feed-v1", "p" * 150]),
         "features_missing_reason": (reason := rng.choice(["", "timeout", "unknown_user"])),
         "features_missing": bool(reason),
+        "deterministic": rng.choice([True, False]),
         "step": rng.randint(0, 2 ** rng.randint(1, 40)),
         "event_time_ms": rng.choice([0, -1, 127, 128, 1_767_225_600_000, 2**62, -(2**63)]),
         "next_event_time_ms": rng.choice([-1, 1_767_225_600_000]),

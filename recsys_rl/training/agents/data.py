@@ -20,7 +20,7 @@ from tf_agents.trajectories import policy_step, time_step, trajectory
 
 from recsys_rl import signals
 from recsys_rl.atomic_json import read_json_file
-from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
+from recsys_rl.dataset_contract import MANIFEST, READABLE_DATASET_SCHEMA_VERSIONS, STATE_FEATURES
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
@@ -62,10 +62,11 @@ def open_dataset(
     directory = Path(directory)
     path = directory / MANIFEST
     manifest = read_json_file(path, DatasetMismatchError, "not a transition dataset")
-    if manifest.get("schema_version") != DATASET_SCHEMA_VERSION or manifest.get("kind") != "transitions":
+    readable = READABLE_DATASET_SCHEMA_VERSIONS
+    if manifest.get("schema_version") not in readable or manifest.get("kind") != "transitions":
         raise DatasetMismatchError(
-            f"{path}: expected a transitions dataset with schema_version {DATASET_SCHEMA_VERSION}, found "
-            f"kind {manifest.get('kind')!r} with schema_version {manifest.get('schema_version')!r}"
+            f"{path}: expected a transitions dataset with schema_version {' or '.join(map(str, readable))}, "
+            f"found kind {manifest.get('kind')!r} with schema_version {manifest.get('schema_version')!r}"
         )
     section = manifest.get("surfaces", {}).get(surface)
     if section is None:
