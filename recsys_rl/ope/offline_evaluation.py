@@ -28,7 +28,8 @@ Estimator names: single-decision ``ips``, ``clipped_ips``, ``ncis``, ``snips``, 
       "signals": [signal, ...], "rows": int, "sessions": int,
       "group_sizes": {group name: {"rows": int, "sessions": int}},
       "excluded": {reason: {"decisions": int, "sessions": int}},
-      "interval": {"method", "alpha", "resamples", "seed", "unit": "user" | "session", "jackknife_blocks"},
+      "interval": {"method", "alpha", "resamples", "seed", "unit": "user" | "session", "users": int,
+                   "jackknife_blocks"},
       "settings": {OPESettings fields but thresholds},
       "estimators": {name: {"kind": "single_decision" | "sequential",
                             "scale": "per_decision" | "per_session_discounted",
@@ -37,7 +38,9 @@ Estimator names: single-decision ``ips``, ``clipped_ips``, ``ncis``, ``snips``, 
       "concentration": {"estimator": "clipped_ips", "cap": float, "range_source": str, "assumes": str,
                         "signals": {signal: {"value", "range": [lo, hi], "hoeffding": [lo, hi],
                                              "bernstein": [lo, hi]}}},
-      "diagnostics": recsys_rl.ope.diagnostics.diagnose(...)
+      "diagnostics": recsys_rl.ope.diagnostics.diagnose(...),
+      "reward_model_fit": {"out_of_fold": true,
+                           "signals": {signal: {"r2", "rmse", "mean_reward"}}} | None
     }
 
 ``behaviour`` is the logged data's own (on-policy) value on both scales, from the same resamples.
@@ -56,6 +59,7 @@ Estimator names: single-decision ``ips``, ``clipped_ips``, ``ncis``, ``snips``, 
       "estimators": {name: {"kind", "scale", "model_error_included",
                             **block of {"candidate": entry, "baseline": entry,
                                         "difference": entry, "relative": entry}}},
+      "reward_model_fit": as above,
       "diagnostics": {"candidate": diagnose(...), "baseline": diagnose(...) | None}
     }
 
@@ -151,6 +155,7 @@ class PolicyTerms:
 
     terms: dict[str, RatioTerms]
     log_ratio: np.ndarray
+    reward: QPredictions | None  # the cross-fitted reward model, when an estimator needed one
 
 
 def estimator_terms(
@@ -189,7 +194,7 @@ def estimator_terms(
     for name in estimators:
         built = builders[name]()
         terms[name] = built.sum_by(logged.session_starts) if name in SINGLE_DECISION else built
-    return PolicyTerms(terms, log_ratio)
+    return PolicyTerms(terms, log_ratio, reward)
 
 
 def behaviour_terms(logged: LoggedSteps) -> dict[str, RatioTerms]:
@@ -232,6 +237,7 @@ def evaluate_policy_offline(
         "behaviour": {scale: report(layout.statistic(scale)) for scale in behaviour},
         "concentration": _concentration(logged, candidate.log_ratio, settings.cap, alpha),
         "diagnostics": diagnose(logged, candidate.log_ratio, settings.thresholds),
+        "reward_model_fit": reward_model_fit(logged, candidate.reward),
     }
 
 
@@ -290,9 +296,39 @@ def evaluate_lift(
         "baseline": "behaviour" if baseline is None else "incumbent",
         "directions": dict(zip(logged.signals, signal_registry.directions(logged.signals), strict=True)),
         "estimators": {name: {**_estimator_header(name), **lift(name)} for name in estimators},
+        "reward_model_fit": reward_model_fit(logged, new.reward),
         "diagnostics": {
             "candidate": diagnose(logged, new.log_ratio, settings.thresholds),
             "baseline": None if old is None else diagnose(logged, old.log_ratio, settings.thresholds),
+        },
+    }
+
+
+def reward_model_fit(logged: LoggedSteps, model: QPredictions | None) -> dict[str, Any] | None:
+    """How well the cross-fitted reward model predicts each signal on rows it was not fitted to.
+
+    R^2 = 1 - SSE / SST and the RMSE of q(s, a) against the logged reward, out of fold. DR's correction
+    makes its estimate unbiased whatever the model, but its variance shrinks with the model's error, and
+    DM is only as good as this fit. ``None`` when no estimator fitted a reward model. The model is fitted
+    to logged actions, so it is the same for every target and this is shown once per report.
+    """
+    if model is None:
+        return None
+    residual = logged.rewards - model.q_logged
+    sse = np.square(residual).sum(axis=0)
+    sst = np.square(logged.rewards - logged.rewards.mean(axis=0)).sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r2 = 1.0 - sse / sst
+    rmse = np.sqrt(sse / logged.rows)
+    return {
+        "out_of_fold": True,
+        "signals": {
+            signal: {
+                "r2": _number(r2[i]),
+                "rmse": _number(rmse[i]),
+                "mean_reward": _number(logged.rewards[:, i].mean()),
+            }
+            for i, signal in enumerate(logged.signals)
         },
     }
 
