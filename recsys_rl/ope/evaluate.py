@@ -7,8 +7,11 @@ The gate's ``surface`` picks the decisions: ``feed`` (rankings, Gaussian fusion-
 
 The output directory holds
 
-    OUT/report.json    inputs (policies with sha256, dataset), the gate's config and verdict, and the full
-                       paired lift evaluation of ``recsys_rl.ope.offline_evaluation.evaluate_lift``
+    OUT/report.json    inputs (policies with sha256, dataset), the gate's config, its verdict
+                       (``Verdict.to_dict``: passed, headline, reasons, checks, the policies' diagnostic
+                       warnings and the gate's loose_settings), and the full paired lift evaluation of
+                       ``recsys_rl.ope.offline_evaluation.evaluate_lift``, whose diagnostics warn at the
+                       gate's own ESS and weight-share lines
     OUT/report.html    the same, self-contained, with plots (``recsys_rl.ope.report``)
     OUT/blessing.json  pass or fail with every reason, the estimator, the interval method, the data
                        manifest and the candidate's sha256 (``recsys_rl.ope.blessing``); the registry reads it
@@ -36,9 +39,9 @@ from recsys_rl.errors import OperationalError
 from recsys_rl.ope import report as ope_report
 from recsys_rl.ope.blessing import Blessing, PolicyRef, utc_now, write_blessing
 from recsys_rl.ope.estimators import log_importance_ratio
-from recsys_rl.ope.gate import GateConfig, Lift, Verdict, decide
+from recsys_rl.ope.gate import GateConfig, Lift, Support, Verdict, decide
 from recsys_rl.ope.logged import LoggedSteps, target_log_prob
-from recsys_rl.ope.offline_evaluation import evaluate_lift
+from recsys_rl.ope.offline_evaluation import OPESettings, evaluate_lift
 from recsys_rl.registry.policy_files import policy_digest
 from recsys_rl.sim.sim_eval import policy_directory
 from recsys_rl.training.agents.data import open_dataset
@@ -98,6 +101,8 @@ def run_evaluation(
         resamples=gate.resamples,
         alpha=gate.alpha,
         seed=config.seed,
+        # the diagnostics warn at the gate's own ESS and weight-share lines: one set of numbers
+        settings=OPESettings(thresholds=gate.diagnostic_thresholds()),
     )
     progress("evaluated", {"estimators": len(lift["estimators"]), "resamples": gate.resamples})
     verdict = gate_verdict(gate, lift)
@@ -121,7 +126,7 @@ def run_evaluation(
             "dataset": data_manifest,
         },
         "gate": dataclasses.asdict(gate),
-        "verdict": dataclasses.asdict(verdict),
+        "verdict": verdict.to_dict(),
         "lift": lift,
     }
     blessing = Blessing(
@@ -150,7 +155,13 @@ def scored_policy(directory: Path, surface: str):
 
 
 def gate_verdict(gate: GateConfig, lift: dict[str, Any]) -> Verdict:
-    """Apply the gate's rules to an ``evaluate_lift`` result (its chosen estimator, overall)."""
+    """Apply the gate's rules to an ``evaluate_lift`` result (its chosen estimator, overall).
+
+    The support rules read the diagnostics at the estimator's own level (``GateConfig.support_level``:
+    per-decision weights for single-decision estimators, per-session products for sequential ones), for
+    the candidate and, against an incumbent, for the incumbent too: a lift is only as good as the worse
+    supported of its two values.
+    """
     overall = lift["estimators"][gate.estimator]["overall"]
 
     def relative(signal: str) -> Lift:
@@ -159,10 +170,32 @@ def gate_verdict(gate: GateConfig, lift: dict[str, Any]) -> Verdict:
         # an undefined figure (a zero baseline, say) can never satisfy a bound
         return Lift(*(np.nan if v is None else v for v in (entry["value"], low, high)))
 
-    decision = lift["diagnostics"]["candidate"]["decision"]
-    return decide(
-        gate, {s: relative(s) for s in lift["signals"]}, decision["ess"], decision["max_weight_share"]
-    )
+    level = gate.support_level
+    support = []
+    for policy, key in (("candidate", "candidate"), ("incumbent", "baseline")):
+        diagnostics = lift["diagnostics"][key]
+        if diagnostics is None:  # the behaviour policy as baseline: its weights are all one
+            continue
+        summary = diagnostics[level]
+        support.append(
+            Support(
+                policy, level, summary["ess"], summary["max_weight_share"], gate_warnings(gate, diagnostics)
+            )
+        )
+    return decide(gate, {s: relative(s) for s in lift["signals"]}, support)
+
+
+def gate_warnings(gate: GateConfig, diagnostics: dict[str, Any]) -> tuple[str, ...]:
+    """The warnings of ``diagnostics`` about the evidence the gate's estimator rests on.
+
+    A sequential estimator weights by session products built from the decisions' weights, so every
+    warning bears on it; a single-decision estimator never uses the session products, and their warnings
+    (which nearly every log raises: products of weights are heavy-tailed) would only bury the ones that
+    matter under a headline that always reads "with warnings".
+    """
+    by_level = diagnostics["warnings_by_level"]
+    levels = ("decision", "groups") if gate.support_level == "decision" else ("decision", "session", "groups")
+    return tuple(w for level in levels for w in by_level[level])
 
 
 def _publish(out: Path, report: dict[str, Any], page: str, blessing: Blessing) -> None:

@@ -19,12 +19,15 @@ matplotlib.use("Agg")  # files only: never look for a display
 import matplotlib.pyplot as plt
 import numpy as np
 
+from recsys_rl.ope.gate import GateConfig
+
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;font-size:0.85em;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}
-.pass{color:#0a6b2d;font-weight:bold}.fail{color:#b00020;font-weight:bold}
+.pass{color:#0a6b2d;font-weight:bold}.fail{color:#b00020;font-weight:bold}.warn{color:#9a5b00;font-weight:bold}
+tr.looser td{background:#fff3d6}
 img{max-width:100%}
 """
 
@@ -104,17 +107,55 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:+.2f}%"
 
 
+def _status(verdict: dict[str, Any]) -> str:
+    """The headline, coloured: green only for a clean blessing, amber for one with warnings."""
+    style = "fail" if not verdict["passed"] else "warn" if verdict["warnings"] else "pass"
+    return f'<span class="{style}">{html.escape(verdict["headline"])}</span>'
+
+
+def _gate_section(report: dict[str, Any]) -> str:
+    """The gate's configuration beside the recommended one, and a loose gate labelled as such."""
+    verdict = report["verdict"]
+    loose = verdict["loose_settings"]
+    label = ""
+    if loose:
+        items = "".join(f"<li>{html.escape(s)}</li>" for s in loose)
+        label = (
+            f'<p class="warn">Loose gate: {len(loose)} setting{"s" if len(loose) > 1 else ""} looser than '
+            f"the recommended defaults; a blessing here is weaker evidence than a standard gate's.</p>"
+            f"<ul>{items}</ul>"
+        )
+    rows = []
+    for setting in GateConfig(**report["gate"]).settings():
+        cells = (setting.name, setting.value, setting.recommended, "looser" if setting.looser else "")
+        marked = ' class="looser"' if setting.looser else ""
+        rows.append(f"<tr{marked}><td>" + "</td><td>".join(html.escape(c) for c in cells) + "</td></tr>")
+    table = (
+        f"<table><tr><th>setting</th><th>value</th><th>recommended</th><th></th></tr>{''.join(rows)}</table>"
+    )
+    return f"<h2>Gate configuration</h2>{label}{table}"
+
+
 def render(report: dict[str, Any], log_ratio: np.ndarray) -> str:
     """The page for ``report`` (see ``recsys_rl.ope.evaluate``) and the candidate's log-weights."""
     verdict = report["verdict"]
     gate = report["gate"]
     estimator = gate["estimator"]
     diagnostics = report["lift"]["diagnostics"]["candidate"]
-    status = (
-        '<span class="pass">BLESSED</span>' if verdict["passed"] else '<span class="fail">NOT BLESSED</span>'
-    )
+    status = _status(verdict)
+    if verdict["loose_settings"]:
+        status += ' <span class="warn">(loose gate)</span>'
     checks = "".join(f"<li>{html.escape(c)}</li>" for c in verdict["checks"])
-    warnings = "".join(f"<li>{html.escape(w)}</li>" for w in diagnostics["warnings"]) or "<li>none</li>"
+    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in verdict["reasons"])
+    why_not = f"<h2>Why not blessed</h2><ul>{reasons}</ul>" if reasons else ""
+    gated = "".join(f"<li>{html.escape(w)}</li>" for w in verdict["warnings"])
+    gated = f"<h2>Warnings on the gate's evidence</h2><ul>{gated}</ul>" if gated else ""
+    every = [
+        f"{policy}: {w}"
+        for policy, key in (("candidate", "candidate"), ("incumbent", "baseline"))
+        for w in (report["lift"]["diagnostics"][key] or {"warnings": []})["warnings"]
+    ]
+    warnings = "".join(f"<li>{html.escape(w)}</li>" for w in every) or "<li>none</li>"
     inputs = report["inputs"]
     candidate, baseline = html.escape(inputs["candidate"]["version"]), html.escape(inputs["baseline"])
     decision = diagnostics["decision"]
@@ -127,7 +168,9 @@ def render(report: dict[str, Any], log_ratio: np.ndarray) -> str:
 <code>{html.escape(inputs["dataset"]["version"])}</code>: {report["lift"]["rows"]:,} decisions in
 {report["lift"]["sessions"]:,} sessions.
 Candidate policy sha256 <code>{inputs["candidate"]["policy_sha256"]}</code>.</p>
+{why_not}{gated}
 <h2>Gate checks</h2><ul>{checks}</ul>
+{_gate_section(report)}
 <h2>Lift per signal and user group ({html.escape(estimator)})</h2>{_lift_plot(report, estimator)}
 <h2>All estimators (overall relative lift and interval)</h2>{_estimator_table(report)}
 <h2>Importance weights</h2>{_weights_plot(log_ratio)}

@@ -38,7 +38,7 @@ def _config(tmp_path: Path, settings: dict) -> Path:
     return path
 
 
-def _evaluate(capsys, dataset: Path, run: Path, out: Path, config: Path) -> tuple[int, str, str]:
+def _evaluate(capsys, dataset: Path, run: Path, out: Path, config: Path, *flags: str) -> tuple[int, str, str]:
     code = main(
         [
             "evaluate",
@@ -50,6 +50,7 @@ def _evaluate(capsys, dataset: Path, run: Path, out: Path, config: Path) -> tupl
             str(out),
             "--config",
             str(config),
+            *flags,
         ]
     )
     captured = capsys.readouterr()
@@ -79,9 +80,27 @@ def test_evaluate_writes_a_report_and_a_blessing_the_registry_accepts(
     feed_dataset: Path, bc_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
     out = tmp_path / "eval"
-    code, stdout, _ = _evaluate(capsys, feed_dataset, bc_run, out, _config(tmp_path, LENIENT))
-    assert code == 0 and stdout.startswith("BLESSED")
+    config = _config(tmp_path, LENIENT)
+    code, stdout, _ = _evaluate(capsys, feed_dataset, bc_run, out, config, "--fail-if-not-blessed")
+    assert code == 0
     report = json.loads((out / "report.json").read_text())
+    verdict = report["verdict"]
+    # one set of support lines: the diagnostics warn where the gate gates
+    diagnostics = report["lift"]["diagnostics"]["candidate"]
+    assert (diagnostics["thresholds"]["min_ess"], diagnostics["thresholds"]["max_weight_share"]) == (0.0, 1.0)
+    # the headline counts the warnings, and this gate says it is loose: every rule setting is
+    by_level = diagnostics["warnings_by_level"]
+    assert verdict["warnings"] == [f"candidate: {w}" for w in by_level["decision"] + by_level["groups"]]
+    assert verdict["headline"] == (
+        f"BLESSED with {len(verdict['warnings'])} warning{'s' if len(verdict['warnings']) > 1 else ''}"
+        if verdict["warnings"]
+        else "BLESSED"
+    )
+    assert len(verdict["loose_settings"]) == 1 + 6 + 2  # min_main_lift, six tolerances, min_ess, share
+    lines = stdout.splitlines()
+    assert lines[0].startswith(f"{verdict['headline']} by a LOOSE gate: ")
+    assert lines[1] == "  loose gate: 9 settings looser than the recommended defaults"
+    assert lines[2:11] == [f"    {setting}" for setting in verdict["loose_settings"]]
     blessing = read_blessing(out / "blessing.json")
     assert blessing.passed and blessing.reasons == ()
     assert blessing.candidate.policy_sha256 == policy_digest(bc_run / "policy")
@@ -94,6 +113,7 @@ def test_evaluate_writes_a_report_and_a_blessing_the_registry_accepts(
         assert low <= entry["relative"]["value"] <= high
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3
+    assert f"{verdict['headline']}</span>" in page and "Loose gate: 9 settings" in page
     assert not re.search(r'(src|href)="(http|//)', page), "the report must not fetch anything"
 
     assert _register_and_promote(capsys, tmp_path / "registry", bc_run, out) == 0
@@ -104,10 +124,16 @@ def test_a_failed_gate_lists_its_reasons_and_the_registry_refuses_promotion(
 ):
     out = tmp_path / "eval"
     code, stdout, _ = _evaluate(capsys, feed_dataset, bc_run, out, _config(tmp_path, STRICT))
-    assert code == 0 and stdout.startswith("NOT BLESSED")
+    assert code == 0 and stdout.startswith("NOT BLESSED: ")  # the recommended gate is not loose
     blessing = read_blessing(out / "blessing.json")
     assert not blessing.passed
     assert any(reason.startswith("watch_time: 95% lower bound") for reason in blessing.reasons)
+    # for CI: the same verdict, and a distinct exit code
+    again = tmp_path / "eval-ci"
+    code, _, _ = _evaluate(
+        capsys, feed_dataset, bc_run, again, _config(tmp_path, STRICT), "--fail-if-not-blessed"
+    )
+    assert code == 3 and not read_blessing(again / "blessing.json").passed
 
     assert _register_and_promote(capsys, tmp_path / "registry", bc_run, out) == 1
     assert "watch_time" in capsys.readouterr().err
@@ -128,3 +154,13 @@ def test_an_existing_output_and_a_bad_gate_config_are_one_line_errors(
         _config(tmp_path, {"gate": {"tolerances": {"watch_time": 0.1}}}),
     )
     assert code == 2 and "not constraint signals" in err and err.count("\n") == 1
+    for estimator, message in (("magic", "estimator should be one of ['ips'"), ("dm", "'dm' cannot gate")):
+        code, _, err = _evaluate(
+            capsys,
+            feed_dataset,
+            bc_run,
+            tmp_path / "new",
+            _config(tmp_path, {"gate": {"estimator": estimator}}),
+        )
+        assert code == 2 and message in err and err.count("\n") == 1
+        assert not (tmp_path / "new").exists()

@@ -65,3 +65,29 @@ def test_bad_training_and_evaluation_arguments_give_one_line_and_exit_2(args, me
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("estimator", "message"),
+    [
+        pytest.param(
+            "fqe", "estimator 'fqe' cannot gate: its bootstrap interval holds the fitted FQE", id="fqe"
+        ),
+        pytest.param(
+            "dm", "estimator 'dm' cannot gate: its bootstrap interval holds the fitted reward", id="dm"
+        ),
+        pytest.param("magic", "estimator should be one of ['ips', 'clipped_ips'", id="unknown"),
+    ],
+)
+def test_a_gate_estimator_is_refused_when_the_config_is_loaded(tmp_path, estimator, message):
+    """Issue 19: an unknown estimator failed with a KeyError only after the whole evaluation. The
+    candidate and data here do not exist: the config is refused before anything is read."""
+    config = tmp_path / "gate.yaml"
+    config.write_text(f"gate:\n  estimator: {estimator}\n")
+    missing = str(tmp_path / "missing")
+    result = _run(
+        "evaluate", "--candidate", missing, "--data", missing, "--out", missing, "--config", str(config)
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
-from recsys_rl.ope.gate import GateConfig, Lift, decide
-from recsys_rl.signals import FEED_SIGNALS
+from recsys_rl.ope.diagnostics import DiagnosticThresholds
+from recsys_rl.ope.gate import GATE_ESTIMATORS, GateConfig, Lift, Support, Verdict, decide
+from recsys_rl.ope.offline_evaluation import ESTIMATORS
+from recsys_rl.signals import FEED_SIGNALS, LIVE_SIGNALS
 
 NEUTRAL = Lift(0.0, -0.005, 0.005)
+WIN = Lift(0.03, 0.01, 0.05)
+WELL_SUPPORTED = [Support("candidate", "decision", ess=5000, max_weight_share=0.001)]
 
 
 def _lifts(**changes: Lift) -> dict[str, Lift]:
@@ -15,32 +22,30 @@ def _lifts(**changes: Lift) -> dict[str, Lift]:
 
 
 def test_a_clear_win_within_every_tolerance_passes():
-    verdict = decide(
-        GateConfig(), _lifts(watch_time=Lift(0.03, 0.01, 0.05)), ess=5000, max_weight_share=0.001
-    )
+    verdict = decide(GateConfig(), _lifts(watch_time=WIN), WELL_SUPPORTED)
     assert verdict.passed and verdict.reasons == ()
     assert len(verdict.checks) == 1 + 6 + 2 and all(c.startswith("pass: ") for c in verdict.checks)
+    assert verdict.headline == "BLESSED" and verdict.loose_settings == ()
 
 
 def test_a_main_signal_interval_reaching_below_the_minimum_fails():
-    verdict = decide(
-        GateConfig(), _lifts(watch_time=Lift(0.03, -0.001, 0.06)), ess=5000, max_weight_share=0.001
-    )
-    assert not verdict.passed
+    verdict = decide(GateConfig(), _lifts(watch_time=Lift(0.03, -0.001, 0.06)), WELL_SUPPORTED)
+    assert not verdict.passed and verdict.headline == "NOT BLESSED"
     assert verdict.reasons == ("watch_time: 95% lower bound of the lift -0.10% < required +0.00%",)
 
 
 def test_constraints_read_the_bound_on_their_bad_side():
     config = GateConfig(tolerances={"like": 0.05, "hate": 0.10})
-    win = Lift(0.03, 0.01, 0.05)
+
+    def verdict(**changes: Lift) -> Verdict:
+        return decide(config, _lifts(watch_time=WIN, **changes), WELL_SUPPORTED)
+
     # like may lose up to 5%: a lower bound of -4% is fine, -6% is not
-    assert decide(config, _lifts(watch_time=win, like=Lift(-0.01, -0.04, 0.02)), 5000, 0.001).passed
-    failed = decide(config, _lifts(watch_time=win, like=Lift(-0.01, -0.06, 0.02)), 5000, 0.001)
-    assert [r.split(":")[0] for r in failed.reasons] == ["like"]
+    assert verdict(like=Lift(-0.01, -0.04, 0.02)).passed
+    assert [r.split(":")[0] for r in verdict(like=Lift(-0.01, -0.06, 0.02)).reasons] == ["like"]
     # hate is a cost: its *upper* bound may rise up to 10%; a big drop is good, whatever its lower bound
-    assert decide(config, _lifts(watch_time=win, hate=Lift(-0.3, -0.6, 0.09)), 5000, 0.001).passed
-    failed = decide(config, _lifts(watch_time=win, hate=Lift(0.05, -0.02, 0.12)), 5000, 0.001)
-    assert failed.reasons == (
+    assert verdict(hate=Lift(-0.3, -0.6, 0.09)).passed
+    assert verdict(hate=Lift(0.05, -0.02, 0.12)).reasons == (
         "hate: 95% upper bound of the lift +12.00% is beyond the tolerance of 10.00% increase",
     )
 
@@ -49,15 +54,156 @@ def test_every_failing_rule_is_reported_not_just_the_first():
     verdict = decide(
         GateConfig(min_ess=1000, max_weight_share=0.01),
         _lifts(watch_time=Lift(-0.02, -0.04, 0.0), click=Lift(-0.1, -0.2, 0.0)),
-        ess=200,
-        max_weight_share=0.2,
+        [Support("candidate", "decision", ess=200, max_weight_share=0.2)],
     )
-    assert [r.split(" ")[0].rstrip(":") for r in verdict.reasons] == [
+    assert [r.split(":")[0] for r in verdict.reasons] == [
         "watch_time",
         "click",
-        "effective",
-        "largest",
+        "candidate, decision level",
+        "candidate, decision level",
+        "hint",
     ]
+
+
+def test_support_is_checked_for_every_policy_given_and_the_reason_names_policy_and_level():
+    """Issue 19: only the candidate's decision-level weights were checked. A sequential estimator's
+    weights are per-session products, and a lift over an incumbent is only as good as the incumbent's
+    support too."""
+    support = [
+        Support("candidate", "session", ess=4000, max_weight_share=0.002),
+        Support("incumbent", "session", ess=50, max_weight_share=0.3),
+    ]
+    verdict = decide(GateConfig(estimator="pdis"), _lifts(watch_time=WIN), support)
+    assert not verdict.passed
+    assert verdict.reasons[:2] == (
+        "incumbent, session level: effective sample size 50 vs required 1,000",
+        "incumbent, session level: largest weight share 0.3000 vs allowed 0.0100",
+    )
+    assert "pass: candidate, session level: effective sample size 4,000 vs required 1,000" in verdict.checks
+    assert verdict.reasons[2].startswith("hint: the logs barely cover the incumbent")
+    assert "agent." not in verdict.reasons[2]  # retraining the candidate does not help here
+
+
+def _agent_config_fields(section: str) -> set[str]:
+    from recsys_rl.training.agents.allocation import AllocationConfig  # TensorFlow: only this test
+    from recsys_rl.training.agents.base import AgentConfig
+
+    config = {"agent": AgentConfig, "allocation": AllocationConfig}[section]
+    return {f.name for f in dataclasses.fields(config)}
+
+
+@pytest.mark.parametrize(
+    ("surface", "expected"),
+    [
+        ("feed", {"agent.behaviour_lambda", "agent.max_weight", "agent.bc_weight", "agent.initial_std"}),
+        ("live_allocation", {"allocation.actor_supervised_weight"}),
+    ],
+)
+def test_a_candidate_without_support_gets_a_hint_naming_real_training_settings(surface, expected):
+    config = GateConfig(surface=surface)
+    lifts = {name: WIN if name == config.main_signal else NEUTRAL for name in (FEED_SIGNALS + LIVE_SIGNALS)}
+    verdict = decide(config, lifts, [Support("candidate", "decision", ess=120, max_weight_share=0.001)])
+    assert verdict.reasons[0] == "candidate, decision level: effective sample size 120 vs required 1,000"
+    (hint,) = verdict.reasons[1:]
+    named = set(re.findall(r"\b(agent|allocation)\.(\w+)", hint))
+    assert {".".join(n) for n in named} == expected
+    for section, option in named:  # the train config's real option names: `agent:` / `allocation:` keys
+        assert option in _agent_config_fields(section), f"{section}.{option} is not a training setting"
+    # a signal failure alone is no support problem: no hint
+    weak = decide(config, {**lifts, config.main_signal: NEUTRAL}, WELL_SUPPORTED)
+    assert not any(r.startswith("hint") for r in weak.reasons)
+
+
+def test_a_blessing_with_warnings_says_so_in_its_headline():
+    support = [
+        Support("candidate", "decision", 5000, 0.001, warnings=("session level: effective sample size 93",)),
+        Support("incumbent", "decision", 6000, 0.001, warnings=("mean importance weight is 1.2",)),
+    ]
+    verdict = decide(GateConfig(), _lifts(watch_time=WIN), support)
+    assert verdict.passed and verdict.headline == "BLESSED with 2 warnings"
+    assert verdict.warnings == (
+        "candidate: session level: effective sample size 93",
+        "incumbent: mean importance weight is 1.2",
+    )
+    assert verdict.to_dict() == {
+        "passed": True,
+        "headline": "BLESSED with 2 warnings",
+        "reasons": [],
+        "checks": list(verdict.checks),
+        "warnings": list(verdict.warnings),
+        "loose_settings": [],
+    }
+    one = decide(GateConfig(), _lifts(watch_time=WIN), support[:1])
+    assert one.headline == "BLESSED with 1 warning"
+    failed = decide(GateConfig(), _lifts(), support)
+    assert failed.headline == "NOT BLESSED"
+
+
+def test_a_gate_looser_than_the_recommended_defaults_lists_each_looser_setting():
+    assert (
+        GateConfig().loose_settings() == () and GateConfig(surface="live_allocation").loose_settings() == ()
+    )
+    stricter = GateConfig(min_main_lift=0.01, default_tolerance=0.01, min_ess=2000, max_weight_share=0.005)
+    assert stricter.loose_settings() == ()
+    # the demo's gate (recsys_rl.loop.demo.demo_gate)
+    demo = GateConfig(
+        resamples=100,
+        min_main_lift=-0.10,
+        default_tolerance=0.25,
+        tolerances={"like": 0.6, "follow": 1.0, "comment": 1.0, "share": 1.0, "hate": 1.0},
+        min_ess=100.0,
+        max_weight_share=0.1,
+        alpha=0.1,
+    )
+    assert demo.loose_settings() == (
+        "alpha 0.1 (recommended <= 0.05)",
+        "min_main_lift -0.1 (recommended >= 0)",
+        "tolerance of click 0.25 (recommended <= 0.02)",
+        "tolerance of like 0.6 (recommended <= 0.02)",
+        "tolerance of follow 1 (recommended <= 0.02)",
+        "tolerance of comment 1 (recommended <= 0.02)",
+        "tolerance of share 1 (recommended <= 0.02)",
+        "tolerance of hate 1 (recommended <= 0.02)",
+        "min_ess 100 (recommended >= 1000)",
+        "max_weight_share 0.1 (recommended <= 0.01)",
+    )
+    verdict = decide(demo, _lifts(watch_time=WIN), WELL_SUPPORTED)
+    assert verdict.passed and verdict.loose_settings == demo.loose_settings()
+    settings = {s.name: s for s in demo.settings()}
+    assert settings["min_ess"].looser and not settings["resamples"].looser
+    assert settings["estimator"].value == "snips"
+
+
+def test_the_demo_gate_is_labelled_loose():
+    from recsys_rl.loop.demo import demo_gate
+
+    loose = demo_gate().loose_settings()
+    assert [s.split(" ")[0] for s in loose if not s.startswith("tolerance")] == [
+        "min_main_lift",
+        "min_ess",
+        "max_weight_share",
+    ]
+    assert "tolerance of follow 1 (recommended <= 0.02)" in loose
+
+
+def test_the_diagnostics_warn_at_the_gates_own_support_lines():
+    """Issue 19: the warnings (ESS 5% of rows, 1% share) and the gate (ESS 100, 10% share) drew two
+    different lines; now the gate hands its own to the diagnostics, and their defaults are the gate's."""
+    thresholds = GateConfig(min_ess=100.0, max_weight_share=0.1).diagnostic_thresholds()
+    assert (thresholds.min_ess, thresholds.max_weight_share) == (100.0, 0.1)
+    assert thresholds.large_weight == DiagnosticThresholds().large_weight
+    defaults = DiagnosticThresholds()
+    assert (defaults.min_ess, defaults.max_weight_share) == (
+        GateConfig().min_ess,
+        GateConfig().max_weight_share,
+    )
+
+
+def test_sequential_estimators_gate_on_session_weights():
+    assert GateConfig(estimator="snips").support_level == "decision"
+    assert GateConfig(estimator="dr").support_level == "decision"
+    for name in ("pdis", "wpdis", "sequential_dr"):
+        assert GateConfig(estimator=name).support_level == "session"
 
 
 @pytest.mark.parametrize(
@@ -69,11 +215,35 @@ def test_every_failing_rule_is_reported_not_just_the_first():
         ({"interval": "normal"}, "interval"),
         ({"surface": "search"}, "surface"),
         ({"max_weight_share": 0.0}, "max_weight_share"),
+        pytest.param(
+            {"estimator": "magic"},
+            r"estimator should be one of \['ips', 'clipped_ips', 'ncis', 'snips', 'dr', 'sndr', 'switch_dr', "
+            r"'pdis', 'wpdis', 'sequential_dr'\], but is 'magic'",
+            id="unknown-estimator",
+        ),
+        pytest.param(
+            {"estimator": "dm"},
+            r"estimator 'dm' cannot gate: its bootstrap interval holds the fitted reward model fixed and so "
+            r"does not include the model's error \(measured coverage 0.08-0.40 for DM\)",
+            id="dm",
+        ),
+        pytest.param(
+            {"estimator": "fqe"},
+            r"estimator 'fqe' cannot gate: its bootstrap interval holds the fitted FQE model fixed and so "
+            r"does not include the model's error \(measured coverage 0.815 for FQE\)",
+            id="fqe",
+        ),
     ],
 )
 def test_bad_gate_configs_name_the_problem(settings, message):
     with pytest.raises(ValueError, match=message):
         GateConfig(**settings)
+
+
+def test_every_estimator_with_the_models_error_in_its_interval_can_gate():
+    assert tuple(n for n in ESTIMATORS if n not in ("dm", "fqe")) == GATE_ESTIMATORS
+    for name in GATE_ESTIMATORS:
+        assert GateConfig(estimator=name).estimator == name
 
 
 def test_the_allocation_surface_gates_live_watch_time_with_its_own_constraints():

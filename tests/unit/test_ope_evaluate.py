@@ -184,3 +184,90 @@ def test_bad_requests_name_the_problem(logged, kwargs, message):
 def test_settings_refuse_in_sample_models():
     with pytest.raises(ValueError, match="cross-fitting"):
         OPESettings(folds=1)
+
+
+def _support(decision_ess: float, session_ess: float, *warnings: str, session: tuple[str, ...] = ()) -> dict:
+    """The parts of ``diagnose`` the gate reads; ``warnings`` at the decision level."""
+    return {
+        "warnings": [*warnings, *session],
+        "warnings_by_level": {"decision": list(warnings), "session": list(session), "groups": []},
+        "decision": {"ess": decision_ess, "max_weight_share": 0.001},
+        "session": {"ess": session_ess, "max_weight_share": 0.001},
+    }
+
+
+def _winning_lift(candidate: dict, baseline: dict | None) -> dict:
+    """An ``evaluate_lift`` result where every estimator sees a clear win within every tolerance."""
+    relative = {"relative": {"value": 0.01, "interval": [0.005, 0.015]}}  # hate: +1.5% is within 2%
+    overall = {"overall": {s: relative for s in signals.FEED_SIGNALS}}
+    return {
+        "signals": list(signals.FEED_SIGNALS),
+        "estimators": {name: overall for name in ("snips", "pdis")},
+        "diagnostics": {"candidate": candidate, "baseline": baseline},
+    }
+
+
+def test_the_gate_reads_the_support_of_its_own_estimators_level():
+    """Issue 19: a sequential estimator weights by per-session products, whose ESS was computed and
+    never checked; here the decisions are well supported and the sessions are not."""
+    from recsys_rl.ope.evaluate import gate_verdict
+    from recsys_rl.ope.gate import GateConfig
+
+    lift = _winning_lift(_support(5000, 200), None)
+    assert gate_verdict(GateConfig(estimator="snips"), lift).passed
+    verdict = gate_verdict(GateConfig(estimator="pdis"), lift)
+    assert not verdict.passed
+    assert verdict.reasons[0] == "candidate, session level: effective sample size 200 vs required 1,000"
+
+
+def test_against_an_incumbent_the_gate_reads_the_incumbents_support_too():
+    from recsys_rl.ope.evaluate import gate_verdict
+    from recsys_rl.ope.gate import GateConfig
+
+    behaviour = gate_verdict(GateConfig(), _winning_lift(_support(5000, 5000), None))
+    assert behaviour.passed and len(behaviour.checks) == 1 + 6 + 2  # the behaviour's weights are all 1
+    verdict = gate_verdict(GateConfig(), _winning_lift(_support(5000, 5000), _support(300, 5000)))
+    assert not verdict.passed
+    assert verdict.reasons[0] == "incumbent, decision level: effective sample size 300 vs required 1,000"
+    assert len(verdict.checks) == 1 + 6 + 2 + 2
+
+
+def test_the_verdict_carries_both_policies_warnings():
+    from recsys_rl.ope.evaluate import gate_verdict
+    from recsys_rl.ope.gate import GateConfig
+
+    lift = _winning_lift(_support(5000, 5000, "mean weight"), _support(5000, 5000, "heavy tail"))
+    verdict = gate_verdict(GateConfig(), lift)
+    assert verdict.headline == "BLESSED with 2 warnings"
+    assert verdict.warnings == ("candidate: mean weight", "incumbent: heavy tail")
+
+
+def test_a_single_decision_gate_leaves_out_the_session_levels_warnings():
+    """Session products of weights are heavy-tailed in nearly every log: counted against a SNIPS
+    blessing, which never uses them, every headline would read "with warnings" and mean nothing."""
+    from recsys_rl.ope.evaluate import gate_verdict
+    from recsys_rl.ope.gate import GateConfig
+
+    candidate = _support(5000, 5000, "mean weight", session=("session level: one session carries 7%",))
+    lift = _winning_lift(candidate, None)
+    assert gate_verdict(GateConfig(estimator="snips"), lift).warnings == ("candidate: mean weight",)
+    assert gate_verdict(GateConfig(estimator="pdis"), lift).warnings == (
+        "candidate: mean weight",
+        "candidate: session level: one session carries 7%",
+    )
+
+
+def test_the_gate_reads_a_real_lift_at_the_session_level(logged):
+    from recsys_rl.ope.evaluate import gate_verdict
+    from recsys_rl.ope.gate import GateConfig
+
+    gate = GateConfig(estimator="pdis", min_main_lift=-1.0, default_tolerance=100.0, min_ess=10.0)
+    settings = dataclasses.replace(FAST["settings"], thresholds=gate.diagnostic_thresholds())
+    lift = evaluate_lift(logged, TARGET, estimators=("pdis",), resamples=20, settings=settings)
+    session = lift["diagnostics"]["candidate"]["session"]
+    assert lift["diagnostics"]["candidate"]["thresholds"]["min_ess"] == 10.0
+    verdict = gate_verdict(gate, lift)
+    assert (
+        f"candidate, session level: effective sample size {session['ess']:,.0f} vs required 10"
+        in " ".join(verdict.checks)
+    )

@@ -29,7 +29,9 @@ def test_fit_by_hand():
     q = np.array([[1.0, 5.0], [2.0, 5.0], [4.0, 5.0]])
     fit = reward_model_fit(logged, QPredictions(q, q, np.zeros(3, int), np.zeros((1, 1, 2))))
     # watch time: SSE 1, SST 2; clicks are constant, so R^2 is undefined (null), the RMSE 0
-    assert fit["signals"]["watch_time"] == pytest.approx({"r2": 0.5, "rmse": np.sqrt(1 / 3), "mean_reward": 2.0})
+    assert fit["signals"]["watch_time"] == pytest.approx(
+        {"r2": 0.5, "rmse": np.sqrt(1 / 3), "mean_reward": 2.0}
+    )
     assert fit["signals"]["click"] == {"r2": None, "rmse": 0.0, "mean_reward": 5.0}
     assert fit["out_of_fold"] is True
 
