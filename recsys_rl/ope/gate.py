@@ -37,15 +37,8 @@ from typing import Any
 
 from recsys_rl import signals
 from recsys_rl.ope.diagnostics import MAX_WEIGHT_SHARE, MIN_ESS, DiagnosticThresholds
-from recsys_rl.ope.offline_evaluation import ESTIMATORS, kind_of
+from recsys_rl.ope.offline_evaluation import ESTIMATORS, MODEL_ONLY, kind_of
 
-#: Estimators whose intervals leave out their model's error, and why (see the module docstring).
-MODEL_ONLY = {
-    "dm": "its bootstrap interval holds the fitted reward model fixed and so does not include the "
-    "model's error (measured coverage 0.08-0.40 for DM)",
-    "fqe": "its bootstrap interval holds the fitted FQE model fixed and so does not include the "
-    "model's error (measured coverage 0.815 for FQE)",
-}
 GATE_ESTIMATORS = tuple(name for name in ESTIMATORS if name not in MODEL_ONLY)
 
 #: What moves a candidate's weights back onto the logged data, per surface: the training config's
