@@ -31,7 +31,7 @@ import numpy as np
 
 from recsys_rl.ope.estimators import importance_weights
 from recsys_rl.ope.logged import LoggedSteps, group_label
-from recsys_rl.ope.sequential import cumulative_log_ratio
+from recsys_rl.ope.sequential import session_log_ratio
 
 WEIGHT_QUANTILES = (0.5, 0.9, 0.99, 0.999)
 #: The recommended support lines (the gate's defaults): an estimate resting on fewer than a thousand
@@ -123,8 +123,7 @@ def diagnose(
     decision["share_above_large"] = float(large.mean())
     decision["mass_above_large"] = _share(log_ratio[large], log_total)
     decision["low_density_mass"] = _share(log_ratio[rare], log_total)
-    final = cumulative_log_ratio(logged, log_ratio)[np.r_[logged.session_starts[1:], logged.rows] - 1]
-    session = weight_summary(final)
+    session = weight_summary(session_log_ratio(logged, log_ratio))
     groups = {
         group_label(int(code)): weight_summary(log_ratio[logged.groups == code])
         for code in np.unique(logged.groups)

@@ -22,7 +22,7 @@ import numpy as np
 
 from recsys_rl.ope.estimators import importance_weights
 from recsys_rl.ope.logged import LoggedSteps
-from recsys_rl.ope.sequential import cumulative_log_ratio, default_gammas, on_policy_return
+from recsys_rl.ope.sequential import default_gammas, on_policy_return, session_log_ratio
 
 #: The tail whose mean is CVaR: the worst tenth of sessions.
 CVAR_ALPHA = 0.1
@@ -33,8 +33,7 @@ def session_weights(logged: LoggedSteps, log_ratio: np.ndarray | None) -> np.nda
     """Each session's importance weight (the product of its ratios); ones for the logging policy."""
     if log_ratio is None:
         return np.ones(logged.sessions)
-    ends = np.r_[logged.session_starts[1:], logged.rows] - 1
-    return importance_weights(cumulative_log_ratio(logged, log_ratio)[ends])
+    return importance_weights(session_log_ratio(logged, log_ratio))
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, level: float) -> float:

@@ -55,6 +55,11 @@ def cumulative_log_ratio(logged: LoggedSteps, log_ratio: np.ndarray) -> np.ndarr
     return running - before[logged.session]
 
 
+def session_log_ratio(logged: LoggedSteps, log_ratio: np.ndarray) -> np.ndarray:
+    """Each session's log weight: the log of the product of its decisions' ratios, in session order."""
+    return cumulative_log_ratio(logged, log_ratio)[np.r_[logged.session_starts[1:], logged.rows] - 1]
+
+
 def _discounts(logged: LoggedSteps, gammas: np.ndarray) -> np.ndarray:
     return np.power(gammas[None, :], logged.step[:, None])
 
