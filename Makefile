@@ -1,10 +1,12 @@
 # recsys-rl: every command a user or CI needs, each installing what it uses first.
 #   make demo         the closed loop on the embedded default: simulate, pipeline, serve, pipeline again
 #   make test         unit + integration tests (starts real Apache Kafka and Redis on loopback; needs
-#                     Node.js and npm for the Node gRPC client test)
+#                     Node.js and npm for the Node gRPC client test; installs Debian's headless Chromium)
 #   make lint         ruff
 #   make bench        full benchmarks -> bench/results/*.json
 #   make bench-quick  the same, small sizes (CI)
+#   make mutation     mutation scores of the core modules -> bench/results/mutation.json
+#                     (MODULES="recsys_rl/ope/gate.py ..." for a subset; by hand, not in CI)
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -17,7 +19,7 @@ KAFKA_LIBS ?= $(HOME)/.cache/recsys-rl/kafka-$(KAFKA_VERSION)/libs
 export RECSYS_RL_KAFKA_LIBS := $(KAFKA_LIBS)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test lint bench bench-quick kafka-jars redis-server node-deps lock clean
+.PHONY: install demo test lint bench bench-quick mutation kafka-jars redis-server node-deps chromium lock clean
 
 install: $(STAMP)
 
@@ -34,7 +36,7 @@ $(STAMP): setup.py pyproject.toml requirements.lock $(shell find protos -name '*
 demo: install
 	$(BIN)/recsys-rl demo --out demo-output
 
-test: install kafka-jars redis-server node-deps
+test: install kafka-jars redis-server node-deps chromium
 	$(BIN)/python -m pytest
 
 lint: install
@@ -61,6 +63,11 @@ bench-quick: install
 	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --quick --out bench/results/feature_reads.json
 
+# mutmut on each module of [tool.mutation.modules] in pyproject.toml, against its listed unit tests only
+# (bench/mutation.py); tens of seconds to tens of minutes per module on two cores.
+mutation: install
+	$(BIN)/python bench/mutation.py --out bench/results/mutation.json $(if $(MODULES),--modules $(MODULES))
+
 # Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
 kafka-jars: $(KAFKA_LIBS)/.complete
 
@@ -75,6 +82,13 @@ redis-server:
 	@command -v redis-server >/dev/null || { \
 		$(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends redis-server; }
+
+# Debian's headless Chromium, which tests/integration/test_report_browser.py loads the OPE report in (through
+# playwright, launched on this binary: playwright's own browser download is not used).
+chromium:
+	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || { \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium-headless-shell; }
 
 # The Node.js gRPC client of tests/integration/test_node_client.py: @grpc/grpc-js and @grpc/proto-loader
 # at the versions package-lock.json pins, installed again only when the lock file changes; no package

@@ -152,8 +152,11 @@ setup(
         "crc32c",
         "matplotlib",  # plots of the OPE report
     ],
-    # nbclient and ipykernel run the notebooks in the tests
-    extras_require={"dev": ["pytest", "hypothesis", "ruff", "nbformat", "nbclient", "ipykernel"]},
+    # nbclient and ipykernel run the notebooks in the tests; playwright drives Debian's headless Chromium
+    # (never its own browser download) through the OPE report in tests/integration/test_report_browser.py
+    extras_require={
+        "dev": ["pytest", "hypothesis", "mutmut", "ruff", "nbformat", "nbclient", "ipykernel", "playwright"]
+    },
     entry_points={"console_scripts": ["recsys-rl=recsys_rl.cli.main:main"]},
     cmdclass={
         "build_protos": BuildProtos,

@@ -143,7 +143,9 @@ class PipelineResult:
             shown = ", ".join(
                 f"{k}={v}"
                 for k, v in outputs.items()
-                if k not in ("reasons", "final_metrics", "accounting", "plan")
+                # the evaluate step's verdict line stands for its blessed flag and settings list
+                if k not in ("reasons", "final_metrics", "accounting", "plan", "loose_settings")
+                and not (k == "blessed" and "verdict" in outputs)
             )
             lines.append(f"  {name:<9} {step['status']:<10} {step['seconds']:>8.1f} s  {shown}")
             lines.extend(f"            reason: {reason}" for reason in outputs.get("reasons", []))
@@ -359,7 +361,8 @@ class _Steps:
         }
 
     def _evaluate(self) -> dict[str, Any]:
-        from recsys_rl.ope.evaluate import BLESSING_JSON, EvaluateConfig, run_evaluation
+        from recsys_rl.ope.evaluate import BLESSING_JSON, REPORT_JSON, EvaluateConfig, run_evaluation
+        from recsys_rl.ope.report import verdict_line
         from recsys_rl.registry.policy_files import policy_digest
         from recsys_rl.sim.sim_eval import policy_directory
 
@@ -388,10 +391,15 @@ class _Steps:
             )
             run_evaluation(evaluate, self.progress)
         blessing = read_json_file(out / BLESSING_JSON, PipelineError, "the gate's blessing")
+        verdict = read_json_file(out / REPORT_JSON, PipelineError, "the gate's report")["verdict"]
         outputs = {
             "report": str(out.resolve()),
             "incumbent": "behaviour" if incumbent is None else incumbent.version,
             "blessed": blessing["passed"],
+            # what to print: the headline counts the warnings and a loose gate says so, where "blessed"
+            # alone would read the same for a clean blessing and one with warnings by a lax gate
+            "verdict": verdict_line(verdict),
+            "loose_settings": verdict["loose_settings"],
             "reasons": blessing["reasons"],
         }
         return {"status": "skipped" if skipped else "done", "inputs": inputs, "outputs": outputs}

@@ -140,7 +140,8 @@ def _run_lines(name: str, record: dict[str, Any]) -> list[str]:
         lines.extend(_fallback_line(surface, facts) for surface, facts in manifest["surfaces"].items())
     if "evaluate" in steps:
         evaluation = steps["evaluate"]["outputs"]
-        verdict = "BLESSED" if evaluation["blessed"] else "not blessed"
+        # the verdict's headline and a loose gate's mark (run records from before they were kept: the flag)
+        verdict = evaluation.get("verdict") or ("BLESSED" if evaluation["blessed"] else "NOT BLESSED")
         lines.append(f"    OPE verdict vs {evaluation['incumbent']}: {verdict}")
         lines.extend(f"      {reason}" for reason in evaluation["reasons"])
     if "promote" in steps:

@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from recsys_rl import signals
 from recsys_rl.ope.diagnostics import MAX_WEIGHT_SHARE, MIN_ESS, DiagnosticThresholds
 from recsys_rl.ope.offline_evaluation import ESTIMATORS, MODEL_ONLY, kind_of
@@ -237,16 +239,26 @@ def decide(config: GateConfig, lifts: Mapping[str, Lift], support: Sequence[Supp
             reasons.append(text)
         return ok
 
-    main = lifts[config.main_signal]
-    check(
-        main.low >= config.min_main_lift,
-        f"{config.main_signal}: {level} lower bound of the lift {main.low:+.2%} "
-        f"{'>=' if main.low >= config.min_main_lift else '<'} required {config.min_main_lift:+.2%}",
+    no_interval = (
+        "has no {level} interval: too few bootstrap resamples gave a finite value (the signal is too rare "
+        "in these logs, or its baseline is 0), so the rule cannot be shown to hold"
     )
+    main = lifts[config.main_signal]
+    if np.isnan(main.low):
+        check(False, f"{config.main_signal}: the lift {no_interval.format(level=level)}")
+    else:
+        check(
+            main.low >= config.min_main_lift,
+            f"{config.main_signal}: {level} lower bound of the lift {main.low:+.2%} "
+            f"{'>=' if main.low >= config.min_main_lift else '<'} required {config.min_main_lift:+.2%}",
+        )
     for name in config.constraint_signals:
         lift = lifts[name]
         sign = signals.get(name).direction.sign
         worst = lift.low if sign > 0 else lift.high
+        if np.isnan(worst):
+            check(False, f"{name}: the lift {no_interval.format(level=level)}")
+            continue
         loss = -sign * worst  # how far the bad-side bound goes in the bad direction
         tolerance = config.tolerance(name)
         bound = "lower" if sign > 0 else "upper"

@@ -6,8 +6,10 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from conftest import FEED_DATASET_SEED, FEED_DATASET_USERS
 
 from recsys_rl.cli.main import main
 from recsys_rl.ope.blessing import read_blessing
@@ -112,7 +114,8 @@ def test_evaluate_writes_a_report_and_a_blessing_the_registry_accepts(
         low, high = entry["relative"]["interval"]
         assert low <= entry["relative"]["value"] <= high
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3
+    # lift per group, estimator agreement, risk, actions, importance weights, ESS
+    assert page.count("data:image/png;base64,") == 6
     assert f"{verdict['headline']}</span>" in page and "Loose gate: 9 settings" in page
     assert not re.search(r'(src|href)="(http|//)', page), "the report must not fetch anything"
 
@@ -154,6 +157,11 @@ def test_an_existing_output_and_a_bad_gate_config_are_one_line_errors(
         _config(tmp_path, {"gate": {"tolerances": {"watch_time": 0.1}}}),
     )
     assert code == 2 and "not constraint signals" in err and err.count("\n") == 1
+    # a simulated world is named whole: a seed without its users is refused before anything is read
+    code, _, err = _evaluate(
+        capsys, feed_dataset, bc_run, tmp_path / "new", _config(tmp_path, LENIENT), "--simulator-seed", "3"
+    )
+    assert code == 2 and "simulator users should be at least 1, but is 0" in err and err.count("\n") == 1
     for estimator, message in (("magic", "estimator should be one of ['ips'"), ("dm", "'dm' cannot gate")):
         code, _, err = _evaluate(
             capsys,
@@ -164,3 +172,139 @@ def test_an_existing_output_and_a_bad_gate_config_are_one_line_errors(
         )
         assert code == 2 and message in err and err.count("\n") == 1
         assert not (tmp_path / "new").exists()
+
+
+@pytest.fixture(scope="module")
+def evaluated(
+    feed_dataset: Path, bc_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict, str]:
+    """One lenient evaluation of the BC run with the world of the simulated logs declared."""
+    tmp = tmp_path_factory.mktemp("eval-truth")
+    out = tmp / "eval"
+    code = main(
+        [
+            "evaluate",
+            "--candidate",
+            str(bc_run),
+            "--data",
+            str(feed_dataset),
+            "--out",
+            str(out),
+            "--config",
+            str(_config(tmp, LENIENT)),
+            "--simulator-users",
+            str(FEED_DATASET_USERS),
+            "--simulator-seed",
+            str(FEED_DATASET_SEED),
+        ]
+    )
+    assert code == 0
+    return out, json.loads((out / "report.json").read_text()), (out / "report.html").read_text()
+
+
+def test_the_report_holds_absolute_values_actions_and_risk_from_report_json(evaluated):
+    """Issue 19 item 8: absolute values in the signal's units, the reward model's fit, the risk of the
+    return distribution, and the candidate's actions against the logged ones, all in report.json."""
+    out, report, page = evaluated
+    lift = report["lift"]
+    block = lift["estimators"]["snips"]["overall"]["watch_time"]
+    assert block["candidate"]["value"] > 1.0  # seconds of watch time per decision, not a ratio
+    low, high = block["candidate"]["interval"]
+    assert low <= block["candidate"]["value"] <= high
+    actions = report["actions"]
+    assert (actions["kind"], actions["series"], actions["seed"]) == ("continuous", ["logged", "candidate"], 0)
+    assert actions["names"] == list(FEED_SIGNALS) and sorted(actions["dimensions"]) == sorted(FEED_SIGNALS)
+    for dimension in actions["dimensions"].values():
+        for series in actions["series"]:
+            counted = sum(dimension["counts"][series]) + dimension["outside"][series]
+            assert counted == actions["states"] == lift["rows"]
+            quantiles = dimension["quantiles"][series]
+            assert quantiles == sorted(quantiles)
+    # the page is rendered from report.json alone: the same page again from the file
+    from recsys_rl.ope.report import render
+
+    again = render(json.loads((out / "report.json").read_text()))
+    assert again.replace(report["created_at"], "") == page.replace(report["created_at"], "")
+    watch = lift["estimators"]["snips"]["overall"]["watch_time"]
+    assert "seconds per decision" in page and f"{watch['candidate']['value']:,.4g}" in page
+    assert "<th>R²</th>" in page and "CVaR 10%" in page and "Actions: candidate against logged" in page
+    assert (
+        page.count("dm (model error not included)") == 1 and page.count("fqe (model error not included)") == 1
+    )
+
+
+def test_simulated_logs_get_the_simulators_truth_beside_each_estimate(evaluated):
+    """Issue 19 item 8: the dataset does not record its simulated world, so evaluate is told it; the
+    behaviour policy in that world must reproduce the logged value, and the truth is shown."""
+    _, report, page = evaluated
+    truth = report["ground_truth"]
+    assert truth["world"]["users"] == FEED_DATASET_USERS and truth["world"]["seed"] == FEED_DATASET_SEED
+    check = truth["world_check"]
+    assert check["passed"], check
+    per_decision = truth["scales"]["per_decision"]["watch_time"]
+    # against the behaviour policy, the baseline's truth is the behaviour's own: the world check's
+    assert per_decision["baseline"]["value"] == pytest.approx(check["behaviour_truth"]["value"])
+    # OPE and the truth agree on what the BC candidate is worth, within a few of their errors
+    estimate = report["lift"]["estimators"]["dr"]["overall"]["watch_time"]["candidate"]
+    spread = (estimate["interval"][1] - estimate["interval"][0]) / 3.92
+    error = np.hypot(spread, per_decision["candidate"]["stderr"])
+    assert abs(estimate["value"] - per_decision["candidate"]["value"]) < 4 * error
+    assert "Simulator ground truth" in page and "World check passed" in page
+    assert "candidate, simulator truth" in page and "simulator truth" in page
+
+
+def test_several_candidates_are_ranked_each_with_an_attachable_evaluation(
+    feed_dataset: Path, bc_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """Issue 19 item 8: `evaluate --candidate A --candidate B`. The second run has the first's version
+    name (same algorithm, dataset and seed), so the directories tell them apart by digest."""
+    other = tmp_path / "bc-short"
+    assert (
+        main(["train", "--algo", "bc", "--data", str(feed_dataset), "--out", str(other), "--steps", "5"]) == 0
+    )
+    capsys.readouterr()
+    out = tmp_path / "ranked"
+    config = _config(tmp_path, STRICT)
+    code, stdout, _ = _evaluate(
+        capsys, feed_dataset, bc_run, out, config, "--candidate", str(other), "--fail-if-not-blessed"
+    )
+    assert code == 3  # the strict gate blesses neither
+    ranking = json.loads((out / "ranking.json").read_text())
+    entries = ranking["candidates"]
+    assert [e["rank"] for e in entries] == [1, 2]
+    bounds = [e["lower_bound"] for e in entries]
+    assert bounds == sorted(bounds, reverse=True)
+    digests = {policy_digest(bc_run / "policy"), policy_digest(other / "policy")}
+    assert {e["policy_sha256"] for e in entries} == digests
+    assert sorted(p.name for p in (out / "candidates").iterdir()) == sorted(
+        f"{e['version']}-{e['policy_sha256'][:12]}" for e in entries
+    )
+    lines = stdout.splitlines()
+    assert (
+        len(lines) == 3
+        and lines[0].startswith("1. NOT BLESSED: ")
+        and lines[1].startswith("2. NOT BLESSED: ")
+    )
+    reports = []
+    for entry in entries:
+        directory = out / entry["directory"]
+        assert sorted(p.name for p in directory.iterdir()) == ["blessing.json", "report.html", "report.json"]
+        report = json.loads((directory / "report.json").read_text())
+        assert report["lift"]["interval"]["seed"] == 0 and report["verdict"]["headline"] == entry["headline"]
+        assert (
+            report["lift"]["estimators"]["snips"]["overall"]["watch_time"]["relative"]["interval"][0]
+            == (entry["lower_bound"])
+        )
+        reports.append(report)
+    assert not any(name.startswith(".") for name in (p.name for p in tmp_path.iterdir()))  # no staging left
+    page = (out / "ranking.html").read_text()
+    assert all(f'href="{e["directory"]}/report.html"' in page for e in entries)
+    # each candidate's directory is what the registry attaches, as a single evaluation's OUT
+    assert _register_and_promote(capsys, tmp_path / "registry", bc_run, out / entries[0]["directory"]) in (
+        0,
+        1,
+    )
+    code, _, err = _evaluate(
+        capsys, feed_dataset, bc_run, tmp_path / "twice", config, "--candidate", str(bc_run)
+    )
+    assert code == 2 and "given more than once" in err

@@ -11,6 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from recsys_rl import signals
+from recsys_rl.ope.blessing import read_blessing
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +37,21 @@ def _figures(notebook: nbformat.NotebookNode) -> int:
 
 
 def _reached_a_verdict(work: Path, notebook: nbformat.NotebookNode) -> None:
-    assert "BLESSED" in _printed(notebook)  # NOT BLESSED contains it too: either verdict, but one was reached
-    assert (work / "evaluation" / "blessing.json").is_file()
+    """The notebooks' logs are small (a few hundred users), so the gate refuses their candidate: the sparse
+    signals' intervals are far wider than the 2% tolerance. Measured: follow's lower bound at -80% and
+    -46%, share's at -47% and -61%; nothing borderline. The blessing file is read, not the printed
+    headline, whose wording may grow (warnings)."""
+    blessing = read_blessing(work / "evaluation" / "blessing.json")
+    assert not blessing.passed, "a candidate trained and evaluated on a few hundred users was blessed"
+    refused_on = {reason.split(":")[0] for reason in blessing.reasons}
+    assert {"follow", "share"} <= refused_on, blessing.reasons
+    assert "NOT BLESSED" in _printed(notebook)  # the notebook shows the verdict the blessing records
 
 
 def _check_ope_report(work: Path, notebook: nbformat.NotebookNode) -> None:
     _reached_a_verdict(work, notebook)
-    assert (work / "evaluation" / "report.html").read_text().count("data:image/png;base64,") == 3
+    # lift per group, estimator agreement, risk, actions, importance weights, ESS per group
+    assert (work / "evaluation" / "report.html").read_text().count("data:image/png;base64,") == 6
 
 
 def _check_training_walkthrough(work: Path, notebook: nbformat.NotebookNode) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import pytest
@@ -32,6 +33,61 @@ def test_a_main_signal_interval_reaching_below_the_minimum_fails():
     verdict = decide(GateConfig(), _lifts(watch_time=Lift(0.03, -0.001, 0.06)), WELL_SUPPORTED)
     assert not verdict.passed and verdict.headline == "NOT BLESSED"
     assert verdict.reasons == ("watch_time: 95% lower bound of the lift -0.10% < required +0.00%",)
+
+
+def _below(x: float) -> float:
+    return math.nextafter(x, -math.inf)
+
+
+def _above(x: float) -> float:
+    return math.nextafter(x, math.inf)
+
+
+@pytest.mark.parametrize(
+    ("low", "passed"),
+    [
+        pytest.param(_above(0.01), True, id="just-above"),
+        pytest.param(0.01, True, id="exactly-at-the-minimum"),
+        pytest.param(_below(0.01), False, id="just-below"),
+        pytest.param(math.nan, False, id="no-interval"),
+    ],
+)
+def test_the_main_lifts_lower_bound_passes_from_exactly_the_minimum(low, passed):
+    verdict = decide(GateConfig(min_main_lift=0.01), _lifts(watch_time=Lift(0.03, low, 0.05)), WELL_SUPPORTED)
+    assert verdict.passed is passed
+    assert [r.split(":")[0] for r in verdict.reasons] == ([] if passed else ["watch_time"])
+
+
+@pytest.mark.parametrize(
+    ("changes", "passed"),
+    [
+        # like may lose 5%: its lower bound may reach -5% exactly
+        pytest.param({"like": Lift(0.0, -0.05, 0.01)}, True, id="like-at-the-tolerance"),
+        pytest.param({"like": Lift(0.0, _below(-0.05), 0.01)}, False, id="like-just-beyond"),
+        pytest.param({"like": Lift(0.0, math.nan, math.nan)}, False, id="like-no-interval"),
+        # hate may rise 10%: its upper bound may reach +10% exactly
+        pytest.param({"hate": Lift(0.0, -0.01, 0.10)}, True, id="hate-at-the-tolerance"),
+        pytest.param({"hate": Lift(0.0, -0.01, _above(0.10))}, False, id="hate-just-beyond"),
+    ],
+)
+def test_a_constraint_bound_exactly_at_its_tolerance_passes(changes, passed):
+    config = GateConfig(tolerances={"like": 0.05, "hate": 0.10})
+    verdict = decide(config, _lifts(watch_time=WIN, **changes), WELL_SUPPORTED)
+    assert verdict.passed is passed, verdict.reasons
+
+
+@pytest.mark.parametrize(
+    ("ess", "share", "passed"),
+    [
+        pytest.param(1000.0, 0.01, True, id="both-exactly-at-their-limits"),
+        pytest.param(_below(1000.0), 0.01, False, id="ess-just-short"),
+        pytest.param(1000.0, _above(0.01), False, id="share-just-over"),
+    ],
+)
+def test_support_exactly_at_the_limits_passes(ess, share, passed):
+    config = GateConfig(min_ess=1000, max_weight_share=0.01)
+    support = [Support("candidate", "decision", ess=ess, max_weight_share=share)]
+    assert decide(config, _lifts(watch_time=WIN), support).passed is passed
 
 
 def test_constraints_read_the_bound_on_their_bad_side():
@@ -250,3 +306,12 @@ def test_the_allocation_surface_gates_live_watch_time_with_its_own_constraints()
     config = GateConfig(surface="live_allocation")
     assert config.main_signal == "live_watch_time"
     assert config.constraint_signals == ("gift", "video_watch_displaced")
+
+
+def test_a_signal_without_an_interval_says_so_instead_of_printing_nan():
+    lifts = _lifts(watch_time=Lift(0.03, math.nan, math.nan), follow=Lift(0.0, math.nan, math.nan))
+    verdict = decide(GateConfig(), lifts, WELL_SUPPORTED)
+    failed = {reason.split(":")[0]: reason for reason in verdict.reasons}
+    assert set(failed) == {"watch_time", "follow"}
+    for reason in failed.values():
+        assert "no 95% interval" in reason and "nan" not in reason.lower().replace("finite", "")
