@@ -363,12 +363,15 @@ def committed_offsets(
         return dict(sorted(_fetch_committed(admin, group, partitions, deadline).items()))
 
 
-def commit_offsets(plan: ReplayPlan, *, timeout_s: float = 30.0) -> None:
+def commit_offsets(
+    plan: ReplayPlan, *, timeout_s: float = 30.0, clock: Callable[[], float] = time.monotonic
+) -> None:
     """Commit each range's end for ``plan.group``, so the next ``start="committed"`` plan begins there.
 
     Run it only once the run's outputs are durable: committing is what makes the records "consumed".
     The commit is a simple-consumer OffsetCommit (no group JOIN); Kafka refuses it with
-    UNKNOWN_MEMBER_ID while the group has live members, which is reported, not retried.
+    UNKNOWN_MEMBER_ID while the group has live members, which is reported, not retried. Retriable
+    errors are retried until ``timeout_s`` has passed on ``clock`` (a test's clock can leave no time).
     """
     if plan.group is None:
         raise ValueError("cannot commit offsets for a plan without a consumer group (group=None)")
@@ -377,12 +380,13 @@ def commit_offsets(plan: ReplayPlan, *, timeout_s: float = 30.0) -> None:
         return
     group = plan.group
     with _admin(plan.bootstrap_servers, timeout_s) as admin:
-        deadline = time.monotonic() + timeout_s
+        deadline = clock() + timeout_s
         results = _retrying(
             lambda: admin.alter_group_offsets(group, offsets),
             deadline,
             f"committing offsets for group {group!r}",
             OffsetCommitError,
+            clock,
         )
     failed = {
         f"{tp.topic}[{tp.partition}]": error.__name__
@@ -410,7 +414,11 @@ def _admin(bootstrap_servers: str, timeout_s: float) -> Iterator[KafkaAdminClien
 
 
 def _retrying(
-    call: Callable[[], T], deadline: float, what: str, error: type[KafkaSetupError] = ReadError
+    call: Callable[[], T],
+    deadline: float,
+    what: str,
+    error: type[KafkaSetupError] = ReadError,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """``call()``, retried on retriable broker errors until ``deadline``; then ``error`` saying ``what``.
 
@@ -424,7 +432,7 @@ def _retrying(
         except kafka_errors.KafkaError as exc:
             if not exc.retriable:
                 raise error(f"{what} failed: {type(exc).__name__}: {exc}") from exc
-            if time.monotonic() >= deadline:
+            if clock() >= deadline:
                 raise error(f"{what} still failing at the deadline: {type(exc).__name__}: {exc}") from exc
         time.sleep(_RETRY_PAUSE_S)
 

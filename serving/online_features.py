@@ -28,7 +28,7 @@ import contextlib
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -60,8 +60,12 @@ class UserFeatureReader:
         cache_size: int = 100_000,
         batch_size: int = 64,
         max_pending: int = 4_096,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: seconds on a monotonic scale that cache entries expire on (tests move one by hand
+        instead of sleeping past ``cache_s``); the waits on reads are real time."""
         self._store = store
+        self._clock = clock
         self._cache_s, self._cache_size = cache_s, cache_size
         self._batch_size, self._max_pending = batch_size, max_pending
         # user id -> (expiry, row), least recently used first; a row of None is a user the store lacks
@@ -121,7 +125,7 @@ class UserFeatureReader:
             entry = self._cache.get(user_id)
             if entry is not None:
                 self._cache.move_to_end(user_id)
-                if entry[0] <= time.monotonic() and user_id not in self._pending and self._has_room():
+                if entry[0] <= self._clock() and user_id not in self._pending and self._has_room():
                     self._enqueue(user_id)  # a refresh: this request takes the row the cache has
                 return _answer(entry[1])
             future = self._pending.get(user_id)  # a read of this user already queued: wait for it
@@ -161,7 +165,7 @@ class UserFeatureReader:
     def _fresh(self, user_id: str) -> tuple[float, StoredUserFeatures | None] | None:
         """The cached entry of ``user_id`` if it has not expired; the caller holds the lock."""
         entry = self._cache.get(user_id)
-        if entry is None or entry[0] <= time.monotonic():
+        if entry is None or entry[0] <= self._clock():
             return None
         self._cache.move_to_end(user_id)
         return entry
@@ -192,7 +196,7 @@ class UserFeatureReader:
         with self._lock:
             futures = [self._pending.pop(user_id) for user_id in batch]
             if users is not None and self._cache_s > 0:
-                expiry = time.monotonic() + self._cache_s
+                expiry = self._clock() + self._cache_s
                 for user_id, user in zip(batch, users, strict=True):
                     self._cache[user_id] = (expiry, user)
                     self._cache.move_to_end(user_id)

@@ -7,6 +7,7 @@ integration test reads as "fine" in CI while testing nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import subprocess
@@ -70,6 +71,7 @@ def kafka_broker(request: pytest.FixtureRequest) -> Broker:
 class RedisService:
     host: str
     port: int
+    pid: int | None = None  # the redis-server process, for a test that stops it (SIGSTOP) and resumes it
 
     @property
     def url(self) -> str:
@@ -101,7 +103,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         )
     try:
         _wait_for_ping(service, process, log_path, timeout_s=10.0)
-        yield service
+        yield dataclasses.replace(service, pid=process.pid)
     finally:
         stop_process(process, grace_s=10)
 

@@ -7,12 +7,14 @@ are shared by the session, so every test uses its own topics and group.
 
 from __future__ import annotations
 
-import time
+import math
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
+import confluent_kafka
+import kafka
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
@@ -139,7 +141,9 @@ def test_records_produced_after_planning_are_not_read(kafka_broker: Broker) -> N
     _read_and_check(plan, first, chunk=40)
 
 
-def test_committed_offsets_carry_the_next_plan_on_from_the_last_one(kafka_broker: Broker) -> None:
+def test_committed_offsets_carry_the_next_plan_on_from_the_last_one(
+    kafka_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     topic = Topic(kafka_broker, "committed")
     group = _name("group")
     first = topic.produce(200)
@@ -150,10 +154,22 @@ def test_committed_offsets_carry_the_next_plan_on_from_the_last_one(kafka_broker
     plan = plan_replay(topic.bootstrap, [topic.name], group)  # nothing committed yet: from log start
     assert plan.total_records == 200
     _read_and_check(plan, first)
-    started = time.monotonic()
-    commit_offsets(plan)
-    took_s = time.monotonic() - started
-    assert took_s < 5, f"a commit without a group join should be quick, took {took_s:.1f} s"
+    # One OffsetCommit, no group join: no consumer may be made, and the clock leaves no time for a retry
+    # (its first reading sets the deadline, any later one is past it).
+    readings: list[float] = []
+
+    def past_the_deadline_once_read() -> float:
+        readings.append(0.0 if not readings else math.inf)
+        return readings[-1]
+
+    def no_consumer(*args, **kwargs):
+        raise AssertionError("committing offsets made a consumer: it would join the group")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(confluent_kafka, "Consumer", no_consumer)
+        patched.setattr(kafka, "KafkaConsumer", no_consumer)
+        commit_offsets(plan, clock=past_the_deadline_once_read)
+    assert readings == [0.0], "the commit needed a retry"
     assert committed_offsets(topic.bootstrap, group, [topic.name]) == {
         (topic.name, p): end for p, end in topic.ends().items()
     }

@@ -723,6 +723,17 @@ def features_missing(server: RunningServer) -> float:
     )
 
 
+@contextlib.contextmanager
+def stopped(redis_server) -> Iterator[None]:
+    """redis-server frozen (SIGSTOP) for the block: connections stay open and nothing answers, until it
+    resumes (SIGCONT) when the block ends, however long that took."""
+    os.kill(redis_server.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(redis_server.pid, signal.SIGCONT)
+
+
 def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_defaults(
     redis_features, redis_server, topics, embedded_kafka, tmp_path, serve
 ):
@@ -743,8 +754,6 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
         r.context.event_time_ms = REQUEST_TIME_MS
         return r
 
-    client = redis.Redis(host=redis_server.host, port=redis_server.port)
-
     recovered: list[str] = []
 
     def served_with_features(stub) -> bool:
@@ -757,17 +766,20 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
         stub = ranking(ch)
         stub.Rank(request("known"))
         assert features_missing(server) == 0
-        client.execute_command("CLIENT", "PAUSE", "5000", "ALL")  # Redis stops answering for 5 s
-        answers = [
-            stub.Rank(request(f"paused-{i}", user)) for i, user in enumerate(["user-1", "user-1", "user-2"])
-        ]
-        assert all(a.item_ids for a in answers)  # answered anyway, with default features
-        # The first lookup waited out its budget and its read still fills the only queue place. The same
-        # user's next request waits for that same read (and times out too); another user's skips at once.
-        assert server.metrics.value(missing, reason="timeout") == 2
-        assert server.metrics.value(missing, reason="busy") == 1
-        wait_for(lambda: served_with_features(stub), "a lookup after the pause", attempts=200)
-    client.close()
+        # Redis stops answering until the test resumes it: the outage ends when the counts are read, not
+        # after a timed pause that a slow run could outlast (Redis 7.0 blocks CLIENT UNPAUSE itself)
+        with stopped(redis_server):
+            answers = [
+                stub.Rank(request(f"paused-{i}", user))
+                for i, user in enumerate(["user-1", "user-1", "user-2"])
+            ]
+            assert all(a.item_ids for a in answers)  # answered anyway, with default features
+            # The first lookup waited out its budget and its read still fills the only queue place. The
+            # same user's next request waits for that same read (and times out too); another user's skips
+            # at once.
+            assert server.metrics.value(missing, reason="timeout") == 2
+            assert server.metrics.value(missing, reason="busy") == 1
+        wait_for(lambda: served_with_features(stub), "a lookup after the outage", attempts=200)
     server.stop(1.0)
     logged = {r.request_id: r for r in decisions(embedded_kafka.bootstrap_servers, topics[0])}
     index = {name: i for i, name in enumerate(FEED_STATE_FEATURES)}

@@ -1,5 +1,7 @@
 """Single-decision estimators against their textbook formulas, on four rows worked out by hand."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -46,6 +48,24 @@ def test_model_based_estimators_by_hand(weights):
         est.switch_dr(REWARDS, weights, Q, V, tau=10.0).value(), est.dr(REWARDS, weights, Q, V).value()
     )
     np.testing.assert_allclose(est.switch_dr(REWARDS, weights, Q, V, tau=0.1).value(), est.dm(V).value())
+
+
+EXACT_WEIGHTS = np.array([0.5, 2.0, 1.0, 4.0])  # exactly representable: a tie at tau is a real tie
+
+
+@pytest.mark.parametrize(
+    ("tau", "kept_correction"),
+    [
+        # w (r - q) = [0, 2, -1, 12] for the first signal; the row of weight 2 is the one at the edge
+        pytest.param(math.nextafter(2.0, 0.0), 0 - 1, id="tau-just-below-a-weight"),
+        pytest.param(2.0, 0 + 2 - 1, id="tau-equal-to-a-weight-keeps-its-correction"),
+        pytest.param(math.nextafter(2.0, 3.0), 0 + 2 - 1, id="tau-just-above-a-weight"),
+        pytest.param(4.0, 0 + 2 - 1 + 12, id="tau-equal-to-the-largest-weight-is-dr"),
+    ],
+)
+def test_switch_dr_keeps_the_dr_correction_of_a_weight_exactly_at_tau(tau, kept_correction):
+    value = est.switch_dr(REWARDS, EXACT_WEIGHTS, Q, V, tau=tau).value()
+    np.testing.assert_allclose(value, [1.5 + kept_correction / 4, 0.5])
 
 
 def test_summing_terms_over_sessions_keeps_every_value(weights):

@@ -73,6 +73,58 @@ def test_bca_without_bias_or_skew_is_the_percentile_interval():
     assert (low[0], high[0]) == pytest.approx(tuple(v[0] for v in percentile_interval(boot, 0.1)))
 
 
+def _reference_bca(x: np.ndarray, boot: np.ndarray, alpha: float) -> tuple[float, float, float, float]:
+    """BCa of a sample mean as scipy.stats.bootstrap(method="BCa") computes it (scipy/stats/_resampling.py
+    ``_bca_interval``), written from Efron & Tibshirani (1993) eq. 14.9-14.15 with no library code:
+    z0 from the share of resamples below the estimate (ties half), a from the delete-one jackknife of the
+    raw sample, levels Phi(z0 + (z0 + z) / (1 - a (z0 + z))), linear-interpolated quantiles."""
+    normal = NormalDist()
+    share = (np.sum(boot < x.mean()) + np.sum(boot <= x.mean())) / (2 * boot.size)
+    z0 = normal.inv_cdf(share)
+    leave_one_out = np.array([np.delete(x, i).mean() for i in range(x.size)])
+    d = leave_one_out.mean() - leave_one_out
+    a = (d**3).sum() / (6 * ((d**2).sum()) ** 1.5)
+    levels = [
+        normal.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
+        for z in (normal.inv_cdf(alpha / 2), normal.inv_cdf(1 - alpha / 2))
+    ]
+    low, high = np.quantile(boot, levels)
+    return low, high, z0, a
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.2])
+def test_bca_with_bias_and_skew_matches_the_textbook_bca_on_the_same_resamples(alpha):
+    # 40 units, fewer than the 200 jackknife blocks: the grouped jackknife is the delete-one jackknife
+    rng = np.random.default_rng(7)
+    x = rng.lognormal(0.0, 1.0, 40)
+    sums = resample_sums(
+        RatioTerms.mean(x[:, None]).flat(), np.zeros(40, int), resamples=999, seed=5
+    ).overall()
+    boot = _mean_statistic(sums.bootstrap)[:, 0]
+    low, high, z0, a = _reference_bca(x, boot, alpha)
+    # both corrections are large enough here that dropping or doubling either moves the interval
+    assert abs(z0) > 0.05 and a > 0.02, (z0, a)
+    np.testing.assert_allclose(jackknife_acceleration(_mean_statistic(sums.jackknife))[0], a, rtol=1e-9)
+    result = bootstrap_interval(_mean_statistic, sums, "bca", alpha)
+    assert (result.low[0], result.high[0]) == pytest.approx((low, high), rel=1e-9)
+
+
+def test_bca_levels_by_hand_with_a_non_zero_bias_and_acceleration():
+    boot = np.arange(1.0, 101.0)[:, None]  # 100 resamples; 30 lie below the estimate 30.5
+    jack = np.array([[1.0], [2.0], [4.0]])  # a = (-60/27) / (6 (42/9)^1.5) = -0.036739
+    normal = NormalDist()
+    z0, a = normal.inv_cdf(0.30), (-60 / 27) / (6 * (42 / 9) ** 1.5)  # z0 = -0.52440
+    levels = []
+    for z in (normal.inv_cdf(0.05), normal.inv_cdf(0.95)):  # -/+ 1.64485
+        levels.append(normal.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))))
+    # z0 + z = -2.16925: -2.16925 / (1 - 0.079698) = -2.35711, + z0 = -2.88151, Phi = 0.0019789
+    # z0 + z = +1.12045: 1.12045 / (1 + 0.041164) = 1.07615, + z0 = 0.55175, Phi = 0.70944
+    assert levels == pytest.approx([0.0019789, 0.70944], abs=2e-6)
+    low, high = bca_interval(np.array([30.5]), boot, jack, alpha=0.1)
+    # quantile q of 1..100 (linear) is 1 + 99 q
+    assert (low[0], high[0]) == pytest.approx((1 + 99 * levels[0], 1 + 99 * levels[1]), rel=1e-9)
+
+
 def test_hoeffding_by_hand():
     x = np.array([[0.0], [1.0], [1.0], [0.0], [1.0]])
     low, high = hoeffding_interval(x, np.array([0.0]), np.array([1.0]), alpha=0.05)

@@ -55,6 +55,47 @@ def test_accounting_splits_reasons_and_checks_the_equation():
     assert not accounting_summary({**carrying, "carried": 4})["balanced"]
 
 
+BALANCED = {
+    "read": 10,
+    "released": 2,
+    "used": 7,
+    "dead_letter:late": 2,
+    "filtered:duplicate": 1,
+    "carried": 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "balanced"),
+    [
+        pytest.param({}, True, id="exact"),
+        # one record more accounted for than came in, on each outgoing side
+        pytest.param({"used": 8}, False, id="over-counted-used"),
+        pytest.param({"dead_letter:late": 3}, False, id="over-counted-dead-letters"),
+        pytest.param({"filtered:duplicate": 2}, False, id="over-counted-filtered"),
+        pytest.param({"carried": 3}, False, id="over-counted-carried"),
+        pytest.param({"dead_letter:other": 1}, False, id="over-counted-by-a-new-reason"),
+        # one record fewer accounted for than came in
+        pytest.param({"read": 11}, False, id="under-counted-read"),
+        pytest.param({"released": 3}, False, id="under-counted-released"),
+        pytest.param({"used": 6}, False, id="under-counted-used"),
+    ],
+)
+def test_the_accounting_balances_only_when_every_record_is_counted_exactly_once(change, balanced):
+    # came: 10 read + 2 released = 12; went: 7 used + 2 dead-lettered + 1 filtered + 2 carried = 12
+    assert accounting_summary({**BALANCED, **change})["balanced"] is balanced
+
+
+def test_over_counted_accounting_refuses_to_publish(tmp_path):
+    paths = DatasetPaths(tmp_path, "transitions-over")
+    _stage(paths, {"read": 3, "used": 3, "dead_letter:orphan_feedback": 1})
+    with pytest.raises(
+        AccountingError, match=r"records read \(3\) \+ released \(0\) != used \(3\) \+ dead-lettered \(1\)"
+    ):
+        finalize(paths, {}, SETTINGS)
+    assert paths.staging.exists() and not paths.final.exists()
+
+
 def _stage(
     paths: DatasetPaths,
     fates: dict,

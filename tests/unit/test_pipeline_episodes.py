@@ -224,6 +224,92 @@ def test_inactivity_beyond_the_gap_starts_a_new_episode(simulated):
     assert [r["done"] for r in beyond.transitions] == [True, True]
 
 
+def _decision_at(template, user: str, request_id: str, event_time_ms: int, offset: int):
+    record = contracts.DecisionRecord()
+    record.CopyFrom(template)
+    record.request_id, record.event_time_ms = request_id, event_time_ms
+    return (DECISION, "d", 0, offset, event_time_ms, user.encode(), contracts.encode(record))
+
+
+def _feedback_at(user: str, request_id: str, event_time_ms: int, offset: int):
+    event = contracts.FeedbackEvent(
+        schema_version=1,
+        request_id=request_id,
+        user_id=user,
+        item_id=f"v{offset}",
+        item_type=VIDEO,
+        event_time_ms=event_time_ms,
+    )
+    return _feedback_ref(event, offset)
+
+
+HOUR_MS, HALF_HOUR_MS = 3_600_000, 1_800_000  # the documented defaults of EpisodeConfig
+
+
+@pytest.mark.parametrize(
+    ("delay_ms", "joined"),
+    [
+        pytest.param(-1, False, id="just-before-the-decision"),
+        pytest.param(0, True, id="with-the-decision"),
+        pytest.param(HOUR_MS - 1, True, id="just-inside-the-window"),
+        pytest.param(HOUR_MS, True, id="at-the-window"),
+        pytest.param(HOUR_MS + 1, False, id="just-outside-the-window"),
+    ],
+)
+def test_feedback_joins_its_decision_over_the_closed_join_window(simulated, delay_ms, joined):
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    template = contracts.decode_decision(next(r[6] for r in refs if r[0] == DECISION))
+    t0 = template.event_time_ms
+    events = [_decision_at(template, user, "req-0", t0, 0), _feedback_at(user, "req-0", t0 + delay_ms, 1)]
+    built = build(user, events, EpisodeConfig())
+    (row,) = built.transitions
+    assert row["feedback_count"] == (1 if joined else 0)
+    if joined:
+        assert dict(built.fates) == {"used": 2}
+    else:
+        assert dict(built.fates) == {"used": 1, "dead_letter:late_feedback": 1}
+        (letter,) = built.dead_letters
+        assert letter["detail"].endswith(
+            f"came {delay_ms} ms after its decision; the join window is [0, 3600000] ms"
+        )
+
+
+@pytest.mark.parametrize(
+    ("pause_ms", "sessions"),
+    [
+        pytest.param(HALF_HOUR_MS - 1, 1, id="just-inside-the-gap"),
+        pytest.param(HALF_HOUR_MS, 1, id="at-the-gap"),
+        pytest.param(HALF_HOUR_MS + 1, 2, id="just-beyond-the-gap"),
+    ],
+)
+def test_a_session_ends_only_after_more_than_the_gap_since_its_last_activity(simulated, pause_ms, sessions):
+    """Last activity includes feedback: the pause is counted from the feedback on the first decision,
+    ten seconds after it, not from the decision."""
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    template = contracts.decode_decision(next(r[6] for r in refs if r[0] == DECISION))
+    t0 = template.event_time_ms
+    events = [
+        _decision_at(template, user, "req-0", t0, 0),
+        _feedback_at(user, "req-0", t0 + 10_000, 1),
+        _decision_at(template, user, "req-1", t0 + 10_000 + pause_ms, 2),
+    ]
+    built = build(user, events, EpisodeConfig())
+    rows = sorted(built.transitions, key=lambda r: r["event_time_ms"])
+    assert len({r["session_id"] for r in rows}) == sessions
+    assert [r["done"] for r in rows] == ([False, True] if sessions == 1 else [True, True])
+    assert [r["step"] for r in rows] == ([0, 1] if sessions == 1 else [0, 0])
+
+
+def test_the_cli_durations_in_seconds_become_the_episode_config_in_milliseconds():
+    from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig
+
+    required = {"bootstrap_servers": "localhost:9092", "group": "g", "out": "/tmp/unused"}
+    config = BuildTransitionsConfig(**required, join_window_s=1.5, session_gap_s=0.25).episode_config()
+    assert (config.join_window_ms, config.session_gap_ms) == (1500, 250)
+
+
 def test_event_order_does_not_change_the_output(simulated):
     _, by_user = simulated
     user, refs = max(by_user.items(), key=lambda item: len(item[1]))

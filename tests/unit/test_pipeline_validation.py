@@ -5,7 +5,9 @@ import math
 import pytest
 
 from recsys_rl import contracts, signals
+from recsys_rl.pipelines.episodes import DECISION, FEEDBACK, decode_event
 from recsys_rl.pipelines.event_validation import (
+    Rejection,
     check_decision,
     check_event_time_against_record,
     check_feedback,
@@ -283,3 +285,64 @@ def test_an_event_time_more_than_a_day_after_its_record_was_written_is_rejected(
     # a record without a broker timestamp (-1, or 0) is not judged by it
     assert check_event_time_against_record("X", message.event_time_ms, -1) is None
     assert check_event_time_against_record("X", message.event_time_ms, 0) is None
+
+
+def _decoded(message, kafka_timestamp_ms: int):
+    """What the pipeline's decoder makes of the message's bytes: fields, or the dead letter's reason."""
+    kind = DECISION if isinstance(message, contracts.DecisionRecord) else FEEDBACK
+    return decode_event(kind, ("t", 0, 0, kafka_timestamp_ms, b"u1", contracts.encode(message)))
+
+
+@pytest.mark.parametrize("make", [feed_decision, feedback], ids=["decision", "feedback"])
+@pytest.mark.parametrize(
+    ("event_time_ms", "usable"),
+    [
+        pytest.param(T0 * 1000, False, id="microseconds"),
+        pytest.param(T0 // 1000, False, id="seconds"),
+        # 2000-01-01T00:00:00Z and 2100-01-01T00:00:00Z in milliseconds
+        pytest.param(946_684_800_000 - 1, False, id="just-before-2000"),
+        pytest.param(946_684_800_000, True, id="at-2000"),
+        pytest.param(4_102_444_800_000, True, id="at-2100"),
+        pytest.param(4_102_444_800_000 + 1, False, id="just-after-2100"),
+    ],
+)
+def test_event_times_outside_2000_to_2100_in_milliseconds_are_dead_lettered(make, event_time_ms, usable):
+    message = make()
+    message.event_time_ms = event_time_ms
+    check = check_decision if isinstance(message, contracts.DecisionRecord) else check_feedback
+    rejection = check(message)
+    if usable:
+        assert rejection is None
+    else:
+        assert rejection == Rejection(
+            "out_of_range",
+            f"{type(message).__name__}.event_time_ms should be a millisecond time in 2000-2100, "
+            f"but is {event_time_ms}",
+        )
+    # the pipeline's decoder, on a record without a broker timestamp (so only the range can refuse it)
+    decoded = _decoded(message, -1)
+    assert (type(decoded) is not Rejection) if usable else (decoded == rejection)
+
+
+@pytest.mark.parametrize(
+    ("gift", "usable"),
+    [
+        pytest.param(0.0, True, id="zero"),
+        pytest.param(1e12, True, id="large-but-finite"),
+        pytest.param(math.inf, False, id="inf"),
+        pytest.param(math.nan, False, id="nan"),
+        pytest.param(-math.inf, False, id="minus-inf"),
+        pytest.param(-1e-9, False, id="just-negative"),
+    ],
+)
+def test_a_gift_value_must_be_finite_and_non_negative(gift, usable):
+    message = feedback()
+    message.signals.gift_value = gift
+    rejection = check_feedback(message)
+    decoded = _decoded(message, T0)
+    if usable:
+        assert rejection is None and type(decoded) is not Rejection
+    else:
+        assert rejection is not None and rejection.reason == "out_of_range"
+        assert f"FeedbackEvent.signals.gift_value should be >= 0, but is {gift}" in rejection.detail
+        assert decoded == rejection

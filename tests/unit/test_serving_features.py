@@ -176,14 +176,28 @@ def test_closing_releases_queued_lookups(slow_store: SlowStore) -> None:
     slow_store.release.set()
 
 
+class FakeClock:
+    """A monotonic clock that moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_entries_expire_and_the_oldest_go_first(slow_store: SlowStore) -> None:
     slow_store.release.set()
-    reader = UserFeatureReader(object(), readers=2, cache_s=0.2, cache_size=2)
+    clock = FakeClock()
+    reader = UserFeatureReader(object(), readers=2, cache_s=60.0, cache_size=2, clock=clock)
     for user in ("u1", "u2", "u3"):
         assert lookup(reader, user, budget_s=1.0).user is not None
     assert lookup(reader, "u1", budget_s=1.0).user is not None  # u1 was evicted: read again
     assert slow_store.reads == ["u1", "u2", "u3", "u1"]
-    time.sleep(0.25)
+    clock.now = 1_059.5  # u3 was read at 1000, so it expires at 1060: still fresh, answered without a read
+    assert _row_of(lookup(reader, "u3", budget_s=0.0).user) == _views("u3")
+    assert len(slow_store.reads) == 4 and reader.pending() == 0
+    clock.now = 1_060.0  # at the expiry
     # expired: answered from the cache at once, and read again in the background
     slow_store.release.clear()
     assert _row_of(lookup(reader, "u3", budget_s=0.0).user) == _views("u3")

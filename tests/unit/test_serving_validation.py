@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import grpc
+import numpy as np
 import pytest
 
 from recsys_rl import contracts
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.serving import wire
+from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.request_validation import (
     LIVE_PREDICTION_NAMES,
     InvalidRequest,
+    _ids_within_limits,
     validate_allocate,
     validate_rank,
 )
+from recsys_rl.serving.service import Abort, Handlers
+from recsys_rl.serving.settings import ServeConfig
 
 LIMITS = {"max_candidates": 5, "max_page_size": 3}
 VIDEO, LIVE = contracts.ITEM_TYPES["video"], contracts.ITEM_TYPES["live"]
@@ -55,6 +64,11 @@ def test_a_well_formed_request_passes():
     validate_allocate(allocate_request())
 
 
+@pytest.mark.parametrize("offset", [-840, -330, -1, 0, 840])
+def test_utc_offsets_within_fourteen_hours_either_way_are_accepted(offset):
+    validate_rank(rank_request(**{"context.utc_offset_minutes": offset}), **LIMITS)
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
@@ -71,6 +85,8 @@ def test_a_well_formed_request_passes():
         ({"context.last_page_click_rate": 1.5}, "context.last_page_click_rate"),
         ({"context.last_page_click_rate": float("nan")}, "context.last_page_click_rate"),
         ({"context.utc_offset_minutes": 900}, "context.utc_offset_minutes"),
+        ({"context.utc_offset_minutes": 841}, "context.utc_offset_minutes"),
+        ({"context.utc_offset_minutes": -841}, "context.utc_offset_minutes"),
         # a 2 MB session id was accepted, and its decision record could never reach Kafka (issue 18)
         ({"context.session_id": "s" * 2_000_000}, "context.session_id"),
     ],
@@ -201,3 +217,76 @@ def test_id_lengths_are_checked_at_the_limit_in_characters(item_id, author_id, f
         with pytest.raises(InvalidRequest) as err:
             validate_rank(request, **LIMITS)
         assert err.value.field == field
+
+
+def _ids_ok_by_the_slow_path(request: contracts.RankRequest) -> bool:
+    """Reference: every candidate's item and author id at most 128 characters, one by one."""
+    return all(len(c.item_id) <= 128 and len(c.author_id) <= 128 for c in request.candidates)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_bulk_id_length_check_agrees_with_the_per_candidate_loop(seed):
+    rng = np.random.default_rng(seed)
+    lengths = [0, 1, 60, 120, 127, 128, 129, 200]
+    for _ in range(40):
+        request = rank_request()
+        for j, candidate in enumerate(request.candidates):
+            char = str(rng.choice(["v", "é", "\U0001f600"]))  # 1, 2 and 4 bytes a character
+            candidate.item_id = f"{j}" + char * (int(rng.choice(lengths[1:])) - 1)
+            candidate.author_id = char * int(rng.choice(lengths))
+        encoded = wire.encoded_candidates(request)
+        columns = wire.candidate_columns(encoded, len(FEED_ACTION_NAMES))
+        assert columns is not None  # the fast path reads these candidates
+        assert _ids_within_limits(encoded, columns) is _ids_ok_by_the_slow_path(request)
+
+
+class _Context:
+    """The parts of a grpc.aio context a refused request touches; abort raises, as grpc's does."""
+
+    def __init__(self) -> None:
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def time_remaining(self) -> None:
+        return None
+
+    def cancelled(self) -> bool:
+        return False
+
+    async def abort(self, code: grpc.StatusCode, message: str) -> None:
+        self.aborted = (code, message)
+        raise grpc.RpcError(message)
+
+
+@pytest.mark.parametrize(
+    ("where", "length", "refused"),
+    [
+        ("item_id", 128, False),
+        ("item_id", 129, True),
+        ("author_id", 128, False),
+        ("author_id", 129, True),
+    ],
+)
+def test_a_rank_call_with_a_candidate_id_past_128_characters_is_invalid_argument_naming_it(
+    where, length, refused
+):
+    metrics = ServingMetrics()
+    handlers = Handlers(
+        ServeConfig(max_candidates=5, max_page_size=3), {}, None, None, metrics, lambda: True, 0
+    )
+
+    async def past_validation(request, context):
+        raise Abort(grpc.StatusCode.UNAVAILABLE, "reached the feature read")
+
+    handlers._state = past_validation  # a request that passes validation goes on to read features
+    request = rank_request()
+    setattr(request.candidates[1], where, "x" * length)
+    context = _Context()
+    with pytest.raises(grpc.RpcError):
+        asyncio.run(handlers.instrumented("Rank", handlers.rank)(request, context))
+    code, message = context.aborted
+    if refused:
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert message == f"candidates[1].{where} should be at most 128 characters, but has 129"
+        assert metrics.value("recsys_serving_requests_total", method="Rank", code="INVALID_ARGUMENT") == 1
+    else:
+        assert (code, message) == (grpc.StatusCode.UNAVAILABLE, "reached the feature read")

@@ -1,5 +1,8 @@
 """Monte-Carlo ground truth: hand-checked returns, convergence, and policy differences it can see."""
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 
@@ -7,6 +10,7 @@ from recsys_rl import signals
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import discounted_returns, monte_carlo_values, run_days, step_within_episode
 from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.simulator import Simulator
 
 FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
 
@@ -55,9 +59,35 @@ def test_ground_truth_separates_a_click_chasing_policy_from_the_behaviour_policy
     assert chaser.feed["hate"].mean > behaviour.feed["hate"].mean
 
 
-def test_multi_day_values_report_the_return_rate():
-    values = monte_carlo_values(SimConfig(n_users=500), FEED, LIVE, seed=0, days=2)
-    assert 0.0 < values.return_rate < 1.0
+def test_the_return_rate_is_the_share_of_users_back_on_each_later_day():
+    config = SimConfig(n_users=500)
+    values = monte_carlo_values(config, FEED, LIVE, seed=0, days=3)
+    logs = run_days(config, FEED, LIVE, seed=0, days=3)
+    # counted from the logs: a user who came back had at least one feed request that day; day 0 is
+    # everyone's first, so only days 1 and 2 count
+    back = [np.unique(day.feed.user).size / config.n_users for day in logs[1:]]
+    assert values.return_rate == pytest.approx(np.mean(back), abs=1e-12)
+    assert [day.returning_users for day in logs[1:]] == [np.unique(day.feed.user).size for day in logs[1:]]
+    assert np.isnan(monte_carlo_values(config, FEED, LIVE, seed=0, days=1).return_rate)
+
+
+def test_without_memory_each_group_returns_at_its_base_rate_every_day():
+    """docs/simulator.md: return = sigmoid(logit(return_base[group]) + 4 (memory - 0.3)); with the memory
+    term off it is return_base[group] = (0.95, 0.85, 0.65, 0.4) on every day, whatever the policy showed."""
+    response = dataclasses.replace(SimConfig().response, return_satisfaction=0.0)
+    config = SimConfig(n_users=3000, response=response)
+    logs = run_days(config, FEED, LIVE, seed=0, days=3)
+    group = Simulator(config, seed=0).world.users.group  # the world is the seed's alone
+    came = np.zeros((3, config.n_users), bool)
+    for d, day in enumerate(logs):
+        came[d, np.unique(day.feed.user)] = True
+    for g, base in enumerate((0.95, 0.85, 0.65, 0.4)):
+        mine = came[:, group == g]
+        stderr = math.sqrt(base * (1 - base) / mine.size)
+        assert abs(mine.mean() - base) < 4 * stderr, f"group {g}: {mine.mean():.3f} vs {base}"
+    # with the default group mix (0.2, 0.3, 0.25, 0.25) the expected overall rate is 0.7075
+    values = monte_carlo_values(config, FEED, LIVE, seed=0, days=3)
+    assert abs(values.return_rate - 0.7075) < 4 * math.sqrt(0.7075 * 0.2925 / (2 * config.n_users))
 
 
 def test_days_must_be_positive():

@@ -1,11 +1,12 @@
 """Structure, determinism and internal consistency of the simulator."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 
-from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 from recsys_rl.state import (
@@ -97,6 +98,22 @@ def test_behaviour_policy_log_propensities_match_its_density():
     np.testing.assert_allclose(
         LIVE.log_prob(day.live.state.astype(float), day.live.action), day.live.log_propensity, atol=1e-5
     )
+
+
+def test_behaviour_policy_density_is_the_closed_form_gaussian_with_non_unit_sigmas():
+    sigma = np.array([0.05, 0.2, 0.5, 1.0, 1.5, 2.5, 4.0])  # prod = 0.075
+    policy = GaussianFeedPolicy(FEED.base_logits, FEED.state_coef, sigma)
+    rng = np.random.default_rng(3)
+    states = rng.random((50, len(FEED_STATE_FEATURES)))
+    actions, logged = policy.act(states, rng)
+    mean = FEED.base_logits + states @ FEED.state_coef
+    # independent reference: the log of the product of the univariate normal densities
+    pdf = np.exp(-0.5 * ((actions - mean) / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi))
+    expected = np.log(pdf.prod(axis=1))
+    np.testing.assert_allclose(logged, expected, rtol=1e-9)
+    np.testing.assert_allclose(policy.log_prob(states, actions), expected, rtol=1e-9)
+    # at the mean: -(7/2) ln(2 pi) - ln(0.075) = -6.432570 + 2.590267
+    assert policy.log_prob(states[:1], mean[:1])[0] == pytest.approx(-3.842303, abs=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,39 @@ def test_request_context_fills_its_features_in_local_time():
     assert state[INDEX["hour_cos"]] == pytest.approx(math.cos(2 * math.pi * 6 / 24), abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("utc_hour", "offset_minutes", "local_hour"),
+    [
+        pytest.param(1.0, -120, 23.0, id="west-back-over-midnight"),
+        pytest.param(0.0, -330, 18.5, id="minus-five-thirty-at-midnight"),
+        pytest.param(4.0, -840, 14.0, id="minus-fourteen-hours"),
+        pytest.param(4.0, 840, 18.0, id="plus-fourteen-hours"),
+        pytest.param(22.0, 180, 1.0, id="east-forward-over-midnight"),
+        pytest.param(6.0, -360, 0.0, id="local-midnight-exactly"),
+    ],
+)
+def test_the_hour_features_are_the_local_hour_for_offsets_either_side_of_utc(
+    utc_hour, offset_minutes, local_hour
+):
+    time_ms = TODAY * DAY_MS + round(utc_hour * 3_600_000)
+    expected = (math.sin(2 * math.pi * local_hour / 24), math.cos(2 * math.pi * local_hour / 24))
+    state = state_at(stored(), time_ms, utc_offset_minutes=offset_minutes)  # serving's path, from the proto
+    assert (state[INDEX["hour_sin"]], state[INDEX["hour_cos"]]) == pytest.approx(expected, abs=1e-6)
+    batch = feed_states(  # the simulator's path, a batch of contexts
+        stored(),
+        RequestContexts(
+            time_ms=np.array([time_ms]),
+            page_index=np.array([0]),
+            session_watch_s=np.array([0.0]),
+            last_page_click_rate=np.array([0.0]),
+            utc_offset_minutes=np.array([offset_minutes]),
+        ),
+    )[0]
+    np.testing.assert_array_equal(batch, state)
+    # the offset moves the clock only: the engagement row stays the UTC day's
+    assert state[INDEX["returned_yesterday"]] == 1.0
+
+
 def test_feast_rows_with_nulls_become_stored_features():
     rows = StoredUserFeatures.from_records(
         [

@@ -1,0 +1,161 @@
+"""TSCAC (recsys_rl.training.agents.tscac) step by step on a tiny synthetic batch: which stage runs at
+each train step, which networks each stage moves, and that every stage-one actor chases its own signal
+in its own direction (hate down, the others up).
+
+The expected stage-one losses are recomputed here from the agent's own networks with the closed form
+written out (weights softmax(sign * A / lambda_b) * B, capped; loss -mean(w * log pi(a))), the signs
+hand-written rather than read from the signal registry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.trajectories import policy_step, time_step, trajectory
+
+from recsys_rl import signals
+from recsys_rl.state import FEED_STATE_FEATURES
+from recsys_rl.training.agents.base import AgentConfig
+from recsys_rl.training.agents.data import TransitionStatistics
+from recsys_rl.training.agents.factory import build_agent
+from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
+
+SMALL = AgentConfig(actor_hidden=(8,), critic_hidden=(8,), head_hidden=4)
+D, K = len(FEED_STATE_FEATURES), len(signals.FEED_SIGNALS)
+AUXILIARY = ("click", "like", "follow", "comment", "share", "hate")
+# hand-written, not signals.directions(): the one lower-is-better signal of the feed is hate
+SIGN = {"click": 1.0, "like": 1.0, "follow": 1.0, "comment": 1.0, "share": 1.0, "hate": -1.0}
+STAGE_ONE_KEYS = {f"actor/{s}" for s in AUXILIARY}
+
+
+def _stats() -> TransitionStatistics:
+    return TransitionStatistics(
+        state_mean=np.zeros(D),
+        state_std=np.ones(D),
+        reward_std=np.ones(K),
+        reward_mean=np.zeros(K),
+        action_mean=np.zeros(K),
+        rows=64,
+    )
+
+
+def _batch(n: int = 64, seed: int = 0) -> trajectory.Transition:
+    rng = np.random.default_rng(seed)
+    obs, nxt = rng.normal(size=(2, n, D)).astype(np.float32)
+    action = rng.normal(0.0, 1.0, (n, K)).astype(np.float32)
+    reward = rng.random((n, K)).astype(np.float32)
+    done = rng.random(n) < 0.2
+
+    def step(observation, reward_, discount):
+        return time_step.TimeStep(
+            step_type=tf.fill([n], time_step.StepType.MID),
+            reward=tf.constant(reward_),
+            discount=tf.constant(discount, tf.float32),
+            observation=tf.constant(observation),
+        )
+
+    log_propensity = rng.normal(-8.0, 1.0, n).astype(np.float32)
+    return trajectory.Transition(
+        step(obs, np.zeros_like(reward), np.ones(n)),
+        policy_step.PolicyStep(
+            action=tf.constant(action), state=(), info={LOG_PROPENSITY_KEY: tf.constant(log_propensity)}
+        ),
+        step(nxt, reward, 1.0 - done),
+    )
+
+
+def _values(network) -> list[np.ndarray]:
+    return [v.numpy().copy() for v in network.trainable_variables]
+
+
+def _moved(before: list[np.ndarray], network) -> bool:
+    return any(
+        not np.array_equal(b, v.numpy()) for b, v in zip(before, network.trainable_variables, strict=True)
+    )
+
+
+@pytest.mark.parametrize("algo", ["tscac", "tscac-dpg"])
+def test_stage_one_runs_for_exactly_the_first_stage_one_steps_then_stage_two(algo):
+    agent = build_agent(algo, _stats(), SMALL, stage_one_steps=2)
+    batch = _batch()
+    # steps 0 and 1 are stage one (1 is just inside the boundary), 2 (at it) and 3 are stage two
+    for step, stage_one in [(0, True), (1, True), (2, False), (3, False)]:
+        main, aux, critic = (
+            _values(agent.actor),
+            [_values(a) for a in agent.aux_actors],
+            _values(agent._critic),
+        )
+        info = agent.train(batch, **agent.train_kwargs(step))
+        actor_keys = {k for k in info.extra if k.startswith("actor/")}
+        assert actor_keys == (STAGE_ONE_KEYS if stage_one else {"actor/main"}), f"step {step}"
+        assert _moved(critic, agent._critic), f"step {step}: the critic learns in both stages"
+        assert _moved(main, agent.actor) is not stage_one, f"step {step}: main actor"
+        for name, before, actor in zip(AUXILIARY, aux, agent.aux_actors, strict=True):
+            assert _moved(before, actor) is stage_one, f"step {step}: stage-one actor {name}"
+    assert int(agent.train_step_counter.numpy()) == 4
+
+
+def test_zero_stage_one_steps_starts_in_stage_two():
+    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0)
+    assert set(agent.train(_batch(), **agent.train_kwargs(0)).extra) >= {"actor/main"}
+    assert not STAGE_ONE_KEYS & set(agent.train(_batch(), **agent.train_kwargs(1)).extra)
+
+
+def _stage_one_reference(agent, batch):
+    """Each stage-one actor's expected loss, given the actors before and the critic after one step."""
+    obs, action = batch.time_step.observation, batch.action_step.action
+    means = [a.mean_and_std(obs)[0].numpy() for a in agent.aux_actors]
+    log_probs = [a(obs)[0].log_prob(action).numpy().astype(np.float64) for a in agent.aux_actors]
+    info = agent.train(batch, **agent.train_kwargs(0))
+    # the critic steps first, then the actors read it; the actors' step leaves it as it is
+    q_logged = agent._critic((obs, action))[0].numpy().astype(np.float64)
+    raw = {}
+    for name, mean in zip(AUXILIARY, means, strict=True):
+        head = signals.FEED_SIGNALS.index(name)
+        raw[name] = q_logged[:, head] - agent._critic((obs, mean))[0].numpy()[:, head]
+    return info, raw, means, dict(zip(AUXILIARY, log_probs, strict=True))
+
+
+def _awr_loss(advantage, log_prob, config: AgentConfig) -> float:
+    z = advantage / config.behaviour_lambda
+    w = np.exp(z - z.max())
+    w = np.minimum(w / w.sum() * len(z), config.max_weight)
+    return float(-np.mean(w * log_prob))
+
+
+def test_each_stage_one_actor_is_weighted_towards_its_own_signal_hate_downwards():
+    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=1)
+    info, raw, _, log_probs = _stage_one_reference(agent, _batch())
+    for name in AUXILIARY:
+        expected = _awr_loss(SIGN[name] * raw[name], log_probs[name], SMALL)
+        flipped = _awr_loss(-SIGN[name] * raw[name], log_probs[name], SMALL)
+        assert abs(expected - flipped) > 1e-2 * abs(expected), (
+            f"{name}: the batch cannot tell the signs apart"
+        )
+        np.testing.assert_allclose(float(info.extra[f"actor/{name}"]), expected, rtol=1e-4, err_msg=name)
+        # what the weights do: the hate actor's weighted logged actions carry less hate than the batch's,
+        # every other actor's more of its signal
+        z = SIGN[name] * raw[name] / SMALL.behaviour_lambda
+        w = np.exp(z - z.max())
+        weighted, plain = np.average(raw[name], weights=w), raw[name].mean()
+        assert (weighted < plain) if name == "hate" else (weighted > plain), name
+
+
+def test_each_deterministic_stage_one_actor_climbs_its_own_signal_hate_downwards():
+    agent = build_agent("tscac-dpg", _stats(), SMALL, stage_one_steps=1)
+    batch = _batch()
+    info, _, means, _ = _stage_one_reference(agent, batch)
+    obs, action = batch.time_step.observation, batch.action_step.action.numpy()
+    for name, mean in zip(AUXILIARY, means, strict=True):
+        q = agent._critic((obs, mean))[0].numpy()[:, signals.FEED_SIGNALS.index(name)].astype(np.float64)
+
+        def loss(sign, q=q, mean=mean):
+            value = sign * q
+            bc = SMALL.bc_weight * np.mean(np.sum((mean - action) ** 2, axis=-1))
+            return -value.mean() / (np.abs(value).mean() + 1e-6) + bc
+
+        assert abs(loss(SIGN[name]) - loss(-SIGN[name])) > 0.1, name
+        np.testing.assert_allclose(
+            float(info.extra[f"actor/{name}"]), loss(SIGN[name]), rtol=1e-4, err_msg=name
+        )
