@@ -7,6 +7,7 @@ watch progress on stderr.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -47,8 +48,13 @@ class _CurrentStderrHandler(logging.StreamHandler):
 
 
 def _quote(value: object) -> str:
-    text = str(value)
-    return f'"{text}"' if (" " in text or "=" in text or not text) else text
+    """A value as logfmt reads it: nested values as compact JSON (never a Python repr), and anything with
+    a space, ``=`` or quote inside as a JSON string, so the line splits back into exactly its fields."""
+    if isinstance(value, dict | list | tuple):
+        text = json.dumps(value, default=str, separators=(",", ":"))
+    else:
+        text = str(value)
+    return json.dumps(text) if (" " in text or "=" in text or '"' in text or not text) else text
 
 
 #: Warnings third-party packages log at import time that say nothing about a recsys-rl run: Beam warns

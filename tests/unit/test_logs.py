@@ -2,11 +2,14 @@
 
 import contextlib
 import io
+import json
+import logging
 import os
+import shlex
 
 import pytest
 
-from recsys_rl.logs import get_logger, log_event, quiet_native_imports
+from recsys_rl.logs import KeyValueFormatter, get_logger, log_event, quiet_native_imports
 
 
 def test_log_lines_follow_a_swapped_stderr():
@@ -31,3 +34,23 @@ def test_native_import_output_is_held_back_unless_the_import_fails(capfd):
     assert capfd.readouterr().err == "why it failed\n"
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "after\n"
+
+
+def test_nested_values_are_json_and_every_line_splits_back_into_its_fields():
+    record = logging.LogRecord("recsys_rl.x", logging.INFO, __file__, 1, "done", None, None)
+    record.kv = {
+        "reasons": ["like: bound -3% is beyond", 'say "no"'],
+        "metrics": {"loss": 0.5},
+        "path": "/tmp/a b",
+        "empty": "",
+        "plain": 3,
+    }
+    fields = dict(part.split("=", 1) for part in shlex.split(KeyValueFormatter().format(record)))
+    assert json.loads(fields["reasons"]) == ["like: bound -3% is beyond", 'say "no"']
+    assert json.loads(fields["metrics"]) == {"loss": 0.5}
+    assert (fields["path"], fields["empty"], fields["plain"], fields["event"]) == (
+        "/tmp/a b",
+        "",
+        "3",
+        "done",
+    )
