@@ -28,7 +28,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "(the same bootstrap seed for all) in OUT/candidates/<version>/, and OUT/ranking.json and "
         "OUT/ranking.html rank them by the lower bound of the gating estimator's main-signal lift. The "
         "gate's rules come from --config under 'gate:' (surface: feed or live_allocation, estimator (not "
-        "dm or fqe), interval, alpha, resamples, min_main_lift, tolerances per signal, "
+        "dm or fqe), interval, alpha, resamples, bootstrap_unit (user or session), min_main_lift, tolerances per signal, "
         "default_tolerance, min_ess, max_weight_share); settings looser than the defaults are listed as a "
         "loose gate. Where the logs were simulated, --simulator-users and --simulator-seed (and "
         "--simulator-days, or 'simulator:' in the config) name the world that wrote them, and the "

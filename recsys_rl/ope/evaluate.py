@@ -237,6 +237,7 @@ def _evaluate(inputs: _Inputs, candidate_path: str, progress: Progress) -> _Eval
         resamples=gate.resamples,
         alpha=gate.alpha,
         seed=config.seed,
+        unit=gate.bootstrap_unit,
         # the diagnostics warn at the gate's own ESS and weight-share lines: one set of numbers
         settings=OPESettings(thresholds=gate.diagnostic_thresholds()),
     )

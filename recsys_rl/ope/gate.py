@@ -19,7 +19,8 @@ candidate adds a hint naming the training settings that keep a policy near the l
 
 GateConfig's defaults are the recommended gate. A config is *loose* when any rule setting lets through
 what the defaults would refuse: a lower ``min_main_lift``, a wider tolerance for some constraint signal,
-a smaller ``min_ess``, a larger ``max_weight_share`` or a larger ``alpha`` (narrower intervals).
+a smaller ``min_ess``, a larger ``max_weight_share``, a larger ``alpha`` (narrower intervals) or sessions
+as the bootstrap unit (narrower intervals on multi-day logs).
 ``loose_settings`` lists each, and the verdict carries them so the report can say so: a blessing by a
 loose gate is weaker evidence than its word suggests.
 
@@ -39,7 +40,7 @@ import numpy as np
 
 from recsys_rl import signals
 from recsys_rl.ope.diagnostics import MAX_WEIGHT_SHARE, MIN_ESS, DiagnosticThresholds
-from recsys_rl.ope.offline_evaluation import ESTIMATORS, MODEL_ONLY, kind_of
+from recsys_rl.ope.offline_evaluation import BOOTSTRAP_UNITS, ESTIMATORS, MODEL_ONLY, kind_of
 
 GATE_ESTIMATORS = tuple(name for name in ESTIMATORS if name not in MODEL_ONLY)
 
@@ -70,6 +71,9 @@ class GateConfig:
     interval: str = "bca"  # bootstrap interval method: bca or percentile
     alpha: float = 0.05  # two-sided: 95% intervals
     resamples: int = 200
+    # what the bootstrap resamples: ``user`` (a user's sessions together) or ``session`` (each on its own,
+    # which understates the spread of multi-day logs, so it is a looser setting)
+    bootstrap_unit: str = "user"
     min_main_lift: float = 0.0  # lower bound of the main signal's relative lift must reach this
     # allowed relative loss per constraint signal (hate: allowed relative increase); signals not named get
     # ``default_tolerance``
@@ -94,6 +98,10 @@ class GateConfig:
             raise ValueError(f"interval should be bca or percentile, but is {self.interval!r}")
         if self.resamples < 10:
             raise ValueError(f"resamples should be at least 10, but is {self.resamples}")
+        if self.bootstrap_unit not in BOOTSTRAP_UNITS:
+            raise ValueError(
+                f"bootstrap_unit should be one of {BOOTSTRAP_UNITS}, but is {self.bootstrap_unit!r}"
+            )
         unknown = sorted(set(self.tolerances) - set(self.constraint_signals))
         if unknown:
             raise ValueError(f"tolerances name {unknown}, which are not constraint signals of {self.surface}")
@@ -133,6 +141,12 @@ class GateConfig:
             GateSetting("estimator", self.estimator),
             GateSetting("interval", self.interval),
             GateSetting("resamples", f"{self.resamples}"),
+            GateSetting(
+                "bootstrap_unit",
+                self.bootstrap_unit,
+                recommended.bootstrap_unit,
+                self.bootstrap_unit != recommended.bootstrap_unit,
+            ),
             GateSetting(
                 "alpha", f"{self.alpha:g}", f"<= {recommended.alpha:g}", self.alpha > recommended.alpha
             ),

@@ -131,12 +131,15 @@ def test_a_failed_gate_lists_its_reasons_and_the_registry_refuses_promotion(
     blessing = read_blessing(out / "blessing.json")
     assert not blessing.passed
     assert any(reason.startswith("watch_time: 95% lower bound") for reason in blessing.reasons)
-    # for CI: the same verdict, and a distinct exit code
+    # for CI: the same verdict, and a distinct exit code; sessions resampled alone, as configured
     again = tmp_path / "eval-ci"
+    by_session = {"gate": {**STRICT["gate"], "bootstrap_unit": "session"}}
     code, _, _ = _evaluate(
-        capsys, feed_dataset, bc_run, again, _config(tmp_path, STRICT), "--fail-if-not-blessed"
+        capsys, feed_dataset, bc_run, again, _config(tmp_path, by_session), "--fail-if-not-blessed"
     )
     assert code == 3 and not read_blessing(again / "blessing.json").passed
+    units = [json.loads((d / "report.json").read_text())["lift"]["interval"]["unit"] for d in (out, again)]
+    assert units == ["user", "session"]
 
     assert _register_and_promote(capsys, tmp_path / "registry", bc_run, out) == 1
     assert "watch_time" in capsys.readouterr().err

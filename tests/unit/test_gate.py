@@ -315,3 +315,11 @@ def test_a_signal_without_an_interval_says_so_instead_of_printing_nan():
     assert set(failed) == {"watch_time", "follow"}
     for reason in failed.values():
         assert "no 95% interval" in reason and "nan" not in reason.lower().replace("finite", "")
+
+
+def test_resampling_sessions_instead_of_users_is_a_loose_setting():
+    assert GateConfig(bootstrap_unit="session").loose_settings() == (
+        "bootstrap_unit session (recommended user)",
+    )
+    with pytest.raises(ValueError, match="bootstrap_unit should be one of"):
+        GateConfig(bootstrap_unit="request")
