@@ -91,7 +91,9 @@ def exclusive_output(root: Path) -> Iterator[None]:
 def clear_leftovers(root: Path) -> list[str]:
     """Remove what dead runs left in ``root`` (held with `exclusive_output`): staging directories and
     temporary files of atomic writes, in the root and in the datasets. Returns their names."""
-    leftovers = [*root.glob(".staging-*"), *root.glob(".*.tmp"), *root.glob("*/.*.tmp")]
+    found = {*root.glob(".staging-*"), *root.glob(".*.tmp"), *root.glob("*/.*.tmp")}
+    # a temporary file in a staging directory (a manifest write cut short) goes with its directory
+    leftovers = [path for path in found if path.parent not in found]
     for path in leftovers:
         if path.is_dir():
             shutil.rmtree(path)

@@ -1,26 +1,36 @@
 """Dataset versions, the accounting equation, the manifest and the atomic publish."""
 
+import datetime as dt
 import json
+import os
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION
+from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
 from recsys_rl.pipelines.dataset import (
     INVENTORY_FILE,
+    ORPHANED_DIR,
+    ORPHANED_NOTE,
     AccountingError,
     DatasetError,
     DatasetPaths,
     accounting_summary,
+    clear_leftovers,
     dataset_version,
     exclusive_output,
     finalize,
     inventory_entry,
+    orphan_overlapping,
     read_manifest,
+    replace_staged_file,
     verify,
 )
+from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
 from recsys_rl.pipelines.transition_io import parquet_schema
+from recsys_rl.state import FEATURE_VERSION
 
 RANGES = {"ranges": [{"topic": "d", "partition": 0, "start": 0, "end": 10}]}
 SETTINGS = {"num_shards": 1}
@@ -238,3 +248,200 @@ def test_one_build_at_a_time_per_output_directory(tmp_path):
         pass
     with exclusive_output(tmp_path):  # released
         pass
+
+
+def test_clear_leftovers_removes_what_dead_runs_left_and_nothing_else(tmp_path):
+    (tmp_path / ".staging-transitions-a" / "features").mkdir(parents=True)
+    (tmp_path / ".staging-transitions-a" / "features" / "x.parquet").write_bytes(b"P")
+    (tmp_path / ".staging-transitions-b").mkdir()
+    (tmp_path / ".offsets.json.tmp").write_text("{")  # an atomic write in the root, cut short
+    dataset = tmp_path / "transitions-c"
+    dataset.mkdir()
+    (dataset / MANIFEST).write_text("{}")
+    (dataset / ".dead-letters.jsonl.tmp").write_text("")  # and one in a published dataset
+    kept = [
+        dataset / MANIFEST,
+        dataset / "dead-letters.jsonl",
+        tmp_path / ".build.lock",  # held by the run that clears
+        tmp_path / ORPHANED_DIR / "transitions-d" / MANIFEST,
+        tmp_path / "notes.tmp",  # not an atomic write's temporary file (those are hidden)
+    ]
+    for path in kept[1:]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    with exclusive_output(tmp_path):
+        cleared = clear_leftovers(tmp_path)
+    assert cleared == [
+        ".offsets.json.tmp",
+        ".staging-transitions-a",
+        ".staging-transitions-b",
+        "transitions-c/.dead-letters.jsonl.tmp",
+    ]
+    assert all(path.exists() for path in kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".build.lock",
+        ORPHANED_DIR,
+        "notes.tmp",
+        "transitions-c",
+    ]
+    assert clear_leftovers(tmp_path) == []
+
+
+def test_clear_leftovers_removes_a_staging_directory_with_a_cut_short_write_in_it(tmp_path):
+    """A run that died writing the manifest into staging leaves its temporary file there."""
+    staging = tmp_path / ".staging-transitions-a"
+    staging.mkdir()
+    (staging / f".{MANIFEST}.tmp").write_text("{")
+    assert clear_leftovers(tmp_path) == [".staging-transitions-a"]
+    assert list(tmp_path.iterdir()) == []
+
+
+GROUP = "transitions-builder"
+#: the group's committed offsets, where the run about to build starts reading
+STARTS = {("decisions", 0): 100, ("feedback", 0): 50}
+
+
+def _publish(root, name, ranges=(), group=GROUP):
+    """A published dataset: its manifest's inputs name the group and the offset ranges it holds."""
+    directory = root / name
+    directory.mkdir(parents=True)
+    rows = [{"topic": t, "partition": p, "start": s, "end": e} for t, p, s, e in ranges]
+    inputs = {"group": group, **({"ranges": rows} if ranges else {})}
+    (directory / MANIFEST).write_text(json.dumps({"version": name, "inputs": inputs}))
+    (directory / "transitions-feed-00000-of-00001.parquet").write_bytes(b"P")
+    return directory
+
+
+def test_orphan_overlapping_moves_aside_the_groups_datasets_holding_offsets_past_the_start(tmp_path):
+    (tmp_path / "transitions-0-unfinished").mkdir()  # no manifest: not a dataset
+    _publish(tmp_path, "transitions-0-no-ranges")
+    _publish(tmp_path, "transitions-a", [("decisions", 0, 90, 101)])
+    _publish(tmp_path, "transitions-b", [("decisions", 0, 0, 100)])  # ends where the run starts
+    _publish(tmp_path, "transitions-c", [("feedback", 0, 0, 60)], group="another-group")
+    _publish(tmp_path, "transitions-d", [("feedback", 1, 0, 500)])  # a partition the run does not read
+    _publish(tmp_path, "transitions-e", [("decisions", 0, 0, 100), ("feedback", 0, 40, 51)])
+    _publish(tmp_path, "transitions-keep", [("decisions", 0, 100, 120)])  # the run's own
+    _publish(tmp_path, ".staging-transitions-f", [("decisions", 0, 100, 120)])  # hidden: not published
+    orphaned = orphan_overlapping(tmp_path, GROUP, STARTS, keep="transitions-keep")
+    assert orphaned == ["transitions-a", "transitions-e"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".orphaned",
+        ".staging-transitions-f",
+        "transitions-0-no-ranges",
+        "transitions-0-unfinished",
+        "transitions-b",
+        "transitions-c",
+        "transitions-d",
+        "transitions-keep",
+    ]
+    for name in orphaned:
+        moved = tmp_path / ORPHANED_DIR / name
+        assert read_manifest(moved)["version"] == name  # moved whole
+        assert (moved / "transitions-feed-00000-of-00001.parquet").read_bytes() == b"P"
+        note = json.loads((moved / ORPHANED_NOTE).read_text())
+        assert note["superseded_by"] == "transitions-keep" and note["reason"]
+    assert orphan_overlapping(tmp_path, GROUP, STARTS, keep="transitions-keep") == []
+
+
+def test_a_dataset_orphaned_again_replaces_its_earlier_orphan(tmp_path):
+    """Orphaned, rebuilt over the same offsets since and orphaned again: the same dataset."""
+    earlier = tmp_path / ORPHANED_DIR / "transitions-a"
+    earlier.mkdir(parents=True)
+    (earlier / "stale").write_text("")
+    _publish(tmp_path, "transitions-a", [("decisions", 0, 90, 101)])
+    assert orphan_overlapping(tmp_path, GROUP, STARTS, keep="transitions-b") == ["transitions-a"]
+    assert sorted(p.name for p in earlier.iterdir()) == [
+        MANIFEST,
+        ORPHANED_NOTE,
+        "transitions-feed-00000-of-00001.parquet",
+    ]
+    assert json.loads((earlier / ORPHANED_NOTE).read_text())["superseded_by"] == "transitions-b"
+
+
+def test_replace_staged_file_replaces_a_file_and_its_inventory_entry(tmp_path):
+    """How dead letters get their bytes after the pipeline: the inventory check still passes."""
+    paths = DatasetPaths(tmp_path, "transitions-letters")
+    _stage(paths, {"read": 3, "used": 2, "dead_letter:conflicting_decision": 1})
+    (paths.staging / "dead-letters.jsonl").write_bytes(b'{"offset": 7}\n')
+    _write_inventory(paths)
+    filled = b'{"offset": 7, "value": "AAE="}\n'
+    replace_staged_file(paths.staging, "dead-letters.jsonl", filled)
+    assert (paths.staging / "dead-letters.jsonl").read_bytes() == filled
+    manifest = finalize(paths, {}, SETTINGS)
+    assert manifest["sha256"]["dead-letters.jsonl"] == inventory_entry("", filled)["sha256"]
+    assert verify(paths.final) == []
+    assert not [p for p in paths.final.rglob("*.tmp")]
+
+
+def test_replace_staged_file_refuses_a_file_the_pipeline_never_wrote(tmp_path):
+    paths = DatasetPaths(tmp_path, "transitions-letters")
+    _stage(paths, {"read": 3, "used": 3})
+    inventory = (paths.staging / INVENTORY_FILE).read_bytes()
+    with pytest.raises(AccountingError, match=r"dead-letters\.jsonl is not in the inventory of"):
+        replace_staged_file(paths.staging, "dead-letters.jsonl", b"{}\n")
+    assert not (paths.staging / "dead-letters.jsonl").exists()
+    assert (paths.staging / INVENTORY_FILE).read_bytes() == inventory
+
+
+def test_version_does_not_depend_on_the_order_keys_were_written_in():
+    carried = {"dataset": "transitions-0", "sha256": "ab"}
+    inputs = {**RANGES, "carried_from": carried}
+    reordered = {"carried_from": dict(reversed(carried.items())), **RANGES}
+    settings = {"num_shards": 1, "session_gap_ms": 5}
+    assert dataset_version(inputs, settings) == dataset_version(reordered, dict(reversed(settings.items())))
+
+
+def test_fates_never_counted_are_zero():
+    """A run that read nothing has every count at zero, and its (empty) accounting balances."""
+    assert accounting_summary({}) == {
+        "read": 0,
+        "released": 0,
+        "carried": 0,
+        "used_in_transitions": 0,
+        "dead_lettered": 0,
+        "filtered": 0,
+        "dead_lettered_by_reason": {},
+        "filtered_by_reason": {},
+        "transitions_built": {},
+        "balanced": True,
+    }
+    only_dead = accounting_summary({"read": 2, "dead_letter:malformed_bytes": 2})
+    assert only_dead["balanced"] and only_dead["used_in_transitions"] == 0
+    assert accounting_summary({"read": 1, "filtered:duplicate_decision": 1})["filtered_by_reason"] == {
+        "duplicate_decision": 1
+    }
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch):
+    """A local time zone 5 h 30 min ahead of UTC (a POSIX rule: no time zone database needed)."""
+    monkeypatch.setenv("TZ", "IST-5:30")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_manifest_records_what_the_readers_look_up(tmp_path, far_from_utc):
+    paths = DatasetPaths(tmp_path, "transitions-full")
+    fates = {"read": 4, "used": 3, "dead_letter:orphan_feedback": 1, "built:feed": 2}
+    _stage(paths, fates, deterministic=(0, 0))
+    (paths.staging / ".beam-temp" / "0a1b").mkdir(parents=True)  # Beam's writer's leftovers
+    (paths.staging / ".beam-temp" / "0a1b" / "shard").write_bytes(b"T")
+    inputs = {"group": GROUP, **RANGES}
+    manifest = finalize(paths, inputs, SETTINGS)
+    assert not (paths.final / ".beam-temp").exists()
+    feed = manifest["surfaces"]["feed"]
+    assert feed["signals"] == list(SURFACE_SIGNALS["feed"])
+    assert feed["feature_names"] == list(STATE_FEATURES["feed"])
+    assert feed["parquet_shards"] == ["transitions-feed-00000-of-00001.parquet"]
+    assert feed["rows"] == 2 and feed["deterministic"] == {"rows": 0}
+    assert manifest["kind"] == "transitions" and manifest["version"] == paths.version
+    assert manifest["feature_version"] == FEATURE_VERSION
+    assert manifest["inputs"] == inputs and manifest["settings"] == SETTINGS
+    assert manifest["accounting"] == accounting_summary(fates)
+    assert manifest["dead_letters"] == {"file": "dead-letters.jsonl", "count": 1}
+    assert manifest["features_dir"] == "features"
+    created = dt.datetime.strptime(manifest["created_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    assert abs(created.timestamp() - time.time()) < 60  # UTC, whatever the local zone
+    assert os.environ["TZ"] == "IST-5:30" and time.localtime().tm_gmtoff == 19800
