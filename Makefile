@@ -66,7 +66,8 @@ bench-quick: install
 # mutmut on each module of [tool.mutation.modules] in pyproject.toml, against its listed unit tests only
 # (bench/mutation.py); tens of seconds to tens of minutes per module on two cores.
 mutation: install
-	$(BIN)/python bench/mutation.py --out bench/results/mutation.json $(if $(MODULES),--modules $(MODULES))
+	$(BIN)/python bench/mutation.py --out bench/results/mutation.json $(if $(MODULES),--modules $(MODULES)) \
+		$(if $(FAIL_UNDER),--fail-under $(FAIL_UNDER))
 
 # Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
 kafka-jars: $(KAFKA_LIBS)/.complete

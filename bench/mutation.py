@@ -8,6 +8,12 @@ tests' time plus ``timeout_constant``, times ``timeout_multiplier``), and *no te
 calls the function at all. ``score`` is (killed + timeout) / total: no-tests mutants count against it,
 since nothing would notice them.
 
+A survivor no test should kill (an equivalent mutant, or a change only a benchmark would see) is listed in
+``bench/mutation_accepted.toml`` under its module and id, with the mutation it makes and the reason; the
+result then carries that reason beside it. An entry whose mutation no longer matches the survivor (the
+function changed and mutmut renumbered its mutants) is not applied, and every survivor without a reason
+counts in ``unexplained``.
+
 mutmut names a mutant by its file's path, and the tests import ``recsys_rl.pipelines`` and
 ``recsys_rl.serving`` from pipelines/ and serving/ (setup.py's package_dir), so each run stages the
 installed layout under ``.mutation/<module>/`` (a copy of the working tree, which is never mutated in
@@ -16,6 +22,7 @@ their earlier entry, each with its own commit and wall time.
 
     python bench/mutation.py                                    # every configured module
     python bench/mutation.py --modules recsys_rl/ope/gate.py serving/routing.py
+    python bench/mutation.py --modules serving/routing.py --fail-under 0.8   # exit 1 below 80%
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from typing import Any
 from common import git_commit, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
+ACCEPTED = Path(__file__).resolve().with_name("mutation_accepted.toml")
 #: where each top-level source folder sits in the installed layout (setup.py's package_dir)
 PACKAGE_DIRS = {
     "recsys_rl": "recsys_rl",
@@ -59,6 +67,8 @@ STATUS_KEYS = {
     "not checked": "not_checked",
     "skipped": "skipped",
 }
+#: the outcomes of mutants mutmut tested (not those it skipped or did not get to); "other" is any new one
+TESTED = ("killed", "survived", "timeout", "no_tests", "other")
 DIFF_CHARS = 200
 CONTEXT = 20  # characters of unchanged code either side of a change in a mutant's summary
 
@@ -270,6 +280,18 @@ def collect(directory: Path, module: str) -> dict[str, Any]:
     }
 
 
+def explain(result: dict[str, Any], accepted: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """The result with each accepted survivor's reason beside it and the count of those without one."""
+    unexplained = 0
+    for mutant in result.get("surviving", []):
+        entry = accepted.get(mutant["id"])
+        if entry is not None and entry["mutation"] == mutant["mutation"]:
+            mutant["reason"] = entry["reason"]
+        else:
+            unexplained += 1
+    return {**result, "unexplained": unexplained}
+
+
 def _mutant_order(name: str) -> tuple[str, int]:
     base, _, number = name.rpartition("__mutmut_")
     return base, int(number) if number.isdigit() else 0
@@ -297,12 +319,12 @@ def log_tail(directory: Path, lines: int = 15) -> str:
 
 def score(counts: dict[str, int]) -> float | None:
     """(killed + timeout) / the mutants mutmut got to; None when it got to none (a failed or cut run)."""
-    checked = sum(n for status, n in counts.items() if status not in ("not_checked", "total"))
+    checked = sum(counts.get(status, 0) for status in TESTED)
     return round((counts["killed"] + counts["timeout"]) / checked, 4) if checked else None
 
 
 def overall(modules: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    keys = ("killed", "survived", "timeout", "no_tests", "not_checked", "total")
+    keys = ("killed", "survived", "timeout", "no_tests", "not_checked", "total", "unexplained")
     sums = {key: sum(m.get(key, 0) for m in modules.values()) for key in keys}
     return {
         **sums,
@@ -325,9 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module-timeout", type=float, default=1800, help="seconds per module, then stop")
     parser.add_argument("--work", default=str(ROOT / ".mutation"), help="staging folder (git-ignored)")
     parser.add_argument("--keep", action="store_true", help="keep each module's staging folder")
+    parser.add_argument("--fail-under", type=float, help="exit 1 when a module run scores below this")
     args = parser.parse_args(argv)
 
     config = load_config(ROOT / "pyproject.toml")
+    accepted = tomllib.loads(ACCEPTED.read_text()) if ACCEPTED.exists() else {}
     modules = args.modules or list(config["modules"])
     unknown = [m for m in modules if m not in config["modules"]]
     if unknown:
@@ -353,19 +377,26 @@ def main(argv: list[str] | None = None) -> int:
             "dirty": dirty([module, *tests]),
             "tests": tests,
             "wall_s": round(wall, 1),
-            **collect(directory, module),
+            **explain(collect(directory, module), accepted.get(module, {})),
         }
         if code is None:
             result["error"] = f"stopped after --module-timeout {args.module_timeout:.0f} s"
         elif code != 0:
             result["error"] = f"mutmut exited {code}: {log_tail(directory)}"
+        if (
+            args.fail_under is not None
+            and "error" not in result
+            and (result["score"] or 0.0) < args.fail_under
+        ):
+            result["error"] = f"score {result['score']} is under --fail-under {args.fail_under}"
         if "error" in result:
             failed.append(module)
             print(f"{module}: {result['error']}", file=sys.stderr)
         print(
             f"{module}: score {result.get('score')} (killed {result.get('killed', 0)}, survived "
             f"{result.get('survived', 0)}, timeout {result.get('timeout', 0)}, no tests "
-            f"{result.get('no_tests', 0)} of {result['total']}) in {wall:.0f} s",
+            f"{result.get('no_tests', 0)} of {result['total']}; {result.get('unexplained', 0)} survivors "
+            f"without a reason in {ACCEPTED.name}) in {wall:.0f} s",
             flush=True,
         )
         results[module] = result

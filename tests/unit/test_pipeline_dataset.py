@@ -1,6 +1,7 @@
 """Dataset versions, the accounting equation, the manifest and the atomic publish."""
 
 import datetime as dt
+import hashlib
 import json
 import os
 import time
@@ -219,6 +220,11 @@ def _lose_inventory(paths: DatasetPaths) -> None:
     (paths.staging / INVENTORY_FILE).unlink()
 
 
+def _lose_and_add_stray(paths: DatasetPaths) -> None:
+    _lose(paths)
+    _add_stray(paths)
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -226,7 +232,16 @@ def _lose_inventory(paths: DatasetPaths) -> None:
         pytest.param(_truncate, rf"{FEATURE_FILE} \(0 bytes, written 1\)", id="file-short"),
         pytest.param(_corrupt, rf"{FEATURE_FILE} \(sha256 differs", id="file-changed"),
         pytest.param(_add_stray, r"features/stray.parquet \(not written by the pipeline\)", id="stray-file"),
-        pytest.param(_lose_inventory, r"inventory.jsonl is missing", id="inventory-lost"),
+        pytest.param(
+            _lose_inventory,
+            r"inventory.jsonl is missing from .*; staged output kept for inspection$",
+            id="inventory-lost",
+        ),
+        pytest.param(
+            _lose_and_add_stray,
+            rf"parquet \(not written by the pipeline\), {FEATURE_FILE} \(missing\); staged output kept at",
+            id="two-problems",
+        ),
     ],
 )
 def test_staged_files_that_differ_from_what_the_pipeline_wrote_refuse_to_publish(tmp_path, damage, message):
@@ -339,7 +354,8 @@ def test_orphan_overlapping_moves_aside_the_groups_datasets_holding_offsets_past
         assert read_manifest(moved)["version"] == name  # moved whole
         assert (moved / "transitions-feed-00000-of-00001.parquet").read_bytes() == b"P"
         note = json.loads((moved / ORPHANED_NOTE).read_text())
-        assert note["superseded_by"] == "transitions-keep" and note["reason"]
+        assert note["superseded_by"] == "transitions-keep"
+        assert note["reason"].startswith("its offsets were never committed for the group")
     assert orphan_overlapping(tmp_path, GROUP, STARTS, keep="transitions-keep") == []
 
 
@@ -381,6 +397,16 @@ def test_replace_staged_file_refuses_a_file_the_pipeline_never_wrote(tmp_path):
         replace_staged_file(paths.staging, "dead-letters.jsonl", b"{}\n")
     assert not (paths.staging / "dead-letters.jsonl").exists()
     assert (paths.staging / INVENTORY_FILE).read_bytes() == inventory
+
+
+def test_the_version_is_the_first_16_hex_digits_of_the_sha256_of_inputs_and_settings_as_sorted_json():
+    """Versions name datasets across releases: the same offsets and settings must keep their name."""
+    canonical = (
+        '{"kafka": {"ranges": [{"end": 10, "partition": 0, "start": 0, "topic": "d"}]}, '
+        '"settings": {"num_shards": 1}}'
+    )
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    assert dataset_version(RANGES, SETTINGS) == f"transitions-{digest[:16]}"
 
 
 def test_version_does_not_depend_on_the_order_keys_were_written_in():
