@@ -229,7 +229,7 @@ def check_feedback_read(
             )
     if not 0.0 <= gift_value < math.inf:
         return Rejection(
-            "out_of_range", f"FeedbackEvent.signals.gift_value should be >= 0, but is {gift_value}"
+            "out_of_range", f"FeedbackEvent.signals.gift_value should be finite and >= 0, but is {gift_value}"
         )
     if max(counters) <= 1:  # the common case
         return None

@@ -209,7 +209,7 @@ def _set(**fields):
             feedback,
             _set(signals__gift_value=-5.0),
             "out_of_range",
-            "gift_value should be >= 0",
+            "gift_value should be finite and >= 0",
             id="negative-gift",
         ),
         pytest.param(feedback, _set(event_time_ms=0), "out_of_range", "event_time_ms", id="no-time"),
@@ -344,5 +344,7 @@ def test_a_gift_value_must_be_finite_and_non_negative(gift, usable):
         assert rejection is None and type(decoded) is not Rejection
     else:
         assert rejection is not None and rejection.reason == "out_of_range"
-        assert f"FeedbackEvent.signals.gift_value should be >= 0, but is {gift}" in rejection.detail
+        assert (
+            f"FeedbackEvent.signals.gift_value should be finite and >= 0, but is {gift}" in rejection.detail
+        )
         assert decoded == rejection
