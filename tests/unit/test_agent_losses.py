@@ -272,3 +272,61 @@ def test_slow_multipliers_step_once_per_period_on_the_averaged_gaps():
     for _ in range(3):
         multipliers.observe(tf.constant([2.0, 0.0]))
     _close(multipliers.values, [0.9, 0.9])  # the next period's mean alone, not the first period's
+
+
+def test_slow_multipliers_hold_their_values_after_every_batch_of_a_period():
+    multipliers = losses.SlowMultipliers(2, 2.0, learning_rate=0.1, slack=0.0, every=3, name="test")
+    for expected in ([2.0, 2.0], [2.0, 2.0], [2.1, 1.9]):
+        multipliers.observe(tf.constant([-1.0, 1.0]))
+        _close(multipliers.values, expected)
+
+
+def test_slow_multipliers_are_never_trained_by_an_optimizer():
+    """Only their own step moves them: an optimizer over the agent's trainable variables must not."""
+    multipliers = losses.SlowMultipliers(3, 1.0, learning_rate=0.1, slack=0.0, every=2, name="test")
+    assert multipliers.trainable_variables == ()
+    assert len(multipliers.variables) == 3
+
+
+def test_critic_loss_is_on_q_minus_the_target():
+    q = _t([[2.0, -1.0]])
+    targets = _t([[0.5, -1.2]])  # errors 1.5 (linear side) and 0.2 (quadratic side); q + target: 2.5, -2.2
+    _close(losses.critic_loss(q, targets), [1.5 - 0.5, 0.5 * 0.2**2])
+
+
+def test_closed_form_log_weights_take_an_integer_behaviour_lambda():
+    """A YAML config gives ``behaviour_lambda: 4`` as an integer: the same weights as 4.0."""
+    args = (_t([2.0, -4.0]), _t(BEHAVIOUR_LOG_PROB), _t(PRIOR_LOG_PROBS), _t(PRIOR_LAMBDAS))
+    _close(losses.closed_form_log_weights(*args, 4), losses.closed_form_log_weights(*args, 4.0))
+
+
+def test_deterministic_actor_loss_keeps_maximising_q_when_every_q_is_tiny():
+    """The scale's epsilon keeps it positive: a batch of Q values near zero must not flip the objective."""
+    q_at_mean = tf.Variable([1e-7, 1e-7])
+    mean = _t([[0.0, 0.0], [0.0, 0.0]])
+    with tf.GradientTape() as tape:
+        loss = losses.deterministic_actor_loss(q_at_mean, mean, mean, bc_weight=0.0)
+    assert float(loss) < 0.0
+    assert all(g < 0.0 for g in tape.gradient(loss, q_at_mean).numpy())  # raising Q lowers the loss
+
+
+def test_deterministic_actor_loss_averages_closeness_over_actors_and_rows_of_sums_over_dimensions():
+    """Three rows of two dimensions, one anchor actor: the sum is over the action's dimensions."""
+    mean = _t([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
+    anchors = _t([[[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]])  # squared gaps per row: 1, 0, 4
+    loss = losses.deterministic_actor_loss(
+        _t([1.0, 1.0, 1.0]), mean, mean, 0.0, anchors, closeness_weight=0.5
+    )
+    _close(loss, -1.0 + 0.5 * (1.0 + 0.0 + 4.0) / 3, atol=1e-5)
+
+
+def test_deterministic_actor_loss_without_anchors_ignores_the_closeness_weight():
+    mean = _t([[1.0, 0.0]])
+    loss = losses.deterministic_actor_loss(_t([2.0]), mean, mean, 0.0, None, closeness_weight=3.0)
+    _close(loss, -1.0)
+
+
+def test_deterministic_actor_loss_has_no_closeness_unless_asked():
+    mean = _t([[1.0, 0.0]])
+    anchors = _t([[[5.0, 5.0]]])
+    _close(losses.deterministic_actor_loss(_t([2.0]), mean, mean, 0.0, anchors), -1.0)

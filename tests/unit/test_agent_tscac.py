@@ -29,6 +29,12 @@ SIGN = {"click": 1.0, "like": 1.0, "follow": 1.0, "comment": 1.0, "share": 1.0, 
 STAGE_ONE_KEYS = {f"actor/{s}" for s in AUXILIARY}
 
 
+@pytest.fixture(autouse=True)
+def seeded():
+    """The networks' initial weights from one seed, whatever ran before in this process."""
+    tf.keras.utils.set_random_seed(0)
+
+
 def _stats() -> TransitionStatistics:
     return TransitionStatistics(
         state_mean=np.zeros(D),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 
@@ -30,7 +31,9 @@ from recsys_rl.training.agents.losses import SlowMultipliers
 
 AUXILIARY = tuple(s for s in signals.FEED_SIGNALS if s != signals.FEED_MAIN_SIGNAL)
 _AUX_INDEX = [signals.FEED_SIGNALS.index(s) for s in AUXILIARY]
-_AUX_SIGNS = tf.constant([signals.get(s).direction.sign for s in AUXILIARY], tf.float32)
+# numpy, not a tf.constant: a tensor at import starts TensorFlow's runtime (its thread pools, the CUDA
+# probe) in every process that imports the agents, and a process forked after that hangs in TensorFlow
+_AUX_SIGNS = np.array([signals.get(s).direction.sign for s in AUXILIARY], np.float32)
 
 CriticKind = Literal["single", "multi", "main"]
 
