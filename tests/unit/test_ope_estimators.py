@@ -98,7 +98,7 @@ def test_weights_stay_finite_for_extreme_log_ratios():
 def test_nan_densities_are_refused():
     with pytest.raises(ValueError, match="1 of 2 log importance ratios"):
         est.log_importance_ratio(np.array([0.0, np.nan]), np.zeros(2))
-    with pytest.raises(ValueError, match="NaN or \\+inf"):
+    with pytest.raises(ValueError, match=r"NaN or \+inf: .* a logged log-propensity is -inf or NaN$"):
         est.log_importance_ratio(np.zeros(1), np.array([-np.inf]))
 
 

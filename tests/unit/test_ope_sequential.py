@@ -49,6 +49,21 @@ def test_cumulative_log_ratio_restarts_each_session():
     np.testing.assert_allclose(seq.cumulative_log_ratio(LOGGED, LOG_RATIO), [math.log(2), 0.0, math.log(4)])
 
 
+def test_cumulative_log_ratio_restarts_sessions_that_start_below_one_and_floors_a_zero_density():
+    logged = _steps([0, 0, 1, 1, 2], np.zeros((5, 1)))
+    log_ratio = np.array([np.log(0.25), np.log(2.0), -np.inf, np.log(3.0), np.log(0.5)])  # -inf: density 0
+    cumulative = seq.cumulative_log_ratio(logged, log_ratio)
+    np.testing.assert_allclose(cumulative[[0, 1, 4]], np.log([0.25, 0.5, 0.5]))
+    assert np.all(np.isfinite(cumulative)) and np.all(cumulative[2:4] <= -seq.MAX_LOG_WEIGHT)
+    np.testing.assert_array_equal(seq.importance_weights(cumulative)[2:4], [0.0, 0.0])
+
+
+def test_session_log_ratio_is_the_log_product_over_each_whole_session():
+    logged = _steps([0, 0, 0, 1, 2, 2], np.zeros((6, 1)))
+    log_ratio = np.log([2.0, 0.5, 3.0, 0.25, 4.0, 4.0])
+    np.testing.assert_allclose(seq.session_log_ratio(logged, log_ratio), np.log([3.0, 0.25, 16.0]))
+
+
 def test_pdis_by_hand():
     # rho = [2, 1 | 4]; session 0: 2*1 + 0.5*1*3 = 3.5 and 2*2 + 0.9*1*4 = 7.6; session 1: 4*5, 4*6
     np.testing.assert_allclose(seq.pdis(LOGGED, LOG_RATIO, GAMMAS).value(), [(3.5 + 20) / 2, (7.6 + 24) / 2])
@@ -73,6 +88,19 @@ def test_sequential_dr_and_fqe_by_hand():
     np.testing.assert_allclose(seq.sequential_dr(LOGGED, LOG_RATIO, GAMMAS, model).value(), expected)
     # FQE: v at each session's first decision
     np.testing.assert_allclose(seq.fqe(LOGGED, model).value(), [3.0, 3.0])
+
+
+def test_sequential_dr_starts_each_session_with_a_previous_weight_of_one():
+    """Session 0 ends with rho 4, so a session start that took the previous row's rho would see it."""
+    q = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    v = np.array([[2.0, 2.0], [1.0, 1.0], [4.0, 4.0]])
+    model = QPredictions(q, v, np.zeros(3, int), np.zeros((1, 1, 2)))
+    log_ratio = np.log([2.0, 2.0, 4.0])
+    # session 0, t = 0: rho 2, previous 1: 2 (1 - 1) + 2 = 2 and 2 (2 - 1) + 2 = 4
+    #            t = 1: rho 4, previous 2: 0.5 (4 (3 - 2) + 2 * 1) = 3 and 0.9 (4 (4 - 2) + 2 * 1) = 9
+    # session 1, t = 0: rho 4, previous 1: 4 (5 - 3) + 4 = 12 and 4 (6 - 3) + 4 = 16
+    expected = [(2 + 3 + 12) / 2, (4 + 9 + 16) / 2]
+    np.testing.assert_allclose(seq.sequential_dr(LOGGED, log_ratio, GAMMAS, model).value(), expected)
 
 
 def test_on_policy_importance_estimators_are_the_mean_discounted_return():
