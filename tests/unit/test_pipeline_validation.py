@@ -87,10 +87,6 @@ def _set(**fields):
 @pytest.mark.parametrize(
     ("make", "mutate", "reason", "words"),
     [
-        pytest.param(
-            feed_decision, _set(request_id=""), "missing_field", "request_id is empty", id="no-request-id"
-        ),
-        pytest.param(feed_decision, _set(user_id=""), "missing_field", "user_id is empty", id="no-user"),
         pytest.param(feed_decision, _set(surface=0), "missing_field", "surface should be", id="no-surface"),
         pytest.param(
             feed_decision,
@@ -131,7 +127,9 @@ def _set(**fields):
             feed_decision,
             _set(features_missing=True),
             "out_of_range",
-            "features_missing_reason should be one of",
+            "DecisionRecord.features_missing_reason should be one of "
+            "['no_store', 'unknown_user', 'timeout', 'busy', 'error'] exactly when features_missing is set, "
+            "but is '' with features_missing=True",
             id="missing-without-reason",
         ),
         pytest.param(
@@ -159,15 +157,22 @@ def _set(**fields):
             feed_decision,
             _set(log_propensity=math.nan),
             "out_of_range",
-            "log_propensity should be finite",
+            "DecisionRecord.log_propensity should be finite, but holds nan",
             id="nan-propensity",
         ),
         pytest.param(
             feed_decision,
             _set(state=[math.inf] + [0.0] * 13),
             "out_of_range",
-            "state should be finite",
+            "DecisionRecord.state should be finite, but holds inf",
             id="inf-state",
+        ),
+        pytest.param(
+            feed_decision,
+            _set(action=[0.0, -math.inf] + [0.0] * (len(signals.FEED_SIGNALS) - 2)),
+            "out_of_range",
+            "DecisionRecord.action should be finite, but holds -inf",
+            id="inf-action",
         ),
         pytest.param(
             live_decision,
@@ -183,7 +188,6 @@ def _set(**fields):
             "should be <= 0",
             id="probability-above-one",
         ),
-        pytest.param(feedback, _set(item_id=""), "missing_field", "item_id is empty", id="no-item"),
         pytest.param(
             feedback,
             _set(signals__watch_time_s=-1.0),
@@ -348,3 +352,105 @@ def test_a_gift_value_must_be_finite_and_non_negative(gift, usable):
             f"FeedbackEvent.signals.gift_value should be finite and >= 0, but is {gift}" in rejection.detail
         )
         assert decoded == rejection
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (feed_decision, "request_id"),
+        (feed_decision, "user_id"),
+        (feedback, "request_id"),
+        (feedback, "user_id"),
+        (feedback, "item_id"),
+    ],
+)
+def test_each_required_id_left_empty_is_dead_lettered_by_name(make, field):
+    message = make()
+    setattr(message, field, "")
+    check = check_decision if isinstance(message, contracts.DecisionRecord) else check_feedback
+    assert check(message) == Rejection("missing_field", f"{type(message).__name__}.{field} is empty")
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (feed_decision, "request_id"),
+        (feed_decision, "user_id"),
+        (feed_decision, "session_id"),
+        (feed_decision, "policy_version"),
+        (feedback, "request_id"),
+        (feedback, "user_id"),
+        (feedback, "item_id"),
+        (feedback, "author_id"),
+    ],
+)
+def test_an_id_of_128_characters_passes_and_one_of_129_is_too_long(make, field):
+    check = check_decision if make is feed_decision else check_feedback
+    at_limit = make()
+    setattr(at_limit, field, "x" * 128)
+    assert check(at_limit) is None
+    over = make()
+    setattr(over, field, "x" * 129)
+    assert check(over) == Rejection(
+        "too_long", f"{type(over).__name__}.{field} should be at most 128 characters, but has 129"
+    )
+
+
+def test_user_groups_are_the_four_activity_groups():
+    """Groups 0..3 (high, full, middle, low-or-unknown activity) are usable; 4 is past the last one."""
+    last = feed_decision()
+    last.user_group = 3
+    assert check_decision(last) is None
+    past = feed_decision()
+    past.user_group = 4
+    assert check_decision(past) == Rejection(
+        "out_of_range", "DecisionRecord.user_group should be below 4, but is 4"
+    )
+
+
+@pytest.mark.parametrize("allocated", [0.0, 1.0], ids=["not-allocated", "allocated"])
+def test_an_allocation_of_0_or_1_with_a_certain_propensity_is_usable(allocated):
+    """A deterministic allocation has probability 1, i.e. log-propensity 0: the bound itself is usable."""
+    record = live_decision()
+    record.action[0] = allocated
+    assert check_decision(record) is None
+    record.log_propensity = 0.0
+    assert check_decision(record) is None
+    record.log_propensity = 1e-9  # just above probability 1
+    assert check_decision(record) == Rejection(
+        "out_of_range",
+        "DecisionRecord.log_propensity of an allocation is a log-probability and should be <= 0, "
+        "but is 1e-09",
+    )
+
+
+@pytest.mark.parametrize("field", ["watch_time_s", "live_watch_s"])
+def test_a_view_of_exactly_six_hours_is_believable_and_a_longer_one_is_not(field):
+    message = feedback()
+    for seconds in (0.0, 6 * 3600.0):
+        setattr(message.signals, field, seconds)
+        assert check_feedback(message) is None
+    setattr(message.signals, field, 21600.5)
+    assert check_feedback(message) == Rejection(
+        "out_of_range", f"FeedbackEvent.signals.{field} should be in [0, 21600], but is 21600.5"
+    )
+
+
+@pytest.mark.parametrize("counter", ["click", "like", "follow", "comment", "share", "hate"])
+def test_each_interaction_counter_is_0_or_1_per_view(counter):
+    message = feedback()
+    setattr(message.signals, counter, 1)
+    assert check_feedback(message) is None
+    setattr(message.signals, counter, 2)  # the smallest count that cannot be one view's
+    assert check_feedback(message) == Rejection(
+        "out_of_range", f"FeedbackEvent.signals.{counter} should be 0 or 1 per view, but is 2"
+    )
+
+
+def test_a_kafka_timestamp_of_1_ms_is_a_timestamp_and_judges_the_event_time():
+    """Only -1 and 0 mean the record has no broker timestamp; any positive one is the reference."""
+    rejection = check_event_time_against_record("DecisionRecord", T0, 1)
+    assert rejection is not None and rejection.reason == "future_event_time"
+    assert (
+        f"DecisionRecord.event_time_ms is {T0 - 1} ms after its record's Kafka timestamp" in rejection.detail
+    )
