@@ -179,8 +179,12 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
     staging = paths.staging
     shutil.rmtree(staging / ".beam-temp", ignore_errors=True)
     files = _check_inventory(staging)
-    accounting_path = staging / ACCOUNTING_FILE
-    accounting = accounting_summary(json.loads(accounting_path.read_text()))
+    if ACCOUNTING_FILE not in files:  # never zero counts: without them nothing says what the run read
+        raise AccountingError(
+            f"{ACCOUNTING_FILE} is missing from {staging}: the run's record counts are unknown; "
+            "staged output kept for inspection"
+        )
+    accounting = accounting_summary(json.loads((staging / ACCOUNTING_FILE).read_text()))
     if not accounting["balanced"]:
         raise AccountingError(
             f"records read ({accounting['read']}) + released ({accounting['released']}) != used "
@@ -221,7 +225,7 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
         "features_dir": FEATURES_DIR,
         "sha256": {name: digest for name, digest in files.items() if name != ACCOUNTING_FILE},
     }
-    accounting_path.unlink()
+    (staging / ACCOUNTING_FILE).unlink()
     (staging / INVENTORY_FILE).unlink()
     write_json_atomic(staging / MANIFEST, manifest)
     os.rename(staging, paths.final)  # fails rather than replace an existing dataset

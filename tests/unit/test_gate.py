@@ -33,6 +33,43 @@ def test_a_main_signal_interval_reaching_below_the_minimum_fails():
     verdict = decide(GateConfig(), _lifts(watch_time=Lift(0.03, -0.001, 0.06)), WELL_SUPPORTED)
     assert not verdict.passed and verdict.headline == "NOT BLESSED"
     assert verdict.reasons == ("watch_time: 95% lower bound of the lift -0.10% < required +0.00%",)
+    # the record marks the failed rule, and only it, as a failure
+    assert verdict.checks[0] == "FAIL: watch_time: 95% lower bound of the lift -0.10% < required +0.00%"
+    assert all(c.startswith("pass: ") for c in verdict.checks[1:])
+
+
+def test_the_record_of_a_pass_at_every_boundary_reads_each_rule_the_right_way():
+    """Exactly at a limit is a pass, and the record says so: ``>=`` and ``within``, the lower bound and
+    ``loss`` for a higher-is-better signal, the upper bound and ``increase`` for hate."""
+    config = GateConfig(min_main_lift=0.01, tolerances={"like": 0.05, "hate": 0.10})
+    lifts = _lifts(
+        watch_time=Lift(0.03, 0.01, 0.05), like=Lift(0.0, -0.05, 0.01), hate=Lift(0.0, -0.01, 0.10)
+    )
+    verdict = decide(config, lifts, WELL_SUPPORTED)
+    assert verdict.passed
+
+    def neutral(name: str) -> str:
+        return f"pass: {name}: 95% lower bound of the lift -0.50% is within the tolerance of 2.00% loss"
+
+    assert verdict.checks == (
+        "pass: watch_time: 95% lower bound of the lift +1.00% >= required +1.00%",
+        neutral("click"),
+        "pass: like: 95% lower bound of the lift -5.00% is within the tolerance of 5.00% loss",
+        neutral("follow"),
+        neutral("comment"),
+        neutral("share"),
+        "pass: hate: 95% upper bound of the lift +10.00% is within the tolerance of 10.00% increase",
+        "pass: candidate, decision level: effective sample size 5,000 vs required 1,000",
+        "pass: candidate, decision level: largest weight share 0.0010 vs allowed 0.0100",
+    )
+
+
+def test_a_constraint_beyond_its_tolerance_is_recorded_as_a_failure_of_its_bad_side():
+    config = GateConfig(tolerances={"like": 0.05})
+    verdict = decide(config, _lifts(watch_time=WIN, like=Lift(-0.01, -0.06, 0.02)), WELL_SUPPORTED)
+    text = "like: 95% lower bound of the lift -6.00% is beyond the tolerance of 5.00% loss"
+    assert verdict.reasons == (text,)
+    assert verdict.checks[2] == "FAIL: " + text
 
 
 def _below(x: float) -> float:
@@ -296,6 +333,63 @@ def test_bad_gate_configs_name_the_problem(settings, message):
         GateConfig(**settings)
 
 
+SUPPORT_LIMITS = "^" + re.escape("min_ess should be >= 0 and max_weight_share in (0, 1]") + "$"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        pytest.param({"alpha": 0.0}, r"alpha should be in \(0, 1\), but is 0.0", id="alpha-0"),
+        pytest.param({"alpha": 1.0}, r"alpha should be in \(0, 1\), but is 1.0", id="alpha-1"),
+        pytest.param({"resamples": 9}, "resamples should be at least 10, but is 9", id="resamples-9"),
+        pytest.param(
+            {"default_tolerance": -0.01},
+            "tolerance of default_tolerance should be >= 0, but is -0.01",
+            id="negative-default-tolerance",
+        ),
+        pytest.param({"min_ess": _below(0.0)}, SUPPORT_LIMITS, id="negative-min-ess"),
+        pytest.param({"max_weight_share": _above(1.0)}, SUPPORT_LIMITS, id="share-just-over-1"),
+    ],
+)
+def test_settings_just_outside_their_ranges_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        GateConfig(**settings)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        pytest.param({"alpha": _above(0.0)}, id="alpha-just-above-0"),
+        pytest.param({"alpha": _below(1.0)}, id="alpha-just-below-1"),
+        pytest.param({"resamples": 10}, id="resamples-10"),
+        pytest.param({"default_tolerance": 0.0, "tolerances": {"like": 0.0}}, id="zero-tolerances"),
+        pytest.param({"min_ess": 0.0}, id="min-ess-0"),
+        pytest.param({"min_ess": 0.5}, id="min-ess-half"),
+        pytest.param({"max_weight_share": 1.0}, id="share-1"),
+    ],
+)
+def test_settings_at_the_edges_of_their_ranges_are_accepted(settings):
+    config = GateConfig(**settings)
+    assert all(getattr(config, key) == value for key, value in settings.items())
+
+
+def test_the_settings_table_lists_every_setting_by_name_with_its_recommended_bound():
+    rows = [(s.name, s.value, s.recommended, s.looser) for s in GateConfig().settings()]
+    tolerances = [(f"tolerance of {n}", "0.02", "<= 0.02", False) for n in FEED_SIGNALS[1:]]
+    assert rows == [
+        ("surface", "feed", "", False),
+        ("estimator", "snips", "", False),
+        ("interval", "bca", "", False),
+        ("resamples", "200", "", False),
+        ("bootstrap_unit", "user", "user", False),
+        ("alpha", "0.05", "<= 0.05", False),
+        ("min_main_lift", "0", ">= 0", False),
+        *tolerances,
+        ("min_ess", "1000", ">= 1000", False),
+        ("max_weight_share", "0.01", "<= 0.01", False),
+    ]
+
+
 def test_every_estimator_with_the_models_error_in_its_interval_can_gate():
     assert tuple(n for n in ESTIMATORS if n not in ("dm", "fqe")) == GATE_ESTIMATORS
     for name in GATE_ESTIMATORS:
@@ -315,6 +409,23 @@ def test_a_signal_without_an_interval_says_so_instead_of_printing_nan():
     assert set(failed) == {"watch_time", "follow"}
     for reason in failed.values():
         assert "no 95% interval" in reason and "nan" not in reason.lower().replace("finite", "")
+
+
+def test_a_missing_interval_gives_the_full_explanation_at_the_gates_level():
+    config = GateConfig(alpha=0.1)
+    verdict = decide(config, _lifts(watch_time=Lift(0.03, math.nan, math.nan)), WELL_SUPPORTED)
+    text = (
+        "watch_time: the lift has no 90% interval: too few bootstrap resamples gave a finite value (the "
+        "signal is too rare in these logs, or its baseline is 0), so the rule cannot be shown to hold"
+    )
+    assert verdict.reasons == (text,) and verdict.checks[0] == "FAIL: " + text
+
+
+def test_a_constraint_without_an_interval_does_not_stop_the_later_constraints_being_checked():
+    lifts = _lifts(watch_time=WIN, click=Lift(0.0, math.nan, math.nan), hate=Lift(0.05, -0.02, 0.12))
+    verdict = decide(GateConfig(), lifts, WELL_SUPPORTED)
+    assert [r.split(":")[0] for r in verdict.reasons] == ["click", "hate"]
+    assert len(verdict.checks) == 1 + 6 + 2
 
 
 def test_resampling_sessions_instead_of_users_is_a_loose_setting():

@@ -107,6 +107,18 @@ def test_over_counted_accounting_refuses_to_publish(tmp_path):
     assert paths.staging.exists() and not paths.final.exists()
 
 
+def test_a_run_whose_counts_were_never_written_refuses_to_publish(tmp_path):
+    """Issue 21: a runner whose workers wrote elsewhere (their own working directory) can leave staging
+    without the accounting file; missing counts must never read as zero."""
+    paths = DatasetPaths(tmp_path, "transitions-uncounted")
+    _stage(paths, {"read": 0, "used": 0})
+    (paths.staging / "accounting.jsonl").unlink()
+    _write_inventory(paths)  # the inventory agrees: the pipeline never produced the file
+    with pytest.raises(AccountingError, match=r"accounting\.jsonl is missing from .*counts are unknown"):
+        finalize(paths, {}, SETTINGS)
+    assert paths.staging.exists() and not paths.final.exists()
+
+
 def _stage(
     paths: DatasetPaths,
     fates: dict,
