@@ -206,12 +206,16 @@ def percentile_interval(boot: np.ndarray, alpha: float) -> tuple[np.ndarray, np.
 def jackknife_acceleration(jack: np.ndarray) -> np.ndarray:
     """a = sum d^3 / (6 (sum d^2)^1.5), d = mean of leave-out estimates - each one; 0 when they agree.
 
-    Non-finite leave-out estimates (a block holding all of a group's weight) are left out.
+    Non-finite leave-out estimates (a block holding all of a group's weight) are left out. The
+    deviations are divided by their largest magnitude first: ``a`` does not depend on their scale, and
+    cubes and 1.5 powers of raw deviations overflow or underflow at scales far from 1.
     """
     finite = np.isfinite(jack)
     count = finite.sum(axis=0)
     mean = np.where(finite, jack, 0.0).sum(axis=0) / np.maximum(count, 1)
     d = np.where(finite, mean - jack, 0.0)
+    largest = np.abs(d).max(axis=0)
+    d = d / np.where(largest > 0, largest, 1.0)
     second = (d**2).sum(axis=0)
     third = (d**3).sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -1,6 +1,7 @@
 """Bootstrap and concentration intervals: known answers, hand-computed formulas, and the resampling layout."""
 
 import math
+import warnings
 from statistics import NormalDist
 
 import numpy as np
@@ -261,3 +262,97 @@ def test_non_finite_resamples_are_counted_and_past_one_percent_refuse_the_interv
         assert np.isnan(result.low[0]) and np.isnan(result.high[0])
     else:
         assert 1.0 < result.low[0] < 2.0 < result.high[0] < 3.0
+
+
+def test_resample_sums_needs_at_least_one_resample():
+    terms = np.ones((3, 2))
+    with pytest.raises(ValueError, match="resamples should be at least 1, but is 0"):
+        resample_sums(terms, np.zeros(3, int), resamples=0, seed=0)
+    # one resample is the smallest allowed
+    assert resample_sums(terms, np.zeros(3, int), resamples=1, seed=0).bootstrap.shape == (1, 1, 2)
+
+
+def test_a_group_with_fewer_clusters_than_blocks_gets_the_delete_one_jackknife():
+    # 4 blocks; group 0 has 3 units and group 1 has 2: their empty blocks must not count as leave-outs
+    terms = np.array([[1.0, 1.0], [2.0, 1.0], [4.0, 1.0], [8.0, 1.0], [16.0, 1.0]])
+    draws = resample_sums(terms, np.array([0, 0, 0, 1, 1]), resamples=3, seed=0, blocks=4)
+    assert draws.block_sizes.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
+    assert np.issubdtype(draws.block_sizes.dtype, np.integer)  # counts of clusters
+    np.testing.assert_allclose(draws.group(0).jackknife, [[6.0, 2.0], [5.0, 2.0], [3.0, 2.0]])
+    np.testing.assert_allclose(draws.group(1).jackknife, [[16.0, 1.0], [8.0, 1.0]])
+    # overall: each of the 5 units left out once, the total being [31, 5]
+    np.testing.assert_allclose(np.sort(draws.overall().jackknife[:, 0]), [15.0, 23.0, 27.0, 29.0, 30.0])
+    np.testing.assert_allclose(draws.overall().jackknife[:, 1], 4.0)
+
+
+def test_jackknife_acceleration_is_per_column_and_leaves_non_finite_estimates_out():
+    a = (-60 / 27) / (6 * (42 / 9) ** 1.5)  # of [1, 2, 4], as in test_jackknife_acceleration_by_hand
+    # mirrored values flip the sign of every d and so of a; a constant column has a = 0
+    jack = np.array([[1.0, -1.0, 3.0], [2.0, -2.0, 3.0], [4.0, -4.0, 3.0]])
+    np.testing.assert_allclose(jackknife_acceleration(jack), [a, -a, 0.0], rtol=1e-12)
+    nan, inf = np.nan, np.inf
+    jack = np.array([[1.0, nan, nan], [2.0, 5.0, nan], [nan, nan, nan], [4.0, nan, nan], [inf, nan, nan]])
+    # column 0 is [1, 2, 4] once NaN and inf are left out; one finite estimate has no spread: a = 0
+    np.testing.assert_allclose(jackknife_acceleration(jack), [a, 0.0, 0.0], rtol=1e-12)
+
+
+def test_jackknife_acceleration_of_agreeing_estimates_is_zero_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert jackknife_acceleration(np.full((5, 2), 7.0)).tolist() == [0.0, 0.0]
+
+
+def test_bias_correction_is_per_column_over_finite_resamples_and_clipped_on_both_sides():
+    normal = NormalDist()
+    boot = np.array([[1.0, 10.0, np.nan], [2.0, 20.0, 7.0], [3.0, np.nan, np.nan], [4.0, 40.0, np.nan]])
+    z0 = bias_correction(np.array([2.0, 25.0, 5.0]), boot)
+    # column 0: (1 + 0.5 tie) / 4; column 1: 2 of its 3 finite resamples below;
+    # column 2: one finite resample, share kept in [1/2, 1/2], so no correction
+    np.testing.assert_allclose(z0, [normal.inv_cdf(0.375), normal.inv_cdf(2 / 3), 0.0], atol=1e-12)
+    # an estimate above every resample is kept at share 1 - 1 / (2 B)
+    assert bias_correction(np.array([5.0]), boot[:, :1])[0] == pytest.approx(normal.inv_cdf(7 / 8))
+
+
+def test_percentile_interval_of_a_column_without_finite_resamples_is_nan():
+    boot = np.column_stack([np.arange(1.0, 102.0), np.full(101, np.nan)])
+    low, high = percentile_interval(boot, 0.1)
+    assert low.dtype == np.float64 and high.dtype == np.float64
+    # quantile q of 1..101 (linear) is 1 + 100 q
+    assert (low[0], high[0]) == pytest.approx((6.0, 96.0))
+    assert np.isnan(low[1]) and np.isnan(high[1])
+
+
+def test_hoeffding_uses_each_columns_own_range_and_mean():
+    x = np.array([[2.0, 0.0], [4.0, 1.0], [4.0, 1.0], [2.0, 0.0], [4.0, 1.0]])
+    low, high = hoeffding_interval(x, np.array([2.0, 0.0]), np.array([4.0, 1.0]), alpha=0.05)
+    half = math.sqrt(math.log(40) / 10)  # 0.6074 per unit of range
+    # column 0: mean 3.2 within [2, 4], R = 2; column 1: mean 0.6 within [0, 1], R = 1
+    np.testing.assert_allclose(low, [3.2 - 2 * half, 0.6 - half])
+    np.testing.assert_allclose(high, [3.2 + 2 * half, 0.6 + half])
+
+
+def test_empirical_bernstein_by_hand_with_two_terms_per_column():
+    # the smallest n allowed; column 0 within [1, 5] (R = 4), column 1 within [0, 1]
+    x = np.array([[2.0, 0.0], [4.0, 1.0]])
+    low, high = empirical_bernstein_interval(x, np.array([1.0, 0.0]), np.array([5.0, 1.0]), alpha=0.05)
+    log_term = math.log(80)  # 4.38203
+    # unbiased variances 2 and 0.5; n - 1 = 1
+    half = [
+        math.sqrt(2 * 2.0 * log_term / 2) + 7 * 4 * log_term / 3,  # 2.96042 + 40.89895
+        math.sqrt(2 * 0.5 * log_term / 2) + 7 * 1 * log_term / 3,  # 1.48021 + 10.22474
+    ]
+    assert half == pytest.approx([43.85937, 11.70495], abs=1e-4)
+    np.testing.assert_allclose(low, [3.0 - half[0], 0.5 - half[1]])
+    np.testing.assert_allclose(high, [3.0 + half[0], 0.5 + half[1]])
+    with pytest.raises(ValueError, match=r"^the empirical Bernstein bound needs at least 2 terms$"):
+        empirical_bernstein_interval(x[:1], np.array([1.0, 0.0]), np.array([5.0, 1.0]), alpha=0.05)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-110, 1e-108, 1e103, -1e50])
+def test_the_acceleration_does_not_depend_on_the_scale_of_the_estimates(scale):
+    """Leave-out estimates 1, 2, 4: d = (4/3, 1/3, -5/3), sum d^2 = 42/9, sum d^3 = -60/27."""
+    expected = (-60 / 27) / (6 * (42 / 9) ** 1.5) * np.sign(scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow or underflow on the way
+        a = jackknife_acceleration(np.array([[1.0], [2.0], [4.0]]) * scale)
+    np.testing.assert_allclose(a, [expected], rtol=1e-12)
