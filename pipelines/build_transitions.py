@@ -92,6 +92,17 @@ class BuildTransitionsConfig:
         for name in ("join_window_s", "session_gap_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} should be positive, but is {getattr(self, name)}")
+        if "://" in self.out:  # Path() would turn gs://b/x into gs:/b/x, a local directory
+            raise ValueError(
+                f"out should be a local or mounted directory, but is the URI {self.out!r}: datasets are "
+                "written, locked and published with local file operations"
+            )
+
+    @property
+    def out_dir(self) -> Path:
+        """``out`` made absolute here, on the driver: a relative path would resolve against each worker's
+        own working directory, and workers on another runner would write the shards out of reach."""
+        return Path(self.out).resolve()
 
     def episode_config(self) -> EpisodeConfig:
         return EpisodeConfig(
@@ -128,7 +139,7 @@ def build_transitions(
     progress: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> BuildResult:
     options = pipeline_options(pipeline_args)  # bad Beam arguments fail before anything is read
-    out = Path(config.out)
+    out = config.out_dir
     with exclusive_output(out):
         if leftovers := clear_leftovers(out):
             progress("cleared", {"leftovers": len(leftovers)})

@@ -4,7 +4,7 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
 from recsys_rl.config import ConfigError
-from recsys_rl.pipelines.build_transitions import EMBEDDED_RUNNER, pipeline_options
+from recsys_rl.pipelines.build_transitions import EMBEDDED_RUNNER, BuildTransitionsConfig, pipeline_options
 
 
 def test_without_a_runner_the_embedded_engine_is_named():
@@ -30,3 +30,22 @@ def test_every_threaded_mode_is_refused_naming_the_race_and_the_mode_to_use(work
     )
     with pytest.raises(ConfigError, match=refusal):
         pipeline_options([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
+
+
+def _config(out: str) -> BuildTransitionsConfig:
+    return BuildTransitionsConfig(bootstrap_servers="localhost:9092", group="g", out=out)
+
+
+def test_a_relative_out_is_made_absolute_on_the_driver(tmp_path, monkeypatch):
+    """Issue 21: workers resolve a relative path against their own working directory."""
+    monkeypatch.chdir(tmp_path)
+    assert _config("data/transitions").out_dir == tmp_path / "data" / "transitions"
+    assert _config(str(tmp_path / "abs")).out_dir == tmp_path / "abs"
+
+
+@pytest.mark.parametrize("uri", ["gs://bucket/transitions", "s3://b/x", "hdfs://nn:8020/x"])
+def test_an_object_store_uri_for_out_is_refused_instead_of_becoming_a_local_directory(uri):
+    with pytest.raises(
+        ValueError, match=f"out should be a local or mounted directory, but is the URI '{uri}'"
+    ):
+        _config(uri)
