@@ -18,7 +18,8 @@ mutmut names a mutant by its file's path, and the tests import ``recsys_rl.pipel
 ``recsys_rl.serving`` from pipelines/ and serving/ (setup.py's package_dir), so each run stages the
 installed layout under ``.mutation/<module>/`` (a copy of the working tree, which is never mutated in
 place) and runs ``mutmut run`` there. The result merges into ``--out``: modules not run this time keep
-their earlier entry, each with its own commit and wall time.
+their earlier entry, each with its own commit and wall time, and their survivors' reasons are read again
+from the accepted list as it is now.
 
     python bench/mutation.py                                    # every configured module
     python bench/mutation.py --modules recsys_rl/ope/gate.py serving/routing.py
@@ -284,6 +285,7 @@ def explain(result: dict[str, Any], accepted: dict[str, dict[str, str]]) -> dict
     """The result with each accepted survivor's reason beside it and the count of those without one."""
     unexplained = 0
     for mutant in result.get("surviving", []):
+        mutant.pop("reason", None)  # an earlier run's, which the accepted list may have dropped since
         entry = accepted.get(mutant["id"])
         if entry is not None and entry["mutation"] == mutant["mutation"]:
             mutant["reason"] = entry["reason"]
@@ -360,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     out = Path(args.out)
     previous = json.loads(out.read_text()).get("modules", {}) if out.exists() else {}
-    results = dict(previous)
+    # modules not run this time keep their survivors, explained by the accepted list as it is now
+    results = {module: explain(entry, accepted.get(module, {})) for module, entry in previous.items()}
     commit = git_commit()
     failed = []
     for module in modules:

@@ -38,7 +38,7 @@ def test_a_survivor_is_explained_only_by_an_entry_naming_its_current_mutation(mu
         "surviving": [
             {"id": "x_f__mutmut_1", "mutation": "a -> b"},
             {"id": "x_f__mutmut_2", "mutation": "c -> d"},
-            {"id": "x_g__mutmut_1", "mutation": "e -> f"},
+            {"id": "x_g__mutmut_1", "mutation": "e -> f", "reason": "accepted once, dropped since"},
         ],
     }
     accepted = {
