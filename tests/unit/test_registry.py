@@ -252,9 +252,15 @@ def _changed_policy(reg: Path, tmp_path: Path, version: str) -> None:
 
 
 def _changed_weights(reg: Path, tmp_path: Path, version: str) -> None:
-    """A stored weight file overwritten after blessing; policy.json (and so the digest) untouched."""
-    path = reg / "feed" / "versions" / version / "policy" / POLICY_FILES[-1]
-    path.write_bytes(path.read_bytes()[::-1])
+    """Two stored weight files overwritten after blessing; policy.json (and so the digest) untouched."""
+    for name in POLICY_FILES[1:]:
+        path = reg / "feed" / "versions" / version / "policy" / name
+        path.write_bytes(path.read_bytes()[::-1])
+
+
+def _changed_policy_and_foreign_blessing(reg: Path, tmp_path: Path, version: str) -> None:
+    _changed_policy(reg, tmp_path, version)
+    _foreign_blessing(reg, tmp_path, version)
 
 
 @pytest.mark.parametrize(
@@ -282,9 +288,19 @@ def _changed_weights(reg: Path, tmp_path: Path, version: str) -> None:
         pytest.param(
             {},
             _changed_weights,
-            f"its policy files changed after registration: {POLICY_FILES[-1]}",
+            # every changed file, sorted, joined by ", "
+            f"its policy files changed after registration: {POLICY_FILES[2]}, {POLICY_FILES[1]}$",
             False,
             id="weights",
+        ),
+        pytest.param(
+            {},
+            _changed_policy_and_foreign_blessing,
+            # every defect, joined by "; "
+            r".*policy.json changed after registration \(sha256 \w+, not \w+\); "
+            r".*blessing.json blesses policy sha256 \w+, not this version's \w+$",
+            False,
+            id="two-defects",
         ),
     ],
 )
@@ -323,13 +339,21 @@ def test_canary_fraction_must_be_a_number_in_unit_interval(value) -> None:
 
 def test_canary_fraction_goes_with_canary_only(reg: Path, tmp_path: Path) -> None:
     stable, canary = add_version(reg, tmp_path, 1), add_version(reg, tmp_path, 2)
-    with pytest.raises(RegistryError, match="has no stable version for a canary"):
+    with pytest.raises(
+        RegistryError,
+        match=r"^feed has no stable version for a canary to split traffic with; promote one to stable first$",
+    ):
         registry.promote(reg, "feed", canary, "canary", canary_fraction=0.1)
     registry.promote(reg, "feed", stable, "stable")
-    with pytest.raises(ValueError, match="canary_fraction goes with a promotion to canary"):
+    only_canary = r"^canary_fraction goes with a promotion to canary, and only with one$"
+    with pytest.raises(ValueError, match=only_canary):
         registry.promote(reg, "feed", canary, "canary")
-    with pytest.raises(ValueError, match="canary_fraction goes with a promotion to canary"):
+    with pytest.raises(ValueError, match=only_canary):
         registry.promote(reg, "feed", canary, "stable", canary_fraction=0.5)
+    with pytest.raises(
+        ValueError, match=r"^to should be one of \['stable', 'canary', 'shadow'\], but is 'primary'$"
+    ):
+        registry.promote(reg, "feed", canary, "primary")
     with pytest.raises(ValueError, match="canary_fraction should be a number in"):
         registry.promote(reg, "feed", canary, "canary", canary_fraction=1.5)
     for fraction in (0.0, 1.0, 0.3):
@@ -355,6 +379,84 @@ def test_a_version_holds_one_role(reg: Path, tmp_path: Path) -> None:
     assert not unchanged.changed and unchanged.after == after
 
 
+def test_a_new_stable_or_canary_leaves_the_other_roles_alone(reg: Path, tmp_path: Path) -> None:
+    """Only the version that moves leaves its old role: another version's canary or shadow stays put."""
+    v1, v2, v3, v4 = (add_version(reg, tmp_path, seed) for seed in (1, 2, 3, 4))
+    registry.promote(reg, "feed", v1, "stable")
+    registry.promote(reg, "feed", v3, "shadow")
+    after = registry.promote(reg, "feed", v2, "canary", canary_fraction=0.3).after
+    assert (after.stable, after.canary, after.canary_fraction, after.shadow) == (v1, v2, 0.3, v3)
+    after = registry.promote(reg, "feed", v4, "stable").after
+    assert (after.stable, after.canary, after.canary_fraction, after.shadow, after.stable_history) == (
+        v4,
+        v2,
+        0.3,
+        v3,
+        (v1,),
+    )
+    after = registry.rollback(reg, "feed").after
+    assert (after.stable, after.canary, after.canary_fraction, after.shadow, after.stable_history) == (
+        v1,
+        v2,
+        0.3,
+        v3,
+        (),
+    )
+
+
+def test_a_change_reports_its_surface_version_routings_and_time(
+    reg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recsys_rl.registry import routing as routing_module
+
+    v1, v2 = add_version(reg, tmp_path, 1), add_version(reg, tmp_path, 2)
+    monkeypatch.setattr(routing_module, "utc_now", lambda: "2030-01-02T03:04:05Z")
+    change = registry.promote(reg, "feed", v1, "stable")
+    assert (change.surface, change.version, change.before, change.changed) == (
+        "feed",
+        v1,
+        registry.RoutingState(),
+        True,
+    )
+    assert change.after == registry.read_routing(reg, "feed")
+    assert (change.after.revision, change.after.updated_at) == (1, "2030-01-02T03:04:05Z")
+
+    monkeypatch.setattr(routing_module, "utc_now", lambda: "2030-06-07T08:09:10Z")
+    first = change.after
+    change = registry.promote(reg, "feed", v2, "shadow")
+    assert (change.surface, change.version, change.before, change.changed) == ("feed", v2, first, True)
+    assert (change.after.revision, change.after.updated_at) == (2, "2030-06-07T08:09:10Z")
+
+    unchanged = registry.promote(reg, "feed", v2, "shadow")  # already shadow: nothing written
+    assert (unchanged.surface, unchanged.version, unchanged.changed) == ("feed", v2, False)
+    assert unchanged.before == unchanged.after == change.after == registry.read_routing(reg, "feed")
+
+
+def test_rollback_walks_back_one_release_at_a_time(
+    reg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("USER", "bob")
+    v1, v2, v3 = (add_version(reg, tmp_path, seed) for seed in (1, 2, 3))
+    with pytest.raises(RegistryError, match=r"^feed has no stable version to roll back$"):
+        registry.rollback(reg, "feed")
+    for version in (v1, v2, v3):
+        registry.promote(reg, "feed", version, "stable")
+    with pytest.raises(RegistryError, match=rf"^version {v3} of feed is already stable$"):
+        registry.rollback(reg, "feed", to=v3)
+
+    after = registry.rollback(reg, "feed", actor="ann").after
+    assert (after.stable, after.stable_history) == (v2, (v1,))
+    assert registry.read_audit(reg)[-1]["actor"] == "ann"
+    after = registry.rollback(reg, "feed").after
+    assert (after.stable, after.stable_history) == (v1, ())
+    with pytest.raises(
+        RegistryError,
+        match=rf"^feed has no earlier stable version than {v1} to roll back to; name the version to roll "
+        r"back to$",
+    ):
+        registry.rollback(reg, "feed")
+
+
 def test_demote_clears_canary_and_shadow(reg: Path, tmp_path: Path) -> None:
     stable, canary = add_version(reg, tmp_path, 1), add_version(reg, tmp_path, 2)
     registry.promote(reg, "feed", stable, "stable")
@@ -367,12 +469,39 @@ def test_demote_clears_canary_and_shadow(reg: Path, tmp_path: Path) -> None:
         registry.demote(reg, "feed", "stable")
 
 
+def test_demoting_the_shadow_clears_only_the_shadow_and_is_audited(
+    reg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("USER", "bob")
+    stable, canary, shadow = (add_version(reg, tmp_path, seed) for seed in (1, 2, 3))
+    registry.promote(reg, "feed", stable, "stable")
+    registry.promote(reg, "feed", canary, "canary", canary_fraction=0.4)
+    before = registry.promote(reg, "feed", shadow, "shadow").after
+    change = registry.demote(reg, "feed", "shadow", actor="ann")
+    assert change.version == shadow
+    assert (change.after.stable, change.after.canary, change.after.canary_fraction, change.after.shadow) == (
+        stable,
+        canary,
+        0.4,
+        None,
+    )
+    record = registry.read_audit(reg, "feed")[-1]
+    assert (record["action"], record["actor"], record["role"], record["version"]) == (
+        "demote",
+        "ann",
+        "shadow",
+        shadow,
+    )
+    assert (record["before"], record["after"]) == (before.to_dict(), change.after.to_dict())
+
+
 def test_arm_for_user_is_a_stable_hash_of_the_id(tmp_path: Path) -> None:
     ids = [f"user-{i}" for i in range(20_000)]
     for fraction in (0.05, 0.3):
         share = sum(registry.arm_for_user(u, fraction) == "canary" for u in ids) / len(ids)
         assert abs(share - fraction) < 0.01  # 0.01 is over 4 binomial standard deviations here
     point = (int(hashlib.sha256(b"user-7").hexdigest()[:16], 16) >> 11) / 2**53  # its first 53 bits
+    assert registry.arm_for_user("user-7", point) == "stable"  # the canary's share is [0, fraction)
     assert registry.arm_for_user("user-7", point + 1e-9) == "canary"
     assert registry.arm_for_user("user-7", point - 1e-9) == "stable"
     small = {u for u in ids if registry.arm_for_user(u, 0.05) == "canary"}
@@ -407,7 +536,7 @@ def test_resolve_routing_gives_each_roles_policy_and_blessing(reg: Path, tmp_pat
     registry.promote(reg, "feed", canary, "canary", canary_fraction=0.5)
     registry.promote(reg, "feed", shadow, "shadow")
     routing = registry.resolve_routing(reg, "feed")
-    assert routing.revision == 3 and routing.canary_fraction == 0.5
+    assert routing.surface == "feed" and routing.revision == 3 and routing.canary_fraction == 0.5
     assert routing.stable.policy_dir == reg / "feed" / "versions" / stable / "policy"
     assert (routing.stable.blessed, routing.canary.blessed, routing.shadow.blessed) == (True, True, False)
     assert all(routing.arm(f"u{i}") == registry.arm_for_user(f"u{i}", 0.5) for i in range(100))
@@ -415,6 +544,13 @@ def test_resolve_routing_gives_each_roles_policy_and_blessing(reg: Path, tmp_pat
     shutil.rmtree(reg / "feed" / "versions" / shadow)
     with pytest.raises(RegistryError, match=f"feed has no version '{shadow}'"):
         registry.resolve_routing(reg, "feed")
+
+
+def test_without_a_canary_every_user_is_stable() -> None:
+    """A fraction left without a canary (routing.json edited by hand, say) sends no user to a canary."""
+    routing = registry.Routing("feed", 1, 0.5, None, None, None)
+    assert {routing.arm(f"u{i}") for i in range(200)} == {"stable"}
+    assert {registry.arm_for_user(f"u{i}", 0.5) for i in range(200)} == {"stable", "canary"}
 
 
 @pytest.mark.parametrize(
