@@ -14,8 +14,13 @@ from recsys_rl.pipelines.episodes import (
     SURFACE_SIGNALS,
     EpisodeConfig,
     build_user_episodes,
+    dead_letter,
     decode_event,
+    float32_bytes,
+    float32_list,
+    unread_dead_letter,
 )
+from recsys_rl.pipelines.event_validation import Rejection
 from recsys_rl.pipelines.feature_aggregates import FACT_FIELDS, ITEM_TYPES
 from recsys_rl.sim.events import EventIds
 from recsys_rl.sim.simulate import SimulateConfig, day_messages, simulated_days
@@ -131,7 +136,12 @@ def test_a_conflicting_duplicate_decision_is_dead_lettered_not_silently_dropped(
     assert built.fates["dead_letter:conflicting_decision"] == 1
     assert "filtered:duplicate_decision" not in built.fates
     [letter] = built.dead_letters
-    assert (letter["reason"], letter["topic"], letter["offset"]) == ("conflicting_decision", topic, 500_000)
+    assert (letter["reason"], letter["topic"], letter["partition"], letter["offset"]) == (
+        "conflicting_decision",
+        topic,
+        partition,
+        500_000,
+    )
     assert letter["value"] is None  # to be read back from the source by its coordinates
     assert f"kept the one at offset {offset} of partition {partition}" in letter["detail"]
     assert "action, policy_version" in letter["detail"] and changed.request_id in letter["detail"]
@@ -340,3 +350,88 @@ def test_a_decision_on_default_features_says_so_in_its_transition(simulated):
     )
     others = [r for r in built.transitions if r["request_id"] != record.request_id]
     assert others and all(r["features_missing_reason"] == "" for r in others)
+
+
+def _first_decision(simulated):
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    _kind, *ref = next(r for r in refs if r[0] == DECISION)
+    return user, ref
+
+
+@pytest.mark.parametrize(("selection", "deterministic"), [("sampled", False), ("mode", True)])
+def test_a_decision_says_whether_its_action_was_the_policys_mode(simulated, selection, deterministic):
+    """Issue 19: the dataset's ``deterministic`` column comes from the record's action_selection."""
+    user, (topic, partition, offset, ts, key, value) = _first_decision(simulated)
+    record = contracts.decode_decision(value)
+    record.action_selection = contracts.ACTION_SELECTIONS[selection]
+    user_id, fields = decode_event(DECISION, (topic, partition, offset, ts, key, contracts.encode(record)))
+    decision = EVENT_TYPES[DECISION]._make(fields)
+    assert user_id == user and decision.deterministic is deterministic
+    assert (decision.topic, decision.partition, decision.offset) == (topic, partition, offset)
+
+
+@pytest.mark.parametrize(("kind", "name"), [(DECISION, "DecisionRecord"), (FEEDBACK, "FeedbackEvent")])
+def test_an_event_time_over_a_day_after_its_kafka_timestamp_is_rejected_naming_its_kind(
+    simulated, kind, name
+):
+    _, by_user = simulated
+    _kind, *ref = next(r for refs in by_user.values() for r in refs if r[0] == kind)
+    decoded = contracts.decode_decision(ref[5]) if kind == DECISION else contracts.decode_feedback(ref[5])
+    early_ts = decoded.event_time_ms - 86_400_001  # the record written a day and a millisecond before
+    rejection = decode_event(kind, (*ref[:3], early_ts, *ref[4:]))
+    assert isinstance(rejection, Rejection) and rejection.reason == "future_event_time"
+    assert rejection.detail == (
+        f"{name}.event_time_ms is 86400001 ms after its record's Kafka timestamp; at most 86400000 (a day) "
+        "is believable"
+    )
+    assert not isinstance(decode_event(kind, (*ref[:3], early_ts + 1, *ref[4:])), Rejection)  # just a day
+
+
+def test_a_decision_failing_a_field_check_is_rejected_for_that_field_not_its_time(simulated):
+    _user, (topic, partition, offset, ts, key, value) = _first_decision(simulated)
+    record = contracts.decode_decision(value)
+    record.request_id = ""
+    rejection = decode_event(DECISION, (topic, partition, offset, ts, key, contracts.encode(record)))
+    assert rejection == Rejection("missing_field", "DecisionRecord.request_id is empty")
+
+
+def test_undecodable_bytes_are_rejected_with_the_contracts_reason_and_detail():
+    rejection = decode_event(DECISION, ("d", 0, 7, 1_700_000_000_000, b"u", b"\xff\x00garbage"))
+    assert isinstance(rejection, Rejection) and rejection.reason == "malformed_bytes"
+    assert rejection.detail.startswith("DecisionRecord does not parse: ")
+
+
+def test_a_dead_letter_keeps_the_coordinates_the_reason_and_the_original_bytes_in_base64():
+    letter = dead_letter(
+        ("decisions", 3, 41, 1_700_000_000_123, b"user-1", b"\x00\xffv"), "malformed_bytes", "x"
+    )
+    assert letter == {
+        "topic": "decisions",
+        "partition": 3,
+        "offset": 41,
+        "timestamp_ms": 1_700_000_000_123,
+        "reason": "malformed_bytes",
+        "detail": "x",
+        "key": "dXNlci0x",
+        "value": "AP92",
+    }
+
+
+def test_an_unread_dead_letter_has_the_same_fields_with_its_bytes_still_at_the_source():
+    letter = unread_dead_letter("decisions", 2, 9, "conflicting_decision", "y")
+    assert letter == {
+        "topic": "decisions",
+        "partition": 2,
+        "offset": 9,
+        "timestamp_ms": None,
+        "reason": "conflicting_decision",
+        "detail": "y",
+        "key": None,
+        "value": None,
+    }
+
+
+def test_float32_bytes_round_trip_little_endian():
+    data = float32_bytes([1.0, -2.5, 0.5])
+    assert data == bytes.fromhex("0000803f000020c00000003f") and float32_list(data) == [1.0, -2.5, 0.5]
