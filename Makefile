@@ -17,9 +17,12 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 KAFKA_VERSION := 4.1.1
 KAFKA_LIBS ?= $(HOME)/.cache/recsys-rl/kafka-$(KAFKA_VERSION)/libs
 export RECSYS_RL_KAFKA_LIBS := $(KAFKA_LIBS)
+BEAM_FLINK_VERSION := 2.62.0
+FLINK_LIBS ?= $(HOME)/.cache/recsys-rl/beam-flink-1.19-$(BEAM_FLINK_VERSION)/libs
+export RECSYS_RL_FLINK_LIBS := $(FLINK_LIBS)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test lint bench bench-quick mutation kafka-jars redis-server node-deps chromium lock clean
+.PHONY: install demo test lint bench bench-quick mutation kafka-jars flink-jars redis-server node-deps chromium lock clean
 
 install: $(STAMP)
 
@@ -36,7 +39,7 @@ $(STAMP): setup.py pyproject.toml requirements.lock $(shell find protos -name '*
 demo: install
 	$(BIN)/recsys-rl demo --out demo-output
 
-test: install kafka-jars redis-server node-deps chromium
+test: install kafka-jars flink-jars redis-server node-deps chromium
 	$(BIN)/python -m pytest
 
 lint: install
@@ -76,6 +79,17 @@ $(KAFKA_LIBS)/.complete: tests/kafka/pom.xml
 	rm -rf $(KAFKA_LIBS)
 	mvn --quiet --batch-mode -f tests/kafka/pom.xml dependency:copy-dependencies \
 		-DoutputDirectory=$(KAFKA_LIBS) -DincludeScope=runtime
+	touch $@
+
+# Beam's Flink job server (Flink 1.19 in its JVM) for the Flink runner test: jars from Maven Central,
+# cached outside the checkout. Maven Central has no 2.77 job server and 2.62.0 is the newest that
+# resolves, so the pinned 2.77 Python SDK submits to it (tests/flink/pom.xml, README.md "Other runners").
+flink-jars: $(FLINK_LIBS)/.complete
+
+$(FLINK_LIBS)/.complete: tests/flink/pom.xml
+	rm -rf $(FLINK_LIBS)
+	mvn --quiet --batch-mode -f tests/flink/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory=$(FLINK_LIBS) -DincludeScope=runtime
 	touch $@
 
 # Debian's redis-server; the tests start their own instance on a free loopback port.

@@ -164,3 +164,18 @@ def decision_log_events() -> Iterator[Events]:
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Beam's Flink job server (Flink 1.19 in its JVM, jars from `make flink-jars`) and a Python worker
+    pool run with this interpreter's environment (`recsys_rl.pipelines.flink_service.LocalFlink`)."""
+    from recsys_rl.pipelines.flink_service import FlinkSetupError, LocalFlink
+
+    flink = LocalFlink(tmp_path_factory.mktemp("flink"))
+    try:
+        flink.start()
+    except FlinkSetupError as exc:
+        pytest.fail(f"cannot start Flink: {exc}", pytrace=False)
+    yield flink
+    flink.stop()
