@@ -20,6 +20,7 @@ from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import TransitionStatistics
 from recsys_rl.training.agents.factory import build_agent
 from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
+from recsys_rl.training.agents.tscac import stage_two_log_weights
 
 SMALL = AgentConfig(actor_hidden=(8,), critic_hidden=(8,), head_hidden=4)
 D, K = len(FEED_STATE_FEATURES), len(signals.FEED_SIGNALS)
@@ -165,3 +166,52 @@ def test_each_deterministic_stage_one_actor_climbs_its_own_signal_hate_downwards
         np.testing.assert_allclose(
             float(info.extra[f"actor/{name}"]), loss(SIGN[name]), rtol=1e-4, err_msg=name
         )
+
+
+@pytest.mark.parametrize(("algo", "step"), [("tscac", 0), ("tscac", 1), ("tscac-dpg", 0), ("tscac-dpg", 1)])
+def test_the_reported_loss_is_the_critics_plus_the_actors_of_the_stage_that_ran(algo, step):
+    agent = build_agent(algo, _stats(), SMALL, stage_one_steps=1)
+    for earlier in range(step):
+        agent.train(_batch(), **agent.train_kwargs(earlier))
+    info = agent.train(_batch(), **agent.train_kwargs(step))
+    critic = sum(float(info.extra[f"critic/{s}"]) for s in signals.FEED_SIGNALS)
+    actors = [float(v) for k, v in info.extra.items() if k.startswith("actor/")]
+    assert len(actors) == (len(AUXILIARY) if step == 0 else 1)
+    np.testing.assert_allclose(float(info.loss), critic + sum(actors), rtol=1e-5)
+
+
+def test_stochastic_stage_two_reports_its_largest_weights_share():
+    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0)
+    share = float(agent.train(_batch(), **agent.train_kwargs(0)).extra["weights/max_share"])
+    assert 1.0 / 64 <= share <= 1.0  # the largest weight's share of a batch of 64
+
+
+def test_deterministic_stage_two_climbs_the_main_head_and_stays_near_the_stage_one_actors():
+    """The loss recomputed from the networks as they were: -Q_main(mu) / mean|Q_main| + bc |mu - a|^2
+    + closeness * mean over stage-one actors of |mu - mu_i|^2."""
+    agent = build_agent("tscac-dpg", _stats(), SMALL, stage_one_steps=0)
+    batch = _batch()
+    obs, action = batch.time_step.observation, batch.action_step.action.numpy()
+    anchors = np.stack([a.mean_and_std(obs)[0].numpy() for a in agent.aux_actors])
+    mean = agent.actor.mean_and_std(obs)[0].numpy()
+    info = agent.train(batch, **agent.train_kwargs(0))
+    q_main = agent._critic((obs, mean))[0].numpy()[:, signals.FEED_SIGNALS.index("watch_time")]
+    expected = (
+        -q_main.mean() / (np.abs(q_main).mean() + 1e-6)
+        + SMALL.bc_weight * np.mean(np.sum((mean - action) ** 2, axis=-1))
+        + SMALL.closeness_weight * np.mean(np.sum((mean[None] - anchors) ** 2, axis=-1))
+    )
+    np.testing.assert_allclose(float(info.extra["actor/main"]), expected, rtol=1e-4)
+
+
+def test_an_integer_aux_lambda_gives_the_same_stage_two_weights():
+    """A YAML config writes ``aux_lambda: 1``: an integer must weigh as 1.0 does."""
+    rng = np.random.default_rng(3)
+    advantage, behaviour = (
+        tf.constant(rng.normal(size=8), tf.float32),
+        tf.constant(rng.normal(size=8), tf.float32),
+    )
+    priors = tf.constant(rng.normal(size=(8, len(AUXILIARY))), tf.float32)
+    as_int = stage_two_log_weights(advantage, behaviour, priors, AgentConfig(aux_lambda=1))
+    as_float = stage_two_log_weights(advantage, behaviour, priors, AgentConfig(aux_lambda=1.0))
+    np.testing.assert_allclose(as_int.numpy(), as_float.numpy())
