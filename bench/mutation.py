@@ -24,6 +24,7 @@ from the accepted list as it is now.
     python bench/mutation.py                                    # every configured module
     python bench/mutation.py --modules recsys_rl/ope/gate.py serving/routing.py
     python bench/mutation.py --modules serving/routing.py --fail-under 0.8   # exit 1 below 80%
+    python bench/mutation.py --explain-only        # after editing bench/mutation_accepted.toml
 """
 
 from __future__ import annotations
@@ -350,11 +351,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default=str(ROOT / ".mutation"), help="staging folder (git-ignored)")
     parser.add_argument("--keep", action="store_true", help="keep each module's staging folder")
     parser.add_argument("--fail-under", type=float, help="exit 1 when a module run scores below this")
+    parser.add_argument(
+        "--explain-only",
+        action="store_true",
+        help=f"run nothing: read {ACCEPTED.name} again into --out's survivors (after editing it)",
+    )
     args = parser.parse_args(argv)
 
     config = load_config(ROOT / "pyproject.toml")
     accepted = tomllib.loads(ACCEPTED.read_text()) if ACCEPTED.exists() else {}
-    modules = args.modules or list(config["modules"])
+    modules = [] if args.explain_only else args.modules or list(config["modules"])
     unknown = [m for m in modules if m not in config["modules"]]
     if unknown:
         parser.error(f"not in [tool.mutation.modules]: {unknown}; known: {list(config['modules'])}")
@@ -406,18 +412,24 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = code is not None and code < 0  # mutmut killed by a signal from outside: stop here
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
-        write_result(
-            out,
-            {
-                "tool": {"name": "mutmut", "version": metadata.version("mutmut")},
-                "config": config["mutmut"],
-                "modules": results,
-                "overall": overall(results),
-            },
-        )
+        _write(out, config, results)
         if interrupted:
             break
+    if args.explain_only:
+        _write(out, config, results)
     return 1 if failed else 0
+
+
+def _write(out: Path, config: dict[str, Any], results: dict[str, dict[str, Any]]) -> None:
+    write_result(
+        out,
+        {
+            "tool": {"name": "mutmut", "version": metadata.version("mutmut")},
+            "config": config["mutmut"],
+            "modules": results,
+            "overall": overall(results),
+        },
+    )
 
 
 if __name__ == "__main__":

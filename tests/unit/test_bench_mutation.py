@@ -6,6 +6,8 @@ mutmut itself runs in CI's sample (`.ci/run`); these pin what the script makes o
 from __future__ import annotations
 
 import importlib.util
+import json
+import signal
 import sys
 from pathlib import Path
 
@@ -86,3 +88,25 @@ def test_every_accepted_survivor_has_a_mutation_and_a_reason_under_a_configured_
     for entries in accepted.values():
         for entry in entries.values():
             assert set(entry) == {"mutation", "reason"} and entry["reason"].strip()
+
+
+def test_explain_only_reads_the_accepted_list_into_an_earlier_result_without_running(mutation, tmp_path):
+    import tomllib
+
+    accepted = tomllib.loads(mutation.ACCEPTED.read_text())
+    module, entries = next(iter(accepted.items()))
+    mutant_id, entry = next(iter(entries.items()))
+    survivor = {"id": mutant_id, "mutation": entry["mutation"], "reason": "stale"}
+    stranger = {"id": "x_unknown__mutmut_1", "mutation": "a -> b", "reason": "stale"}
+    result = {"killed": 8, "survived": 2, "timeout": 0, "no_tests": 0, "total": 10, "score": 0.8}
+    out = tmp_path / "mutation.json"
+    out.write_text(json.dumps({"modules": {module: {**result, "surviving": [survivor, stranger]}}}))
+    handler = signal.getsignal(signal.SIGTERM)  # main turns SIGTERM into SystemExit for its run
+    try:
+        assert mutation.main(["--explain-only", "--out", str(out)]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    written = json.loads(out.read_text())
+    surviving = written["modules"][module]["surviving"]
+    assert [s.get("reason") for s in surviving] == [entry["reason"], None]
+    assert written["modules"][module]["unexplained"] == 1 and written["overall"]["score"] == 0.8
