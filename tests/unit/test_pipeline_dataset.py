@@ -114,7 +114,10 @@ def test_a_run_whose_counts_were_never_written_refuses_to_publish(tmp_path):
     _stage(paths, {"read": 0, "used": 0})
     (paths.staging / "accounting.jsonl").unlink()
     _write_inventory(paths)  # the inventory agrees: the pipeline never produced the file
-    with pytest.raises(AccountingError, match=r"accounting\.jsonl is missing from .*counts are unknown"):
+    with pytest.raises(
+        AccountingError,
+        match=r"accounting\.jsonl is missing from .*counts are unknown; staged output kept for inspection$",
+    ):
         finalize(paths, {}, SETTINGS)
     assert paths.staging.exists() and not paths.final.exists()
 
