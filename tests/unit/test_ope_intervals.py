@@ -356,3 +356,10 @@ def test_the_acceleration_does_not_depend_on_the_scale_of_the_estimates(scale):
         warnings.simplefilter("error")  # no overflow or underflow on the way
         a = jackknife_acceleration(np.array([[1.0], [2.0], [4.0]]) * scale)
     np.testing.assert_allclose(a, [expected], rtol=1e-12)
+
+
+def test_each_columns_acceleration_is_scaled_by_its_own_deviations():
+    """Watch time in seconds and a rate per million side by side: neither column may vanish for the other."""
+    jack = np.array([[1.0, 1.0], [2.0, 2.0], [4.0, 4.0]]) * np.array([1e100, 1e-100])
+    expected = (-60 / 27) / (6 * (42 / 9) ** 1.5)
+    np.testing.assert_allclose(jackknife_acceleration(jack), [expected, expected], rtol=1e-12)
