@@ -435,3 +435,74 @@ def test_an_unread_dead_letter_has_the_same_fields_with_its_bytes_still_at_the_s
 def test_float32_bytes_round_trip_little_endian():
     data = float32_bytes([1.0, -2.5, 0.5])
     assert data == bytes.fromhex("0000803f000020c00000003f") and float32_list(data) == [1.0, -2.5, 0.5]
+
+
+def _template(simulated):
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    return user, contracts.decode_decision(next(r[6] for r in refs if r[0] == DECISION))
+
+
+def _built_with_cutoff(user, refs, open_after_ms):
+    decoded = [(kind, decode_event(kind, ref)) for kind, *ref in refs]
+    events = [EVENT_TYPES[kind]._make(fields) for kind, (_, fields) in decoded]
+    return build_user_episodes(user, events, EpisodeConfig(), open_after_ms=open_after_ms)
+
+
+@pytest.mark.parametrize(
+    ("cutoff_after_t0_ms", "carried"),
+    [
+        pytest.param(-1, True, id="active-just-after-the-cutoff"),
+        pytest.param(0, False, id="last-active-at-the-cutoff"),
+        pytest.param(1, False, id="closed-before-the-cutoff"),
+    ],
+)
+def test_a_session_active_after_the_cutoff_is_carried_whole_even_without_feedback(
+    simulated, cutoff_after_t0_ms, carried
+):
+    """A decision alone is activity: its session may still get feedback after the cut-off."""
+    user, template = _template(simulated)
+    t0 = template.event_time_ms
+    refs = [
+        _decision_at(template, user, "req-0", t0 - 60_000, 0),
+        _decision_at(template, user, "req-1", t0, 1),
+    ]
+    built = _built_with_cutoff(user, refs, t0 + cutoff_after_t0_ms)
+    if carried:
+        assert [d.request_id for d in built.carried] == ["req-0", "req-1"] and built.transitions == []
+        assert dict(built.fates) == {"carried": 2}
+    else:
+        assert built.carried == [] and len(built.transitions) == 2
+        assert dict(built.fates) == {"used": 2}
+
+
+def test_every_duplicate_is_counted_and_a_duplicate_view_does_not_stop_the_join(simulated):
+    user, template = _template(simulated)
+    t0 = template.event_time_ms
+    decision = _decision_at(template, user, "req-0", t0, 0)
+    conflicting = contracts.decode_decision(decision[6])
+    conflicting.policy_version = "another"
+    view = _feedback_at(user, "req-0", t0 + 1_000, 10)
+    refs = [
+        decision,
+        (*decision[:3], 1, *decision[4:]),  # producer retries: the same record at later offsets
+        (*decision[:3], 2, *decision[4:]),
+        (*decision[:3], 3, decision[4], decision[5], contracts.encode(conflicting)),
+        (*decision[:3], 4, decision[4], decision[5], contracts.encode(conflicting)),
+        view,
+        (*view[:3], 11, *view[4:]),  # the same view twice more
+        (*view[:3], 12, *view[4:]),
+        _feedback_at(user, "req-0", t0 + 2_000, 13),  # another view, after the duplicates
+        _feedback_at(user, "req-9", t0 + 2_000, 14),  # two views of a request never decided
+        _feedback_at(user, "req-9", t0 + 3_000, 15),
+    ]
+    built = build(user, refs, EpisodeConfig())
+    assert dict(built.fates) == {
+        "used": 3,
+        "filtered:duplicate_decision": 2,
+        "dead_letter:conflicting_decision": 2,
+        "filtered:duplicate_feedback": 2,
+        "dead_letter:orphan_feedback": 2,
+    }
+    (row,) = built.transitions
+    assert row["feedback_count"] == 2
