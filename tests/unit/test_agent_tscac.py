@@ -9,6 +9,8 @@ hand-written rather than read from the signal registry.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -188,19 +190,23 @@ def test_stochastic_stage_two_reports_its_largest_weights_share():
 
 def test_deterministic_stage_two_climbs_the_main_head_and_stays_near_the_stage_one_actors():
     """The loss recomputed from the networks as they were: -Q_main(mu) / mean|Q_main| + bc |mu - a|^2
-    + closeness * mean over stage-one actors of |mu - mu_i|^2."""
-    agent = build_agent("tscac-dpg", _stats(), SMALL, stage_one_steps=0)
+    + closeness * mean over stage-one actors of |mu - mu_i|^2. Freshly initialised actors' means lie
+    within about 1e-3 of each other, so the closeness weight is raised until its term shows."""
+    config = dataclasses.replace(SMALL, closeness_weight=1e4)
+    agent = build_agent("tscac-dpg", _stats(), config, stage_one_steps=0)
     batch = _batch()
     obs, action = batch.time_step.observation, batch.action_step.action.numpy()
     anchors = np.stack([a.mean_and_std(obs)[0].numpy() for a in agent.aux_actors])
     mean = agent.actor.mean_and_std(obs)[0].numpy()
     info = agent.train(batch, **agent.train_kwargs(0))
     q_main = agent._critic((obs, mean))[0].numpy()[:, signals.FEED_SIGNALS.index("watch_time")]
+    closeness = config.closeness_weight * np.mean(np.sum((mean[None] - anchors) ** 2, axis=-1))
     expected = (
         -q_main.mean() / (np.abs(q_main).mean() + 1e-6)
-        + SMALL.bc_weight * np.mean(np.sum((mean - action) ** 2, axis=-1))
-        + SMALL.closeness_weight * np.mean(np.sum((mean[None] - anchors) ** 2, axis=-1))
+        + config.bc_weight * np.mean(np.sum((mean - action) ** 2, axis=-1))
+        + closeness
     )
+    assert closeness > 1e-2 * abs(expected)  # large enough for the comparison below to see it
     np.testing.assert_allclose(float(info.extra["actor/main"]), expected, rtol=1e-4)
 
 
