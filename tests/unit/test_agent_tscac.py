@@ -221,3 +221,19 @@ def test_an_integer_aux_lambda_gives_the_same_stage_two_weights():
     as_int = stage_two_log_weights(advantage, behaviour, priors, AgentConfig(aux_lambda=1))
     as_float = stage_two_log_weights(advantage, behaviour, priors, AgentConfig(aux_lambda=1.0))
     np.testing.assert_allclose(as_int.numpy(), as_float.numpy())
+
+
+def test_each_critic_head_bootstraps_from_the_actor_that_optimises_its_signal():
+    """DESIGN 3.1: the main head's target uses the main actor's next action, each auxiliary head its own
+    stage-one actor's (0 is the main actor, then the stage-one actors in AUXILIARY order)."""
+    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0)
+    expected = [0 if s == "watch_time" else 1 + AUXILIARY.index(s) for s in signals.FEED_SIGNALS]
+    assert agent._head_policy == expected == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_the_agent_counts_its_steps_on_the_counter_it_is_given():
+    """The training loop checkpoints its own counter: the agent must step that one, not one of its own."""
+    counter = tf.Variable(5, dtype=tf.int64)
+    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0, train_step_counter=counter)
+    agent.train(_batch(), **agent.train_kwargs(0))
+    assert agent.train_step_counter is counter and int(counter.numpy()) == 6
