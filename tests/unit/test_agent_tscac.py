@@ -237,3 +237,10 @@ def test_the_agent_counts_its_steps_on_the_counter_it_is_given():
     agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0, train_step_counter=counter)
     agent.train(_batch(), **agent.train_kwargs(0))
     assert agent.train_step_counter is counter and int(counter.numpy()) == 6
+
+
+def test_tscacs_critic_takes_the_configured_funnel():
+    config = dataclasses.replace(SMALL, funnel=("click", "like", "follow"))
+    agent = build_agent("tscac", _stats(), config, stage_one_steps=0)
+    assert agent._critic._funnel == tuple(signals.FEED_SIGNALS.index(s) for s in ("click", "like", "follow"))
+    assert build_agent("tscac", _stats(), SMALL, stage_one_steps=0)._critic._funnel == ()
