@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -77,25 +78,30 @@ def truly_acceptable(gate: GateConfig, lift: dict[str, float]) -> bool:
     return lift[signals.FEED_MAIN_SIGNAL] > gate.min_main_lift and constraints_hold
 
 
+def log_lift(gate: GateConfig, candidate: FeedPolicy, users: int, index: int) -> dict[str, Any]:
+    """The lift ``gate`` judges ``candidate`` on, from log ``index``: a one-day behaviour log of ``users``
+    users, episode seed 100 + index of world 0, with ``index`` also the bootstrap's seed."""
+    day = Simulator(SimConfig(n_users=users), seed=0, episode_seed=100 + index).run_day(
+        behaviour_feed_policy(), behaviour_allocation_policy()
+    )
+    return evaluate_lift(
+        LoggedSteps.from_day_logs([day]),
+        candidate,
+        estimators=(gate.estimator,),
+        interval=gate.interval,
+        resamples=gate.resamples,
+        alpha=gate.alpha,
+        seed=index,
+        groups=False,
+    )
+
+
 def bless_rate(gate: GateConfig, candidate: FeedPolicy, logs: int, users: int, first_log: int = 0) -> float:
-    """Share of ``logs`` independent one-day behaviour logs of ``users`` users on which ``gate`` blesses
-    ``candidate``. Log i is episode seed 100 + first_log + i of world 0, also the bootstrap's seed."""
+    """Share of ``logs`` independent logs (`log_lift`'s first_log, first_log + 1, ...) of ``users`` users
+    on which ``gate`` blesses ``candidate``."""
     passed = 0
     for index in range(first_log, first_log + logs):
-        day = Simulator(SimConfig(n_users=users), seed=0, episode_seed=100 + index).run_day(
-            behaviour_feed_policy(), behaviour_allocation_policy()
-        )
-        lift = evaluate_lift(
-            LoggedSteps.from_day_logs([day]),
-            candidate,
-            estimators=(gate.estimator,),
-            interval=gate.interval,
-            resamples=gate.resamples,
-            alpha=gate.alpha,
-            seed=index,
-            groups=False,
-        )
-        passed += gate_verdict(gate, lift).passed
+        passed += gate_verdict(gate, log_lift(gate, candidate, users, index)).passed
     return passed / logs
 
 

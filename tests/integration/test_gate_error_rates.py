@@ -14,22 +14,18 @@ import dataclasses
 import pytest
 
 from recsys_rl.ope.evaluate import gate_verdict
-from recsys_rl.ope.logged import LoggedSteps
-from recsys_rl.ope.offline_evaluation import evaluate_lift
 from recsys_rl.signals import FEED_SIGNALS
-from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.gate_error_rates import (
     BETTER_SHIFT,
     CONSTRAINT_BREAKING_SHIFT,
     REFERENCE_GATE,
     WORSE_SHIFT,
     bless_rate,
+    log_lift,
     shifted_candidate,
     true_relative_lift,
     truly_acceptable,
 )
-from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.simulator import Simulator
 
 pytestmark = pytest.mark.integration
 
@@ -73,19 +69,7 @@ def test_the_gates_power_on_a_truly_better_candidate(record_property: pytest.Rec
     main_only = dataclasses.replace(GATE, default_tolerance=10.0, tolerances={})
     full_verdicts, main_only_verdicts = [], []
     for index in range(POWER_REPETITIONS):  # bless_rate's logs, each judged by both gates
-        day = Simulator(SimConfig(n_users=POWER_LOG_USERS), seed=0, episode_seed=100 + index).run_day(
-            behaviour_feed_policy(), behaviour_allocation_policy()
-        )
-        lift = evaluate_lift(
-            LoggedSteps.from_day_logs([day]),
-            candidate,
-            estimators=(GATE.estimator,),
-            interval=GATE.interval,
-            resamples=GATE.resamples,
-            alpha=GATE.alpha,
-            seed=index,
-            groups=False,
-        )
+        lift = log_lift(GATE, candidate, POWER_LOG_USERS, index)
         full_verdicts.append(gate_verdict(GATE, lift))
         main_only_verdicts.append(gate_verdict(main_only, lift))
     power = sum(v.passed for v in full_verdicts) / POWER_REPETITIONS
