@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from recsys_rl.loop.demo import demo_gate
 from recsys_rl.ope.diagnostics import DiagnosticThresholds
 from recsys_rl.ope.gate import GATE_ESTIMATORS, GateConfig, Lift, Support, Verdict, decide
 from recsys_rl.ope.offline_evaluation import ESTIMATORS
@@ -238,16 +239,7 @@ def test_a_gate_looser_than_the_recommended_defaults_lists_each_looser_setting()
     )
     stricter = GateConfig(min_main_lift=0.01, default_tolerance=0.01, min_ess=2000, max_weight_share=0.005)
     assert stricter.loose_settings() == ()
-    # the demo's gate (recsys_rl.loop.demo.demo_gate)
-    demo = GateConfig(
-        resamples=100,
-        min_main_lift=-0.10,
-        default_tolerance=0.25,
-        tolerances={"like": 0.6, "follow": 1.0, "comment": 1.0, "share": 1.0, "hate": 1.0},
-        min_ess=100.0,
-        max_weight_share=0.1,
-        alpha=0.1,
-    )
+    demo = dataclasses.replace(demo_gate(), alpha=0.1)  # the demo's gate, with a looser alpha too
     assert demo.loose_settings() == (
         "alpha 0.1 (recommended <= 0.05)",
         "min_main_lift -0.1 (recommended >= 0)",
