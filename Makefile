@@ -1,7 +1,8 @@
 # recsys-rl: every command a user or CI needs, each installing what it uses first.
 #   make demo         the closed loop on the embedded default: simulate, pipeline, serve, pipeline again
 #   make test         unit + integration tests (starts real Apache Kafka and Redis on loopback; needs
-#                     Node.js and npm for the Node gRPC client test; installs Debian's headless Chromium)
+#                     Node.js and npm for the Node gRPC client test, Go for Beam's boot program; installs
+#                     Debian's headless Chromium)
 #   make lint         ruff
 #   make bench        full benchmarks -> bench/results/*.json
 #   make bench-quick  the same, small sizes (CI)
@@ -20,9 +21,12 @@ export RECSYS_RL_KAFKA_LIBS := $(KAFKA_LIBS)
 BEAM_FLINK_VERSION := 2.62.0
 FLINK_LIBS ?= $(HOME)/.cache/recsys-rl/beam-flink-1.19-$(BEAM_FLINK_VERSION)/libs
 export RECSYS_RL_FLINK_LIBS := $(FLINK_LIBS)
+BEAM_VERSION := $(shell sed -n 's/^apache-beam==//p' requirements.lock)
+BEAM_BOOT ?= $(HOME)/.cache/recsys-rl/beam-boot-$(BEAM_VERSION)/boot
+export RECSYS_RL_BEAM_BOOT := $(BEAM_BOOT)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test lint bench bench-quick mutation kafka-jars flink-jars redis-server node-deps chromium lock clean
+.PHONY: install demo test lint bench bench-quick mutation kafka-jars flink-jars beam-boot redis-server node-deps chromium lock clean
 
 install: $(STAMP)
 
@@ -39,7 +43,7 @@ $(STAMP): setup.py pyproject.toml requirements.lock $(shell find protos -name '*
 demo: install
 	$(BIN)/recsys-rl demo --out demo-output
 
-test: install kafka-jars flink-jars redis-server node-deps chromium
+test: install kafka-jars flink-jars beam-boot redis-server node-deps chromium
 	$(BIN)/python -m pytest
 
 lint: install
@@ -91,6 +95,15 @@ $(FLINK_LIBS)/.complete: tests/flink/pom.xml
 	mvn --quiet --batch-mode -f tests/flink/pom.xml dependency:copy-dependencies \
 		-DoutputDirectory=$(FLINK_LIBS) -DincludeScope=runtime
 	touch $@
+
+# Beam's SDK worker entrypoint (boot) of the pinned Beam release, which the Flink test's PROCESS environment
+# runs to install the project on its workers from --setup_file: built from the Beam Go module (Go module
+# proxy, about 40 s the first time), cached outside the checkout.
+beam-boot: $(BEAM_BOOT)
+
+$(BEAM_BOOT): requirements.lock
+	GOBIN=$(dir $(BEAM_BOOT)) go install github.com/apache/beam/sdks/v2/python/container@v$(BEAM_VERSION)
+	mv $(dir $(BEAM_BOOT))container $@
 
 # Debian's redis-server; the tests start their own instance on a free loopback port.
 redis-server:

@@ -14,7 +14,11 @@
   imports ``recsys_rl`` and the Beam version this process submits with.
 
 `pipeline_args` gives the Beam flags that send a pipeline there (PortableRunner, the job endpoint, the
-EXTERNAL environment, the parallelism). The job server is Beam 2.62.0 while the Python SDK is the
+EXTERNAL environment, the parallelism). With `process_environment` instead, each worker is Beam's boot
+program (what the SDK container runs; `make beam-boot` builds it from the pinned Beam release's Go
+module), which installs the job's staged files, the project's sdist from ``--setup_file`` included,
+into the given Python environment before it starts the worker: how a cluster whose workers do not
+have the project gets it. The job server is Beam 2.62.0 while the Python SDK is the
 pinned 2.77: Maven Central has no 2.77 Flink job server to fetch (README.md, "Other runners", and
 ``tests/flink/pom.xml`` say why); the portable job API is what the two versions share, and the Flink
 integration test checks that the pairing writes byte for byte the dataset the in-process runner writes.
@@ -31,6 +35,7 @@ runs.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -38,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -55,6 +61,10 @@ DEFAULT_FLINK_LIBS = (
     Path.home() / ".cache" / "recsys-rl" / f"beam-flink-{FLINK_VERSION}-{BEAM_FLINK_VERSION}" / "libs"
 )
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
+#: Beam's SDK worker entrypoint (``sdks/python/container/boot.go``) of the pinned Beam release, built by
+#: `make beam-boot` from the Go module proxy: what a PROCESS environment starts for each worker.
+BEAM_BOOT_ENV = "RECSYS_RL_BEAM_BOOT"
+DEFAULT_BEAM_BOOT = Path.home() / ".cache" / "recsys-rl" / f"beam-boot-{apache_beam.__version__}" / "boot"
 
 _LOOPBACK = "127.0.0.1"
 _JOB_SERVER_LOG = "job-server.log"
@@ -132,22 +142,28 @@ class LocalFlink:
             raise FlinkSetupError("LocalFlink has no log yet: call start() first")
         return self._workdir / _JOB_SERVER_LOG
 
-    def pipeline_args(self, parallelism: int = 2, *, worker_cache_s: float = 60.0) -> list[str]:
-        """The Beam flags that run a pipeline on this Flink with this worker pool.
+    def pipeline_args(
+        self, parallelism: int = 2, *, worker_cache_s: float = 60.0, environment: Sequence[str] = ()
+    ) -> list[str]:
+        """The Beam flags that run a pipeline on this Flink, with this worker pool unless ``environment``
+        gives other environment flags (`process_environment`).
 
         ``--sdk_worker_parallelism`` starts as many Python workers as Flink runs subtasks, so the Python
-        code runs in parallel too (one worker process would serialise it under the GIL).
+        code runs in parallel too (one worker process would serialise it under the GIL). A PROCESS
+        environment gets one: each of its workers is a boot program that pip-installs the staged files
+        into the same Python environment, and two installing at once break each other's install.
         ``--environment_cache_millis`` keeps a job's workers between its stages: without it each stage
         starts fresh ones, and every start imports Beam and the package again (build-transitions on 60
         simulated users started 7 workers and took 55-80 s on two busy cores; 2 workers, about 30 s).
         """
+        if not environment:
+            environment = ["--environment_type=EXTERNAL", f"--environment_config={self.worker_pool_address}"]
         return [
             "--runner=PortableRunner",
             f"--job_endpoint={self.job_endpoint}",
-            "--environment_type=EXTERNAL",
-            f"--environment_config={self.worker_pool_address}",
+            *environment,
             f"--parallelism={parallelism}",
-            f"--sdk_worker_parallelism={parallelism}",
+            f"--sdk_worker_parallelism={1 if '--environment_type=PROCESS' in environment else parallelism}",
             f"--environment_cache_millis={round(worker_cache_s * 1000)}",
         ]
 
@@ -251,6 +267,40 @@ def flink_classpath(libs_dir: Path) -> str:
             f"run `make flink-jars` (or point {FLINK_LIBS_ENV} at a directory holding them)"
         )
     return str(libs_dir / "*")
+
+
+def default_beam_boot() -> Path:
+    configured = os.environ.get(BEAM_BOOT_ENV)
+    return Path(configured).expanduser() if configured else DEFAULT_BEAM_BOOT
+
+
+def process_environment(python: Path, boot: Path | None = None) -> list[str]:
+    """The Beam flags of a PROCESS environment whose workers are Beam's boot program running ``python``.
+
+    Boot fetches the job's staged files from the job server, pip-installs the packages among them (the
+    sdist that ``--setup_file`` builds of the project) into ``python``'s environment, then starts the
+    SDK worker with that ``python``: the environment needs the dependencies, not the project. It runs
+    with RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT set: otherwise it installs into a new virtualenv under
+    /opt/apache made with --system-site-packages, which sees the base interpreter's packages rather
+    than the environment's. ``python`` must be that environment's ``bin/python`` (not resolved: only
+    the link's location says which site-packages it runs with).
+    """
+    boot = boot if boot is not None else default_beam_boot()
+    if not os.access(boot, os.X_OK):
+        raise FlinkSetupError(
+            f"Beam's boot program for Beam {apache_beam.__version__} is not at {boot}: run `make beam-boot` "
+            f"(or point {BEAM_BOOT_ENV} at one)"
+        )
+    env = worker_environment(python)
+    config = {
+        "command": str(boot),
+        "env": {
+            "PATH": env["PATH"],
+            **({"VIRTUAL_ENV": env["VIRTUAL_ENV"]} if "VIRTUAL_ENV" in env else {}),
+            "RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT": "1",
+        },
+    }
+    return ["--environment_type=PROCESS", f"--environment_config={json.dumps(config)}"]
 
 
 def worker_environment(python: Path) -> dict[str, str]:

@@ -4,10 +4,7 @@ What a team adopting the package gets: only the ``recsys_rl`` import name in the
 ``pipelines/``, ``serving/`` and ``features/`` folders live inside it), and a console script whose demo runs
 from any directory, with the Feast repo and the protobuf stubs inside the wheel.
 
-The fresh virtualenv takes the project's dependencies from this one's site-packages through a path file
-(installing TensorFlow and Beam again would take minutes and the network); the path file is written
-after the wheel is installed, and the project's own editable install is not visible through it (a
-path-file line adds a directory to ``sys.path`` without running the path files inside it).
+The fresh virtualenv takes the project's dependencies from this one's site-packages (``venvs``).
 """
 
 from __future__ import annotations
@@ -16,12 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
-import venv
 import zipfile
 from pathlib import Path
 
 import pytest
+import venvs
 import yaml
 
 from recsys_rl.kafka import Broker
@@ -73,18 +69,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv with the wheel installed; returns its bin directory."""
     root = tmp_path_factory.mktemp("venv")
-    venv.create(root, with_pip=False)
-    python = root / "bin" / "python"
+    python = venvs.without_the_project(root)
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
     _run([*install, str(wheel)], cwd=root, timeout=300)
-    purelib = Path(
-        _run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            cwd=root,
-            timeout=60,
-        ).stdout.strip()
-    )
-    (purelib / "project_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return root / "bin"
 
 
