@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from recsys_rl.cli.options import add_config_option, non_negative_int, positive_int
-from recsys_rl.config import load_config
+from recsys_rl.config import ConfigError, load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
 from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS
 
@@ -30,13 +31,45 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, help="training steps (default 3000)")
     p.add_argument("--batch-size", type=positive_int, help="transitions per step (default 512)")
     p.add_argument("--seed", type=non_negative_int, help="seed of initialisation and data order (default 0)")
+    p.add_argument(
+        "--workers",
+        type=_addresses,
+        metavar="HOST:PORT,...",
+        help="train on several machines (MultiWorkerMirroredStrategy): every worker's address, in the same "
+        "order on each; start this command on each with its --worker-index and the same other arguments, "
+        "--out on storage they share (default: TF_CONFIG, else one worker)",
+    )
+    p.add_argument(
+        "--worker-index",
+        type=non_negative_int,
+        default=0,
+        help="this worker's place in --workers (0: the chief)",
+    )
     p.set_defaults(handler=run)
+
+
+def _addresses(value: str) -> list[str]:
+    addresses = [a.strip() for a in value.split(",") if a.strip()]
+    if not addresses or not all(a.rpartition(":")[2].isdigit() for a in addresses):
+        raise argparse.ArgumentTypeError(f"should be HOST:PORT[,HOST:PORT...], but is {value!r}")
+    return addresses
 
 
 def run(args: argparse.Namespace) -> int:
     with quiet_native_imports():
-        from recsys_rl.training.train import TrainConfig, train  # TensorFlow only for this verb
+        from recsys_rl.training.train import (
+            TF_CONFIG,
+            TrainConfig,
+            tf_config_for,
+            train,
+        )  # TensorFlow only here
 
+    if args.workers:
+        if args.worker_index >= len(args.workers):
+            raise ConfigError(
+                f"--worker-index {args.worker_index} is not one of the {len(args.workers)} --workers"
+            )
+        os.environ[TF_CONFIG] = tf_config_for(args.workers, args.worker_index)
     overrides = {k: getattr(args, k) for k in ("algo", "data", "out", "steps", "batch_size", "seed")}
     config = load_config(TrainConfig, args.config, overrides)
     result = train(config, progress_logger("train"))

@@ -20,6 +20,12 @@ A run directory holds everything needed to trust, resume and ship the run:
 A killed run started again with the same config resumes from its last checkpoint, data iterator
 included, so it ends where an uninterrupted run would have (bit for bit on CPU, where ops are made
 deterministic). A non-finite loss stops the run with the names of the losses that broke.
+
+Several machines train one run under ``tf.distribute.MultiWorkerMirroredStrategy`` when ``TF_CONFIG``
+names more than one worker (``recsys-rl train --workers`` writes it): every worker runs this same
+function with the same config and ``out`` on storage they share. The chief (worker 0) writes the run
+directory; the others write their checkpoints and exported policy to scratch space they delete, since
+saving takes part in the workers' collective operations, and restore from the chief's checkpoints.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import dataclasses
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,6 +119,54 @@ class TrainConfig:
         return data
 
 
+@dataclass(frozen=True)
+class Workers:
+    """This process's place among the run's training workers, from ``TF_CONFIG``: one, unless it names
+    several."""
+
+    count: int = 1
+    index: int = 0
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+    @classmethod
+    def from_environment(cls) -> Workers:
+        raw = os.environ.get(TF_CONFIG, "")
+        if not raw.strip():
+            return cls()
+        try:
+            tf_config = json.loads(raw)
+            addresses = tf_config.get("cluster", {}).get("worker", [])
+            task = tf_config.get("task", {})
+            task_type, index = task.get("type", "worker"), int(task.get("index", 0))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ConfigError(
+                f"{TF_CONFIG} should be JSON like {TF_CONFIG_EXAMPLE}, but is {raw[:200]!r}: {exc}"
+            ) from None
+        roles = set(tf_config.get("cluster", {})) - {"worker"}
+        if roles or task_type != "worker":
+            raise ConfigError(
+                f"{TF_CONFIG} should name workers only (MultiWorkerMirroredStrategy, worker 0 the chief), "
+                f"but names {sorted(roles | {task_type} - {'worker'})}"
+            )
+        if not addresses or not 0 <= index < len(addresses):
+            raise ConfigError(f"{TF_CONFIG} task index {index} is not one of its {len(addresses)} workers")
+        return cls(count=len(addresses), index=index)
+
+
+TF_CONFIG = "TF_CONFIG"
+TF_CONFIG_EXAMPLE = (
+    '{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}'
+)
+
+
+def tf_config_for(addresses: list[str], index: int) -> str:
+    """The ``TF_CONFIG`` of worker ``index`` of a run trained by the workers at ``addresses``."""
+    return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
+
+
 @dataclass
 class TrainResult:
     run_dir: Path
@@ -125,39 +181,58 @@ def train(
 ) -> TrainResult:
     run_dir = Path(config.out)
     manifest_path = run_dir / RUN_MANIFEST
+    workers = Workers.from_environment()
     # before claiming the directory: a bad --data must not lock it
     dataset = open_dataset(config.data, config.surface)
-    _claim_run_dir(run_dir, config)
+    if workers.is_chief:
+        _claim_run_dir(run_dir, config)
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         return TrainResult(run_dir, manifest, int(manifest["steps"]), already_complete=True)
+    # the chief's run directory, or scratch space for what another worker must save but nobody reads
+    out_dir = (
+        run_dir if workers.is_chief else Path(tempfile.mkdtemp(prefix=f"recsys-rl-worker{workers.index}-"))
+    )
+    try:
+        return _train(config, dataset, workers, out_dir, progress)
+    finally:
+        if not workers.is_chief:
+            shutil.rmtree(out_dir, ignore_errors=True)
 
-    tf.keras.utils.set_random_seed(config.seed)
-    tf.config.experimental.enable_op_determinism()
-    stats = transition_statistics(dataset)
-    write_json_atomic(run_dir / "input_manifest.json", dataset.manifest)
-    write_json_atomic(run_dir / "statistics.json", stats.to_dict())
 
-    strategy = training_strategy(config.devices)
+def _train(config: TrainConfig, dataset, workers: Workers, out_dir: Path, progress) -> TrainResult:
+    run_dir = Path(config.out)
+    # first: a multi-worker strategy configures collective operations, which must happen before
+    # TensorFlow runs anything
+    strategy = training_strategy(config.devices, workers)
     replicas = strategy.num_replicas_in_sync
     if config.batch_size % replicas:
         raise ConfigError(f"batch_size {config.batch_size} does not split evenly over {replicas} replicas")
+    tf.keras.utils.set_random_seed(config.seed)
+    tf.config.experimental.enable_op_determinism()
+    stats = transition_statistics(dataset)
+    write_json_atomic(out_dir / "input_manifest.json", dataset.manifest)
+    write_json_atomic(out_dir / "statistics.json", stats.to_dict())
+
     with strategy.scope():
         agent = _new_agent(config, stats)
+    # Every worker reads the whole batch and trains on its replicas' shares (`compiled_train_step`):
+    # the iterator stays a plain, checkpointable tf.data one, and a step is the one-worker step.
     batches = read_transitions(
         dataset, config.batch_size, seed=config.seed, shuffle_buffer=config.shuffle_buffer
     )
     iterator = iter(batches)  # a plain tf.data iterator: checkpointable, unlike a distributed one
     checkpoint = tf.train.Checkpoint(agent=agent, iterator=iterator)
-    manager = tf.train.CheckpointManager(checkpoint, str(run_dir / "checkpoints"), max_to_keep=2)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    manager = tf.train.CheckpointManager(checkpoint, str(out_dir / "checkpoints"), max_to_keep=2)
+    # every worker resumes from the chief's checkpoints (its data iterator is the same on all of them)
+    if latest := tf.train.latest_checkpoint(str(run_dir / "checkpoints")):
+        checkpoint.restore(latest).assert_existing_objects_matched()
     start = int(agent.train_step_counter.numpy())
     progress("started", {"algo": config.algo, "step": start, "of": config.steps, "rows": dataset.rows})
 
     train_step = compiled_train_step(strategy, agent)
-    writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
-    metrics_path = run_dir / "metrics.jsonl"
+    writer = tf.summary.create_file_writer(str(out_dir / "tensorboard"))
+    metrics_path = out_dir / "metrics.jsonl"
     _drop_metrics_after(metrics_path, start)  # steps a killed run logged past its last checkpoint
     window_start, window_steps = time.perf_counter(), 0
     last: dict[str, float] = _last_metrics(metrics_path)
@@ -195,7 +270,7 @@ def train(
         "version": f"{config.algo}-{dataset.manifest['version']}-s{config.seed}",
     }
     exporter = export_policy if config.surface == FEED else export_allocation_policy
-    policy_manifest = exporter(agent, run_dir / "policy", policy_meta)
+    policy_manifest = exporter(agent, out_dir / "policy", policy_meta)
     manifest = {
         "schema_version": RUN_SCHEMA_VERSION,
         "kind": "training_run",
@@ -203,14 +278,15 @@ def train(
         "surface": config.surface,
         "steps": config.steps,
         "seed": config.seed,
+        "workers": workers.count,
         "replicas": replicas,
         "dataset": {"path": str(Path(config.data).resolve()), "version": dataset.manifest["version"]},
         "final_metrics": last,
         "policy": {"path": "policy", "version": policy_meta["version"], "sha256": policy_manifest["sha256"]},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_json_atomic(manifest_path, manifest)
-    progress("exported", {"policy": str(run_dir / "policy")})
+    write_json_atomic(out_dir / RUN_MANIFEST, manifest)
+    progress("exported", {"policy": str(out_dir / "policy")})
     return TrainResult(run_dir, manifest, start, already_complete=False)
 
 
@@ -220,8 +296,17 @@ def _new_agent(config: TrainConfig, stats: TransitionStatistics):
     return build_allocation_agent(config.algo, stats, config.allocation)
 
 
-def training_strategy(devices: tuple[str, ...] = ()) -> tf.distribute.Strategy:
-    """MirroredStrategy over ``devices``, or over every GPU when there are several; else the default."""
+def training_strategy(devices: tuple[str, ...] = (), workers: Workers = Workers()) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy over several workers; MirroredStrategy over ``devices``, or over every
+    GPU when there are several; else the default."""
+    if workers.count > 1:
+        if devices:
+            raise ConfigError(
+                "devices cannot be chosen with several workers: each worker mirrors over its GPUs"
+            )
+        # across machines only collective all-reduces exist; inside one compiled step TensorFlow orders
+        # the collectives the same way on every worker
+        return tf.distribute.MultiWorkerMirroredStrategy()
     # The agents update several networks per step, each with its own optimiser; with collective
     # all-reduces the replicas could order those reductions differently and deadlock or mismatch, so
     # gradients are summed on one device instead (small networks: the copy is cheap).

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from recsys_rl.kafka.broker import free_port
 from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import open_dataset, read_transitions, transition_statistics
 from recsys_rl.training.agents.factory import build_agent
@@ -249,6 +252,67 @@ def test_training_mirrors_over_several_devices(feed_dataset: Path, tmp_path: Pat
     assert np.all(np.isfinite(actions))
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [6, 12]
+
+
+def _train_cli(feed_dataset: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
+    """``recsys-rl train`` in a process of its own (each worker of a cluster is one), on a small agent."""
+    config = out.parent / "small.yaml"
+    config.write_text(
+        "agent: {actor_hidden: [16], critic_hidden: [32], head_hidden: 8}\nlog_every: 2\ncheckpoint_every: 6\n"
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "recsys_rl.cli.main",
+        "train",
+        "--data",
+        str(feed_dataset),
+        "--out",
+        str(out),
+    ]
+    options = ["--config", str(config), "--steps", "12", "--batch-size", "64", *extra]
+    return subprocess.Popen([*argv, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(process: subprocess.Popen[str], what: str, timeout_s: float = 600) -> None:
+    try:
+        _, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail(f"{what} ran over {timeout_s} s: {stderr[-2000:]}")
+    assert process.returncode == 0, f"{what} failed: {stderr[-3000:]}"
+
+
+def test_two_workers_train_what_one_trains_on_the_same_global_batch(feed_dataset: Path, tmp_path: Path):
+    """MultiWorkerMirroredStrategy: two local worker processes, one CPU replica each, over gRPC."""
+    (tmp_path / "one").mkdir()
+    _finished(_train_cli(feed_dataset, tmp_path / "one" / "run"), "the one-worker run")
+    (tmp_path / "two").mkdir()
+    workers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(2))
+    processes = [
+        _train_cli(feed_dataset, tmp_path / "two" / "run", "--workers", workers, "--worker-index", str(index))
+        for index in range(2)
+    ]
+    for index, process in enumerate(processes):
+        _finished(process, f"worker {index}")
+    one, two = tmp_path / "one" / "run", tmp_path / "two" / "run"
+    manifest = json.loads((two / "manifest.json").read_text())
+    assert (manifest["workers"], manifest["replicas"]) == (2, 2)
+
+    # each replica's half of every batch, gradients summed over the workers: the one-worker step, up to the
+    # order of float additions
+    expected = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
+    got = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in got] == [m["step"] for m in expected] == list(range(2, 13, 2))
+    for mine, theirs in zip(got, expected, strict=True):
+        for name in theirs.keys() - {"step", "transitions_per_s"}:
+            assert mine[name] == pytest.approx(theirs[name], rel=2e-4, abs=1e-5), (mine["step"], name)
+    states = _states(feed_dataset, 64)
+    actions = load_feed_policy(two / "policy").mean(states)
+    np.testing.assert_allclose(actions, load_feed_policy(one / "policy").mean(states), rtol=1e-3, atol=1e-4)
+    # only the chief wrote the run directory: the other worker's saves went to scratch space, since removed
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
 
 
 def test_rcpo_multipliers_move_on_their_slower_timescale(feed_dataset: Path):

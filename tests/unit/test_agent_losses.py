@@ -330,3 +330,57 @@ def test_deterministic_actor_loss_has_no_closeness_unless_asked():
     mean = _t([[1.0, 0.0]])
     anchors = _t([[[5.0, 5.0]]])
     _close(losses.deterministic_actor_loss(_t([2.0]), mean, mean, 0.0, anchors), -1.0)
+
+
+# In a fresh interpreter: two logical CPUs must be configured before TensorFlow runs anything.
+_BATCH_STATISTICS_ON_TWO_REPLICAS = """
+import json
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from recsys_rl.training.agents import losses
+
+log_w = tf.constant([0.0, 2.0, -1.0, 0.5, 3.0, 1.0], tf.float32)  # the largest in the second half
+values = tf.constant([1.0, -2.0, 4.0, 3.0, -5.0, 6.0], tf.float32)
+
+
+def statistics(log_w, values):
+    weights = losses.normalised_weights(log_w, 100.0)
+    return weights, losses.largest_share(weights), losses.batch_mean(values), losses.batch_max(values)
+
+
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+halves = strategy.experimental_distribute_values_from_function(
+    lambda context: [tf.split(t, 2)[context.replica_id_in_sync_group] for t in (log_w, values)]
+)
+per_replica = strategy.run(lambda pair: statistics(*pair), args=(halves,))
+weights, share, mean, largest = (strategy.experimental_local_results(t) for t in per_replica)
+whole = statistics(log_w, values)
+print(json.dumps({
+    "replicas": [np.concatenate([w.numpy() for w in weights]).tolist(), [float(s) for s in share],
+                 [float(m) for m in mean], [float(m) for m in largest]],
+    "whole": [whole[0].numpy().tolist(), float(whole[1]), float(whole[2]), float(whole[3])],
+}))
+"""
+
+
+def test_batch_statistics_cover_every_replicas_share_of_the_batch():
+    """A step on two replicas must be the one-device step: the weights' softmax, the largest weight's
+    share and the mean scale are over the whole batch, not each replica's half (``losses`` says why)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _BATCH_STATISTICS_ON_TWO_REPLICAS], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    (weights, shares, means, maxima), whole = result["replicas"], result["whole"]
+    np.testing.assert_allclose(weights, whole[0], rtol=1e-6)
+    assert sum(weights) == pytest.approx(6.0)  # mean one over the whole batch, not over each half
+    assert shares == pytest.approx([whole[1]] * 2)
+    assert means == pytest.approx([whole[2]] * 2) and whole[2] == pytest.approx(7.0 / 6.0)
+    assert maxima == pytest.approx([whole[3]] * 2) and whole[3] == 6.0

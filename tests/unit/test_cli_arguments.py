@@ -58,6 +58,16 @@ def test_bad_pipeline_arguments_give_one_line_and_exit_2(args, message):
         pytest.param(["sim-eval", "--users", "0"], "argument --users: should be at least 1", id="users"),
         pytest.param(["sim-eval", "--episode-seed", "-1"], "should be at least 0, but is -1", id="seed"),
         pytest.param(["sim-eval", "--users", "5"], "policy is required", id="no-policy"),
+        pytest.param(
+            ["train", "--workers", "10.0.0.1:2222,10.0.0.2"],
+            "argument --workers: should be HOST:PORT[,HOST:PORT...], but is '10.0.0.1:2222,10.0.0.2'",
+            id="worker-address",
+        ),
+        pytest.param(
+            ["train", "--data", "d", "--out", "o", "--workers", "a:1,b:2", "--worker-index", "2"],
+            "--worker-index 2 is not one of the 2 --workers",
+            id="worker-index",
+        ),
     ],
 )
 def test_bad_training_and_evaluation_arguments_give_one_line_and_exit_2(args, message):

@@ -59,7 +59,7 @@ from recsys_rl import signals
 from recsys_rl.state import ACTIVITY_GROUPS, LIVE_PREDICTION_SCALE, LIVE_STATE_FEATURES
 from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context
 from recsys_rl.training.agents.data import TransitionStatistics
-from recsys_rl.training.agents.losses import multiplier_step
+from recsys_rl.training.agents.losses import batch_mean, multiplier_step
 from recsys_rl.training.agents.networks import (
     SUPERVISED_TARGETS,
     AllocationCriticNetwork,
@@ -418,7 +418,7 @@ class SLMGACAgent(tf_agent.TFAgent):
         q = tf.stop_gradient(self.action_values(obs) if q is None else q)
         advantage = q[:, 1, :] - q[:, 0, :]  # (B, V)
         combined = advantage[:, 0] + self._multiplier * advantage[:, 1]
-        scale = tf.reduce_mean(tf.abs(combined)) + 1e-6
+        scale = batch_mean(tf.abs(combined)) + 1e-6
         p = self._actor.insert_probability(obs)
         advantage_loss = -tf.reduce_mean(p * combined) / scale
         logged = experience.action_step.action[:, 0]

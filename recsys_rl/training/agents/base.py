@@ -251,7 +251,7 @@ class FeedAgent(tf_agent.TFAgent):
             dist, _ = actor(experience.time_step.observation, training=True)
             loss = losses.weighted_log_likelihood_loss(dist.log_prob(experience.action_step.action), weights)
         self._apply(loss, tape, actor.trainable_variables, optimizer)
-        return loss, tf.reduce_max(weights) / tf.reduce_sum(weights)
+        return loss, losses.largest_share(weights)
 
     def _deterministic_step(
         self,

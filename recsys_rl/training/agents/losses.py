@@ -54,11 +54,40 @@ def closed_form_log_weights(
     return log_w
 
 
+# Batch statistics over the whole batch. Under a distribution strategy each replica holds a share of the
+# batch, and a statistic of its share alone (a softmax's normaliser, a mean scale) would make a step
+# depend on how many replicas there are; these combine the shares, so a step on N replicas (devices or
+# workers) is the one-device step. Outside a strategy the default replica context makes them local.
+
+
+def _replicas() -> tf.distribute.ReplicaContext:
+    return tf.distribute.get_replica_context()
+
+
+def batch_mean(values: tf.Tensor) -> tf.Tensor:
+    """The mean of ``values`` over the whole batch, every replica's share."""
+    total = _replicas().all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(values))
+    count = _replicas().all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.size(values), tf.float32))
+    return total / count
+
+
+def batch_max(values: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_max(_replicas().all_gather(tf.reduce_max(values)[None], axis=0))
+
+
 def normalised_weights(log_weights: tf.Tensor, max_weight: float) -> tf.Tensor:
     """Weights with mean one over the batch (softmax times batch size), capped to bound the variance."""
-    batch = tf.cast(tf.shape(log_weights)[0], tf.float32)
-    weights = tf.nn.softmax(log_weights) * batch
+    log_normaliser = tf.reduce_logsumexp(
+        _replicas().all_gather(tf.reduce_logsumexp(log_weights)[None], axis=0)
+    )
+    batch = _replicas().all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.shape(log_weights)[0], tf.float32))
+    weights = tf.exp(log_weights - log_normaliser) * batch
     return tf.stop_gradient(tf.minimum(weights, max_weight))
+
+
+def largest_share(weights: tf.Tensor) -> tf.Tensor:
+    """The largest weight's share of the batch's total: how much one sample steers the fit."""
+    return batch_max(weights) / _replicas().all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(weights))
 
 
 def weighted_log_likelihood_loss(log_probs: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
@@ -113,7 +142,7 @@ def deterministic_actor_loss(
     any reward scale. ``q_at_mean`` (B,) is the critic's combined value at the actor's mean; ``anchors``
     (M, B, K) are the actions the actor should stay close to (TSCAC's stage-one actors).
     """
-    scale = tf.stop_gradient(tf.reduce_mean(tf.abs(q_at_mean))) + 1e-6
+    scale = tf.stop_gradient(batch_mean(tf.abs(q_at_mean))) + 1e-6
     loss = -tf.reduce_mean(q_at_mean) / scale
     loss += bc_weight * tf.reduce_mean(tf.reduce_sum(tf.square(mean - logged_action), axis=-1))
     if anchors is not None and closeness_weight > 0.0:
