@@ -258,7 +258,9 @@ def _train_cli(feed_dataset: Path, out: Path, *extra: str) -> subprocess.Popen[s
     """``recsys-rl train`` in a process of its own (each worker of a cluster is one), on a small agent."""
     config = out.parent / "small.yaml"
     config.write_text(
-        "agent: {actor_hidden: [16], critic_hidden: [32], head_hidden: 8}\nlog_every: 2\ncheckpoint_every: 6\n"
+        "agent: {actor_hidden: [16], critic_hidden: [32], head_hidden: 8}\n"
+        "log_every: 2\n"
+        "checkpoint_every: 6\n"
     )
     argv = [
         sys.executable,
