@@ -506,3 +506,43 @@ def test_every_duplicate_is_counted_and_a_duplicate_view_does_not_stop_the_join(
     }
     (row,) = built.transitions
     assert row["feedback_count"] == 2
+
+
+@pytest.mark.parametrize("field", ["join_window_ms", "session_gap_ms"])
+def test_episode_config_takes_the_shortest_positive_duration(field):
+    assert getattr(EpisodeConfig(**{field: 1}), field) == 1
+
+
+def test_each_step_points_at_the_next_decision_and_the_last_at_none(simulated):
+    """next_event_time_ms is the next step's decision time, -1 on the terminal step (its next state is
+    zeros): three steps, so that the step before and the step after differ."""
+    user, template = _template(simulated)
+    t0 = template.event_time_ms
+    times = [t0, t0 + 5_000, t0 + 12_000]
+    refs = [_decision_at(template, user, f"req-{i}", t, i) for i, t in enumerate(times)]
+    rows = sorted(build(user, refs, EpisodeConfig()).transitions, key=lambda r: r["step"])
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert [r["next_event_time_ms"] for r in rows] == [times[1], times[2], -1]
+    assert rows[0]["next_state"] == rows[1]["state"] and rows[1]["next_state"] == rows[2]["state"]
+    assert rows[2]["next_state"] == [0.0] * len(rows[2]["state"]) and rows[2]["done"]
+
+
+def test_every_session_after_the_cutoff_is_carried_and_keeps_its_views_for_the_next_run(simulated):
+    """Two sessions active after the cut-off (and one closed before it): both are carried whole, and the
+    views of carried requests leave this run's feature facts (the next run counts them)."""
+    user, template = _template(simulated)
+    t0 = template.event_time_ms
+    later = t0 + HOUR_MS  # beyond the session gap
+    refs = [
+        _decision_at(template, user, "closed", t0 - 4 * HOUR_MS, 0),
+        _feedback_at(user, "closed", t0 - 4 * HOUR_MS + 1_000, 1),
+        _decision_at(template, user, "open-1", t0, 2),
+        _feedback_at(user, "open-1", t0 + 1_000, 3),
+        _decision_at(template, user, "open-2", later, 4),
+        _feedback_at(user, "open-2", later + 1_000, 5),
+    ]
+    built = _built_with_cutoff(user, refs, t0 - HOUR_MS)
+    assert [r["request_id"] for r in built.transitions] == ["closed"]
+    assert sorted(event.request_id for event in built.carried) == ["open-1", "open-1", "open-2", "open-2"]
+    assert [fact["item_id"] for fact in built.view_facts] == ["v1"]
+    assert dict(built.fates) == {"used": 2, "carried": 4}
