@@ -66,7 +66,7 @@ from recsys_rl.pipelines.flink_service import BEAM_FLINK_VERSION, FLINK_VERSION,
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation
 
 TARGET_EVENTS_PER_S = 20_000
-# full is large enough (about 256k events) that the ~3 s fixed cost of a pipeline run (graph
+# full is large enough (about 210k events) that the ~3 s fixed cost of a pipeline run (graph
 # construction, runner start, finalising) no longer dominates; quick mostly measures that fixed cost.
 # flink_timeout_s bounds one Flink build (a job whose workers never come up would otherwise wait for
 # many minutes): 60 simulated users took 30-60 s on two busy cores, so these leave room many times over.
