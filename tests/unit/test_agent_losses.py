@@ -332,6 +332,12 @@ def test_deterministic_actor_loss_has_no_closeness_unless_asked():
     _close(losses.deterministic_actor_loss(_t([2.0]), mean, mean, 0.0, anchors), -1.0)
 
 
+def test_the_largest_share_is_the_largest_weight_over_the_batchs_total():
+    assert float(losses.largest_share(_t([1.0, 3.0, 0.5, 0.5]))) == pytest.approx(3.0 / 5.0)
+    assert float(losses.batch_max(_t([-4.0, -2.0, -3.0]))) == -2.0  # the largest, not the largest magnitude
+    assert float(losses.batch_mean(_t([1.0, -2.0, 4.0]))) == pytest.approx(1.0)
+
+
 # In a fresh interpreter: two logical CPUs must be configured before TensorFlow runs anything.
 _BATCH_STATISTICS_ON_TWO_REPLICAS = """
 import json
