@@ -56,13 +56,8 @@ def _addresses(value: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    with quiet_native_imports():
-        from recsys_rl.training.train import (
-            TF_CONFIG,
-            TrainConfig,
-            tf_config_for,
-            train,
-        )  # TensorFlow only here
+    with quiet_native_imports():  # TensorFlow only for this verb
+        from recsys_rl.training.train import TF_CONFIG, TrainConfig, tf_config_for, train
 
     if args.workers:
         if args.worker_index >= len(args.workers):
