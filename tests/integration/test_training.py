@@ -254,8 +254,10 @@ def test_training_mirrors_over_several_devices(feed_dataset: Path, tmp_path: Pat
     assert steps == [6, 12]
 
 
-def _train_cli(feed_dataset: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
-    """``recsys-rl train`` in a process of its own (each worker of a cluster is one), on a small agent."""
+def _train_cli(feed_dataset: Path, out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """``recsys-rl train`` in a process of its own (each worker of a cluster is one), on a small agent;
+    returns the process and the file its output goes to (a file, not a pipe nobody reads while others run)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     config = out.parent / "small.yaml"
     config.write_text(
         "agent: {actor_hidden: [16], critic_hidden: [32], head_hidden: 8}\n"
@@ -273,30 +275,33 @@ def _train_cli(feed_dataset: Path, out: Path, *extra: str) -> subprocess.Popen[s
         str(out),
     ]
     options = ["--config", str(config), "--steps", "12", "--batch-size", "64", *extra]
-    return subprocess.Popen([*argv, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out.parent / f"train{'-'.join(extra[-1:])}.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen([*argv, *options], stdout=output, stderr=subprocess.STDOUT)
+    return process, log
 
 
-def _finished(process: subprocess.Popen[str], what: str, timeout_s: float = 600) -> None:
+def _finished(started: tuple[subprocess.Popen[bytes], Path], what: str, timeout_s: float = 600) -> None:
+    process, log = started
     try:
-        _, stderr = process.communicate(timeout=timeout_s)
+        process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
-        _, stderr = process.communicate()
-        pytest.fail(f"{what} ran over {timeout_s} s: {stderr[-2000:]}")
-    assert process.returncode == 0, f"{what} failed: {stderr[-3000:]}"
+        process.wait()
+        pytest.fail(f"{what} ran over {timeout_s} s: {log.read_text()[-2000:]}")
+    assert process.returncode == 0, f"{what} failed: {log.read_text()[-3000:]}"
 
 
 def test_two_workers_train_what_one_trains_on_the_same_global_batch(feed_dataset: Path, tmp_path: Path):
-    """MultiWorkerMirroredStrategy: two local worker processes, one CPU replica each, over gRPC."""
-    (tmp_path / "one").mkdir()
+    """MultiWorkerMirroredStrategy: two local worker processes, one CPU replica each, over gRPC. The
+    one-worker run goes first: beside them, three processes on two cores took longer in all."""
     _finished(_train_cli(feed_dataset, tmp_path / "one" / "run"), "the one-worker run")
-    (tmp_path / "two").mkdir()
     workers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(2))
-    processes = [
+    started = [
         _train_cli(feed_dataset, tmp_path / "two" / "run", "--workers", workers, "--worker-index", str(index))
         for index in range(2)
     ]
-    for index, process in enumerate(processes):
+    for index, process in enumerate(started):
         _finished(process, f"worker {index}")
     one, two = tmp_path / "one" / "run", tmp_path / "two" / "run"
     manifest = json.loads((two / "manifest.json").read_text())
