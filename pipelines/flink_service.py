@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -274,7 +275,7 @@ def default_beam_boot() -> Path:
     return Path(configured).expanduser() if configured else DEFAULT_BEAM_BOOT
 
 
-def process_environment(python: Path, boot: Path | None = None) -> list[str]:
+def process_environment(python: Path, scratch_dir: Path, boot: Path | None = None) -> list[str]:
     """The Beam flags of a PROCESS environment whose workers are Beam's boot program running ``python``.
 
     Boot fetches the job's staged files from the job server, pip-installs the packages among them (the
@@ -284,6 +285,10 @@ def process_environment(python: Path, boot: Path | None = None) -> list[str]:
     /opt/apache made with --system-site-packages, which sees the base interpreter's packages rather
     than the environment's. ``python`` must be that environment's ``bin/python`` (not resolved: only
     the link's location says which site-packages it runs with).
+
+    The job server starts boot with only its worker id and provision endpoint, so boot would stage the
+    files in ``/tmp/staged``, shared by every job on the machine; the command is therefore a script in
+    ``scratch_dir`` that hands boot a ``--semi_persist_dir`` of its own there.
     """
     boot = boot if boot is not None else default_beam_boot()
     if not os.access(boot, os.X_OK):
@@ -291,9 +296,16 @@ def process_environment(python: Path, boot: Path | None = None) -> list[str]:
             f"Beam's boot program for Beam {apache_beam.__version__} is not at {boot}: run `make beam-boot` "
             f"(or point {BEAM_BOOT_ENV} at one)"
         )
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    command = scratch_dir / "boot"
+    persist = scratch_dir / "worker-files"
+    command.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(str(boot))} --semi_persist_dir={shlex.quote(str(persist))} "$@"\n'
+    )
+    command.chmod(0o755)
     env = worker_environment(python)
     config = {
-        "command": str(boot),
+        "command": str(command),
         "env": {
             "PATH": env["PATH"],
             **({"VIRTUAL_ENV": env["VIRTUAL_ENV"]} if "VIRTUAL_ENV" in env else {}),

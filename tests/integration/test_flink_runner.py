@@ -118,7 +118,9 @@ def test_workers_without_the_project_install_it_from_setup_file(
     group, expected = in_process
     finished_before = _flink_jobs_finished(flink_cluster)
     runner_args = [
-        *flink_cluster.pipeline_args(parallelism=2, environment=process_environment(python)),
+        *flink_cluster.pipeline_args(
+            parallelism=2, environment=process_environment(python, tmp_path / "boot")
+        ),
         f"--setup_file={REPO / 'setup.py'}",
     ]
     out = tmp_path / "out"
@@ -128,6 +130,8 @@ def test_workers_without_the_project_install_it_from_setup_file(
     # the workers ran the sdist that --setup_file built and the boot program installed, not the checkout
     installed = _imports_recsys_rl(python)
     assert installed is not None and installed.is_relative_to(tmp_path / "worker-env")
+    # the job's staged files went to this job's scratch space, not to /tmp/staged that all jobs share
+    assert (tmp_path / "boot" / "worker-files" / "staged" / "workflow.tar.gz").is_file()
 
 
 def _imports_recsys_rl(python: Path) -> Path | None:

@@ -30,10 +30,14 @@ def test_a_process_environment_runs_boot_with_the_workers_python_first_on_path(b
     env_dir = tmp_path / "worker-env"
     (env_dir / "bin").mkdir(parents=True)
     (env_dir / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    flags = _flags(process_environment(env_dir / "bin" / "python", boot))
+    flags = _flags(process_environment(env_dir / "bin" / "python", tmp_path / "scratch", boot))
     assert flags["environment_type"] == "PROCESS"
     config = json.loads(flags["environment_config"])
-    assert config["command"] == str(boot)
+    # boot itself, staging the job's files in the scratch directory rather than /tmp, which jobs share
+    command = Path(config["command"])
+    assert command.parent == tmp_path / "scratch" and os.access(command, os.X_OK)
+    script = command.read_text()
+    assert f'exec {boot} --semi_persist_dir={tmp_path / "scratch" / "worker-files"} "$@"' in script
     assert config["env"]["PATH"].split(os.pathsep)[0] == str(env_dir / "bin")
     assert config["env"]["VIRTUAL_ENV"] == str(env_dir)
     # without it boot installs into a new virtualenv that cannot see the environment's dependencies
@@ -43,7 +47,7 @@ def test_a_process_environment_runs_boot_with_the_workers_python_first_on_path(b
 def test_a_missing_boot_program_says_how_to_build_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(BEAM_BOOT_ENV, str(tmp_path / "absent"))
     with pytest.raises(FlinkSetupError, match=r"make beam-boot"):
-        process_environment(tmp_path / "bin" / "python")
+        process_environment(tmp_path / "bin" / "python", tmp_path / "scratch")
 
 
 def test_process_workers_are_one_per_environment_and_external_ones_one_per_subtask(
@@ -56,7 +60,9 @@ def test_process_workers_are_one_per_environment_and_external_ones_one_per_subta
     assert external["sdk_worker_parallelism"] == external["parallelism"] == "3"
     # two boot programs installing the staged sdist into one environment at once break each other's install
     process = _flags(
-        flink.pipeline_args(parallelism=3, environment=process_environment(tmp_path / "python", boot))
+        flink.pipeline_args(
+            parallelism=3, environment=process_environment(tmp_path / "python", tmp_path / "scratch", boot)
+        )
     )
     assert process["environment_type"] == "PROCESS"
     assert (process["parallelism"], process["sdk_worker_parallelism"]) == ("3", "1")
