@@ -76,32 +76,24 @@ mutation: install
 	$(BIN)/python bench/mutation.py --out bench/results/mutation.json $(if $(MODULES),--modules $(MODULES)) \
 		$(if $(FAIL_UNDER),--fail-under $(FAIL_UNDER))
 
-# Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout.
-kafka-jars: $(KAFKA_LIBS)/.complete
-
-$(KAFKA_LIBS)/.complete: tests/kafka/pom.xml
-	rm -rf $(KAFKA_LIBS)
-	mvn --quiet --batch-mode -f tests/kafka/pom.xml dependency:copy-dependencies \
-		-DoutputDirectory=$(KAFKA_LIBS) -DincludeScope=runtime
-	touch $@
+# Apache Kafka for the integration tests: jars from Maven Central, cached outside the checkout and shared
+# by every checkout on the machine (fetched again only when the pom's content changes: tests/fetch_jars.sh).
+kafka-jars:
+	tests/fetch_jars.sh tests/kafka/pom.xml $(KAFKA_LIBS)
 
 # Beam's Flink job server (Flink 1.19 in its JVM) for the Flink runner test: jars from Maven Central,
 # cached outside the checkout. Maven Central has no 2.77 job server and 2.62.0 is the newest that
 # resolves, so the pinned 2.77 Python SDK submits to it (tests/flink/pom.xml, README.md "Other runners").
-flink-jars: $(FLINK_LIBS)/.complete
-
-$(FLINK_LIBS)/.complete: tests/flink/pom.xml
-	rm -rf $(FLINK_LIBS)
-	mvn --quiet --batch-mode -f tests/flink/pom.xml dependency:copy-dependencies \
-		-DoutputDirectory=$(FLINK_LIBS) -DincludeScope=runtime
-	touch $@
+flink-jars:
+	tests/fetch_jars.sh tests/flink/pom.xml $(FLINK_LIBS)
 
 # Beam's SDK worker entrypoint (boot) of the pinned Beam release, which the Flink test's PROCESS environment
 # runs to install the project on its workers from --setup_file: built from the Beam Go module (Go module
-# proxy, about 40 s the first time), cached outside the checkout.
+# proxy, about 40 s the first time), cached outside the checkout under the Beam version, so it is built
+# once per version and machine.
 beam-boot: $(BEAM_BOOT)
 
-$(BEAM_BOOT): requirements.lock
+$(BEAM_BOOT):
 	GOBIN=$(dir $(BEAM_BOOT)) go install github.com/apache/beam/sdks/v2/python/container@v$(BEAM_VERSION)
 	mv $(dir $(BEAM_BOOT))container $@
 
