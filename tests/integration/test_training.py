@@ -275,7 +275,7 @@ def _train_cli(feed_dataset: Path, out: Path, *extra: str) -> tuple[subprocess.P
         str(out),
     ]
     options = ["--config", str(config), "--steps", "12", "--batch-size", "64", *extra]
-    log = out.parent / f"train{'-'.join(extra[-1:])}.log"
+    log = out.parent / f"train{extra[-1] if extra else ''}.log"  # train.log, or train<worker index>.log
     with open(log, "wb") as output:
         process = subprocess.Popen([*argv, *options], stdout=output, stderr=subprocess.STDOUT)
     return process, log
