@@ -154,8 +154,24 @@ setup(
     ],
     # nbclient and ipykernel run the notebooks in the tests; playwright drives Debian's headless Chromium
     # (never its own browser download) through the OPE report in tests/integration/test_report_browser.py
+    # s3: Beam's S3 filesystem, for datasets at s3:// URIs; dev adds moto's S3 server, which the tests
+    # write datasets to (tests/conftest.py)
     extras_require={
-        "dev": ["pytest", "hypothesis", "mutmut", "ruff", "nbformat", "nbclient", "ipykernel", "playwright"]
+        "s3": ["boto3"],
+        "dev": [
+            "pytest",
+            "hypothesis",
+            "mutmut",
+            "ruff",
+            "nbformat",
+            "nbclient",
+            "ipykernel",
+            "playwright",
+            "boto3",
+            "moto[s3]",
+            "flask",  # moto's server, for S3 alone (its [server] extra brings every other AWS service)
+            "flask-cors",
+        ],
     },
     entry_points={"console_scripts": ["recsys-rl=recsys_rl.cli.main:main"]},
     cmdclass={

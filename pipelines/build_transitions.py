@@ -16,11 +16,14 @@ import gc
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo, FnApiRunner
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
+from apache_beam.runners.runner import PipelineRunner
 
 from recsys_rl.atomic_json import jsonl_file, read_json_file, write_json_atomic
 from recsys_rl.config import ConfigError
@@ -48,6 +51,7 @@ from recsys_rl.pipelines.dataset import (
 from recsys_rl.pipelines.episodes import EpisodeConfig
 from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets, plan_replay
 from recsys_rl.pipelines.transitions import build_pipeline
+from recsys_rl.storage import Location, location, use_pipeline_options
 
 PUBLISHED_MARKER = "dead-letters.published.json"
 PUBLISHING_MARKER = "dead-letters.publishing.json"  # written before the first letter is sent
@@ -92,17 +96,14 @@ class BuildTransitionsConfig:
         for name in ("join_window_s", "session_gap_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} should be positive, but is {getattr(self, name)}")
-        if "://" in self.out:  # Path() would turn gs://b/x into gs:/b/x, a local directory
-            raise ValueError(
-                f"out should be a local or mounted directory, but is the URI {self.out!r}: datasets are "
-                "written, locked and published with local file operations"
-            )
+        location(self.out)  # a URI whose filesystem is missing fails here, before anything is read
 
     @property
-    def out_dir(self) -> Path:
-        """``out`` made absolute here, on the driver: a relative path would resolve against each worker's
-        own working directory, and workers on another runner would write the shards out of reach."""
-        return Path(self.out).resolve()
+    def out_dir(self) -> Location:
+        """``out`` as a location: a URI (``s3://b/x``) through Beam's filesystems, or a local path made
+        absolute here, on the driver: a relative path would resolve against each worker's own working
+        directory, and workers on another runner would write the shards out of reach."""
+        return location(self.out)
 
     def episode_config(self) -> EpisodeConfig:
         return EpisodeConfig(
@@ -124,7 +125,7 @@ class BuildTransitionsConfig:
 @dataclass
 class BuildResult:
     plan: ReplayPlan
-    dataset_dir: Path | None  # None when there was nothing to read
+    dataset_dir: Location | None  # None when there was nothing to read
     manifest: dict[str, Any] | None
     reused: bool  # the dataset already existed from an earlier, interrupted run
     dead_letters_published: int
@@ -139,6 +140,7 @@ def build_transitions(
     progress: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> BuildResult:
     options = pipeline_options(pipeline_args)  # bad Beam arguments fail before anything is read
+    use_pipeline_options(options)  # an object store's endpoint and credentials, for this process too
     out = config.out_dir
     with exclusive_output(out):
         if leftovers := clear_leftovers(out):
@@ -146,7 +148,7 @@ def build_transitions(
         return _build(config, options, out, progress)
 
 
-def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, progress) -> BuildResult:
+def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Location, progress) -> BuildResult:
     plan = plan_replay(
         config.bootstrap_servers, [config.decisions_topic, config.feedback_topic], config.group, config.start
     )
@@ -164,7 +166,7 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, 
         starts = {(r.topic, r.partition): r.start for r in plan.ranges}
         if orphaned := orphan_overlapping(out, config.group, starts, keep=paths.version):
             progress("orphaned", {"datasets": ",".join(orphaned)})
-    reused = paths.final.exists()
+    reused = (paths.final / MANIFEST).is_file()
     if reused:
         broken = verify(paths.final)
         if broken:
@@ -173,7 +175,10 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, 
         progress("reused", {"dataset": str(paths.final)})
     else:
         paths.staging.mkdir(parents=True)
-        with _fewer_collections(), beam.Pipeline(options=options) as pipeline:
+        with (
+            _fewer_collections(),
+            beam.Pipeline(runner=pipeline_runner(options), options=options) as pipeline,
+        ):
             build_pipeline(
                 pipeline,
                 plan,
@@ -207,7 +212,7 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Path, 
     return BuildResult(plan, paths.final, manifest, reused, published, committed, orphaned)
 
 
-def _previous_carry(out: Path, plan: ReplayPlan) -> dict[str, str] | None:
+def _previous_carry(out: Location, plan: ReplayPlan) -> dict[str, str] | None:
     """The group's dataset that this plan continues (its ranges end where this plan's start), if it
     carried open sessions over: its name and its carried file's digest, which go into this dataset's
     version, so a rerun after a crash reads the same carried events and writes the same bytes."""
@@ -246,6 +251,23 @@ def pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
     return options
 
 
+def pipeline_runner(options: PipelineOptions) -> PipelineRunner | None:
+    """The embedded engine when the options name it, made to hand them on to its worker processes;
+    None for any other runner, which Beam makes from the options itself.
+
+    Beam makes a runner named ``FnApiRunner`` with no provisioning information, so worker processes
+    (``--direct_running_mode=multi_processing``) start with empty options: an object store's endpoint
+    and credentials never reach the workers that write the shards. Its DirectRunner passes them in
+    provisioning information, as done here.
+    """
+    if options.view_as(StandardOptions).runner != EMBEDDED_RUNNER:
+        return None
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return FnApiRunner(
+        provision_info=ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    )
+
+
 @contextlib.contextmanager
 def _fewer_collections() -> Iterator[None]:
     """Run the pipeline with CPython's cyclic garbage collector passing less often.
@@ -267,7 +289,7 @@ def _fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-def fill_dead_letters(staging: Path, bootstrap_servers: str) -> int:
+def fill_dead_letters(staging: Location, bootstrap_servers: str) -> int:
     """Read back from the source the key, value and timestamp of every dead letter written without them
     (``episodes.unread_dead_letter``: a conflicting duplicate decision, found after the shuffle), so that
     every letter of the dataset carries its record's bytes. The records were read by this very run, so
@@ -291,7 +313,7 @@ def fill_dead_letters(staging: Path, bootstrap_servers: str) -> int:
     return len(unread)
 
 
-def publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
+def publish_dead_letters(dataset: Location, config: BuildTransitionsConfig) -> int:
     """Send the dataset's dead letters to the dead-letter topic exactly once, across crashes and reruns;
     returns how many this call sent.
 
@@ -328,7 +350,7 @@ def publish_dead_letters(dataset: Path, config: BuildTransitionsConfig) -> int:
     return len(letters) - len(present)
 
 
-def _superseded_publishing(dataset: Path) -> list[dict[int, int]]:
+def _superseded_publishing(dataset: Location) -> list[dict[int, int]]:
     """Where the datasets this one superseded (directly, or through a chain of orphans) began publishing
     their dead letters, for those that did."""
     orphans = dataset.parent / ORPHANED_DIR
@@ -347,5 +369,5 @@ def _letter_key(letter: dict[str, Any]) -> bytes:
     return f"{letter['topic']}/{letter['partition']}/{letter['offset']}".encode()
 
 
-def _note_published(marker: Path, topic: str, records: int) -> None:
+def _note_published(marker: Location, topic: str, records: int) -> None:
     write_json_atomic(marker, {"topic": topic, "records": records})

@@ -20,10 +20,10 @@ import base64
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from recsys_rl.pipelines.episodes import DECISION, FEEDBACK, Decision, Feedback
+from recsys_rl.storage import Location
 
 CARRIED_FILE = "carried.jsonl"
 
@@ -45,7 +45,7 @@ def carried_lines(user_id: str, events: Iterable[Decision | Feedback]) -> Iterat
         yield {"user_id": user_id, "kind": kind, "events": rows}
 
 
-def read_carried(path: Path) -> list[tuple[str, tuple[int, list[tuple]]]]:
+def read_carried(path: Location) -> list[tuple[str, tuple[int, list[tuple]]]]:
     """The carried events of a dataset, as the decoder emits them: (user id, (kind, event tuples))."""
     if not path.is_file():
         return []
@@ -59,7 +59,7 @@ def read_carried(path: Path) -> list[tuple[str, tuple[int, list[tuple]]]]:
     return out
 
 
-def _with_defaults(event: tuple, path: Path) -> tuple:
+def _with_defaults(event: tuple, path: Location) -> tuple:
     """A decision's fields, the trailing ones an older run did not write filled with their defaults."""
     missing = Decision._fields[len(event) :]
     if any(name not in Decision._field_defaults for name in missing):

@@ -13,15 +13,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -31,6 +29,7 @@ from recsys_rl.errors import OperationalError
 from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
 from recsys_rl.pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
 from recsys_rl.state import FEATURE_VERSION
+from recsys_rl.storage import Location, ObjectPath, arrow_source, file_sizes, move_tree, remove_tree
 
 ACCOUNTING_FILE = "accounting.jsonl"  # fate counts from the pipeline; folded into the manifest
 BUILT_PREFIX = "built:"  # the accounting's count of transitions made per surface: built:<surface>
@@ -55,15 +54,15 @@ class AccountingError(OperationalError):
 
 @dataclass(frozen=True)
 class DatasetPaths:
-    root: Path
+    root: Location
     version: str
 
     @property
-    def final(self) -> Path:
+    def final(self) -> Location:
         return self.root / self.version
 
     @property
-    def staging(self) -> Path:
+    def staging(self) -> Location:
         return self.root / f".staging-{self.version}"
 
 
@@ -71,12 +70,19 @@ class DatasetPaths:
 ORPHANED_DIR = ".orphaned"
 ORPHANED_NOTE = "orphaned.json"  # in an orphan: the dataset that superseded it, and why
 _LOCK_FILE = ".build.lock"
+VERSION_PREFIX = "transitions-"  # every dataset directory's name starts with it
 
 
 @contextlib.contextmanager
-def exclusive_output(root: Path) -> Iterator[None]:
+def exclusive_output(root: Location) -> Iterator[None]:
     """Hold the output directory for one build at a time (a lock the kernel drops if the process dies),
-    so that what another run left behind can be cleaned up without touching a run in progress."""
+    so that what another run left behind can be cleaned up without touching a run in progress.
+
+    An object store has no such lock, and Beam's filesystem layer no conditional write to make one:
+    there, one build at a time per output root is up to whoever schedules the builds (``storage``)."""
+    if isinstance(root, ObjectPath):
+        yield
+        return
     root.mkdir(parents=True, exist_ok=True)
     with open(root / _LOCK_FILE, "w") as lock:
         try:
@@ -88,22 +94,25 @@ def exclusive_output(root: Path) -> Iterator[None]:
         yield
 
 
-def clear_leftovers(root: Path) -> list[str]:
-    """Remove what dead runs left in ``root`` (held with `exclusive_output`): staging directories and
-    temporary files of atomic writes, in the root and in the datasets. Returns their names."""
+def clear_leftovers(root: Location) -> list[str]:
+    """Remove what dead runs left in ``root`` (held with `exclusive_output`): staging directories,
+    temporary files of atomic writes (in the root and in the datasets), and dataset directories without
+    a manifest: a publication to an object store cut short (locally, publication is one rename and
+    leaves none). Returns their names."""
     found = {*root.glob(".staging-*"), *root.glob(".*.tmp"), *root.glob("*/.*.tmp")}
+    found |= {path for path in root.glob(f"{VERSION_PREFIX}*") if not (path / MANIFEST).is_file()}
     # a temporary file in a staging directory (a manifest write cut short) goes with its directory
     leftovers = [path for path in found if path.parent not in found]
     for path in leftovers:
         if path.is_dir():
-            shutil.rmtree(path)
+            remove_tree(path)
         else:
             path.unlink()
     return sorted(str(path.relative_to(root)) for path in leftovers)
 
 
 def orphan_overlapping(
-    root: Path, group: str | None, starts: Mapping[tuple[str, int], int], keep: str
+    root: Location, group: str | None, starts: Mapping[tuple[str, int], int], keep: str
 ) -> list[str]:
     """Move aside every published dataset of ``group`` (other than ``keep``) that holds offsets at or
     past the group's committed ``starts``: such a dataset was written but its offsets never committed
@@ -123,7 +132,7 @@ def orphan_overlapping(
         destination = root / ORPHANED_DIR / dataset.name
         destination.parent.mkdir(exist_ok=True)
         if destination.exists():
-            shutil.rmtree(destination)  # orphaned before, rebuilt since and orphaned again: same offsets
+            remove_tree(destination)  # orphaned before, rebuilt since and orphaned again: same offsets
         write_json_atomic(
             dataset / ORPHANED_NOTE,
             {
@@ -131,7 +140,7 @@ def orphan_overlapping(
                 "reason": "its offsets were never committed for the group, and a later run read them again",
             },
         )
-        os.rename(dataset, destination)
+        move_tree(dataset, destination)
         orphaned.append(dataset.name)
     return orphaned
 
@@ -139,12 +148,12 @@ def orphan_overlapping(
 def dataset_version(kafka_ranges: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
     """A digest of the inputs (offset ranges, not broker addresses) and of the settings that shape output."""
     canonical = json.dumps({"kafka": kafka_ranges, "settings": settings}, sort_keys=True).encode("utf-8")
-    return "transitions-" + hashlib.sha256(canonical).hexdigest()[:16]
+    return VERSION_PREFIX + hashlib.sha256(canonical).hexdigest()[:16]
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(path: Location) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -177,7 +186,8 @@ def accounting_summary(fates: Mapping[str, int]) -> dict[str, Any]:
 def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """Check accounting, write the manifest into staging and rename staging into the final directory."""
     staging = paths.staging
-    shutil.rmtree(staging / ".beam-temp", ignore_errors=True)
+    if (staging / ".beam-temp").is_dir():
+        remove_tree(staging / ".beam-temp")
     files = _check_inventory(staging)
     if ACCOUNTING_FILE not in files:  # never zero counts: without them nothing says what the run read
         raise AccountingError(
@@ -195,7 +205,10 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
     surfaces = {}
     for surface, signal_names in SURFACE_SIGNALS.items():
         shards = [staging / name for name in files if name.startswith(f"transitions-{surface}-")]
-        rows = sum(pq.read_metadata(p).num_rows for p in shards if p.suffix == PARQUET_SUFFIX)
+        parquet_shards = [p for p in shards if p.suffix == PARQUET_SUFFIX]
+        # the columns the manifest counts, each shard read once: from an object store, a read costs
+        tables = [pq.read_table(arrow_source(p), columns=_COUNTED_COLUMNS) for p in parquet_shards]
+        rows = sum(table.num_rows for table in tables)
         built = accounting["transitions_built"].get(surface, 0)
         if rows != built:
             raise AccountingError(
@@ -206,10 +219,10 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
             "signals": list(signal_names),
             "feature_names": list(STATE_FEATURES[surface]),
             "rows": rows,
-            "features_missing": _features_missing([p for p in shards if p.suffix == PARQUET_SUFFIX]),
-            "deterministic": _deterministic([p for p in shards if p.suffix == PARQUET_SUFFIX]),
+            "features_missing": _features_missing(tables),
+            "deterministic": _deterministic(tables),
             "tfrecord_shards": [p.name for p in shards if p.suffix == TFRECORD_SUFFIX],
-            "parquet_shards": [p.name for p in shards if p.suffix == PARQUET_SUFFIX],
+            "parquet_shards": [p.name for p in parquet_shards],
         }
     manifest = {
         "schema_version": DATASET_SCHEMA_VERSION,
@@ -228,7 +241,7 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
     (staging / ACCOUNTING_FILE).unlink()
     (staging / INVENTORY_FILE).unlink()
     write_json_atomic(staging / MANIFEST, manifest)
-    os.rename(staging, paths.final)  # fails rather than replace an existing dataset
+    move_tree(staging, paths.final)  # fails rather than replace an existing dataset
     return manifest
 
 
@@ -237,7 +250,7 @@ def inventory_entry(name: str, data: bytes) -> dict[str, Any]:
     return {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def replace_staged_file(staging: Path, name: str, data: bytes) -> None:
+def replace_staged_file(staging: Location, name: str, data: bytes) -> None:
     """Replace a file the pipeline staged, and its inventory entry with it, each atomically: the one way
     for a step after the pipeline (filling dead letters' bytes) to change its output, so that the
     inventory check still proves every file is the one meant to be published."""
@@ -249,7 +262,7 @@ def replace_staged_file(staging: Path, name: str, data: bytes) -> None:
     write_bytes_atomic(staging / INVENTORY_FILE, jsonl_file(updated))
 
 
-def _check_inventory(staging: Path) -> dict[str, str]:
+def _check_inventory(staging: Location) -> dict[str, str]:
     """Every file the pipeline wrote, by name -> sha256, checked against its inventory; else AccountingError.
 
     The check that catches a file lost after the pipeline produced it (a failed directory or rename
@@ -262,17 +275,18 @@ def _check_inventory(staging: Path) -> dict[str, str]:
             "staged output kept for inspection"
         )
     expected = [json.loads(line) for line in inventory_path.read_text().splitlines()]
-    found = {str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file() and p != inventory_path}
+    found = file_sizes(staging)
+    del found[INVENTORY_FILE]
     written = {entry["name"] for entry in expected}
-    problems = [f"{name} (not written by the pipeline)" for name in sorted(found - written)]
+    problems = [f"{name} (not written by the pipeline)" for name in sorted(found.keys() - written)]
     digests = {}
     for entry in expected:
-        path = staging / entry["name"]
-        if not path.is_file():
+        size = found.get(entry["name"])
+        if size is None:
             problems.append(f"{entry['name']} (missing)")
-        elif path.stat().st_size != entry["bytes"]:
-            problems.append(f"{entry['name']} ({path.stat().st_size} bytes, written {entry['bytes']})")
-        elif (digest := sha256_of(path)) != entry["sha256"]:
+        elif size != entry["bytes"]:
+            problems.append(f"{entry['name']} ({size} bytes, written {entry['bytes']})")
+        elif (digest := sha256_of(staging / entry["name"])) != entry["sha256"]:
             problems.append(f"{entry['name']} (sha256 differs from what was written)")
         else:
             digests[entry["name"]] = digest
@@ -284,34 +298,35 @@ def _check_inventory(staging: Path) -> dict[str, str]:
     return dict(sorted(digests.items()))
 
 
-def _features_missing(parquet_shards: list[Path]) -> dict[str, Any]:
+_COUNTED_COLUMNS = ["features_missing_reason", "deterministic"]
+
+
+def _features_missing(tables: list[pa.Table]) -> dict[str, Any]:
     """How many of a surface's transitions were decided on default user features, and why."""
     reasons: Counter[str] = Counter()
-    for path in parquet_shards:
-        reasons.update(pq.read_table(path, columns=["features_missing_reason"]).column(0).to_pylist())
+    for table in tables:
+        reasons.update(table.column("features_missing_reason").to_pylist())
     del reasons[""]  # the store answered
     return {"rows": sum(reasons.values()), "by_reason": dict(sorted(reasons.items()))}
 
 
-def _deterministic(parquet_shards: list[Path]) -> dict[str, int]:
+def _deterministic(tables: list[pa.Table]) -> dict[str, int]:
     """How many of a surface's transitions served the policy's mode (``serve --no-explore``): their
     log_propensity is no behaviour propensity, and OPE leaves their sessions out."""
-    rows = sum(
-        pc.sum(pq.read_table(path, columns=["deterministic"]).column(0)).as_py() or 0
-        for path in parquet_shards
-    )
+    rows = sum(pc.sum(table.column("deterministic")).as_py() or 0 for table in tables)
     return {"rows": int(rows)}
 
 
-def read_manifest(directory: Path) -> dict[str, Any]:
+def read_manifest(directory: Location) -> dict[str, Any]:
     return json.loads((directory / MANIFEST).read_text())
 
 
-def verify(directory: Path) -> list[str]:
+def verify(directory: Location) -> list[str]:
     """Files whose sha256 differs from the manifest (or that are missing): empty for a sound dataset."""
     manifest = read_manifest(directory)
+    present = file_sizes(directory)
     return [
         name
         for name, digest in manifest["sha256"].items()
-        if not (directory / name).is_file() or sha256_of(directory / name) != digest
+        if name not in present or sha256_of(directory / name) != digest
     ]

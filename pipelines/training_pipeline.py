@@ -46,6 +46,7 @@ from recsys_rl.pipelines.build_transitions import (
     publish_dead_letters,
 )
 from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets
+from recsys_rl.storage import is_uri
 from recsys_rl.training.agents.algorithms import surface_of
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -95,6 +96,12 @@ class PipelineConfig:
         for name in ("work_dir", "registry", "ingest"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is required")
+        if is_uri(self.ingest.out):
+            raise ValueError(
+                f"ingest.out should be a local or mounted directory, but is the URI {self.ingest.out!r}: "
+                "the steps after ingest (Feast, training, evaluation) read the dataset with local file "
+                "operations; build-transitions alone writes datasets to object stores"
+            )
         if self.features is not None and self.features.offline is not None:
             raise ValueError(
                 "features.offline is set by the pipeline: each dataset carries its own aggregates"

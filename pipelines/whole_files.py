@@ -23,6 +23,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.value_provider import StaticValueProvider
 
+from recsys_rl.storage import write_empty_objects_to_s3
+
 
 def tfrecord_file(records: Iterable[bytes]) -> bytes:
     """A TFRecord file of ``records``, in order: Beam's own framing (length, masked CRC32C, data, masked
@@ -50,6 +52,7 @@ class _BytesSink(fileio.FileSink):
         )
 
     def open(self, fh) -> None:
+        write_empty_objects_to_s3()  # before the file closes, in this worker's process
         self._fh = fh
 
     def write(self, record: tuple[str, bytes]) -> None:

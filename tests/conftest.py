@@ -7,12 +7,15 @@ integration test reads as "fine" in CI while testing nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
+import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,11 +90,33 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
             "redis-server is not installed (the Makefile installs it; or: apt-get install redis-server)",
             pytrace=False,
         )
-    workdir = tmp_path_factory.mktemp("redis")
     service = RedisService(host="127.0.0.1", port=free_port())
     argv = [binary, "--port", str(service.port), "--bind", service.host, "--save", "", "--appendonly", "no"]
-    argv += ["--dir", str(workdir)]
-    log_path = workdir / "redis.log"
+    # retry=None: redis-py otherwise retries a refused connection with backoff for ~6 s per ping,
+    # which would turn the polling loop's 50 ms steps into multi-second ones.
+    client = redis.Redis(
+        host=service.host, port=service.port, socket_connect_timeout=0.5, socket_timeout=0.5, retry=None
+    )
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.exceptions.ConnectionError:
+            return False
+
+    workdir = tmp_path_factory.mktemp("redis")
+    with _service([*argv, "--dir", str(workdir)], workdir, "redis-server", answers) as process:
+        client.close()
+        yield dataclasses.replace(service, pid=process.pid)
+
+
+@contextlib.contextmanager
+def _service(
+    argv: list[str], workdir: Path, name: str, ready: Callable[[], bool], timeout_s: float = 20.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv`` in ``workdir`` until the block ends, once ``ready()`` says it answers; a process that
+    exits or stays silent fails the test with its log's excerpt."""
+    log_path = workdir / f"{name}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             argv,
@@ -102,36 +127,67 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
             start_new_session=True,
         )
     try:
-        _wait_for_ping(service, process, log_path, timeout_s=10.0)
-        yield dataclasses.replace(service, pid=process.pid)
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if process.poll() is not None:
+                excerpt = log_excerpt(log_path)
+                pytest.fail(f"{name} exited with code {process.returncode}: {excerpt}", pytrace=False)
+            if time.monotonic() >= deadline:
+                pytest.fail(f"{name} did not answer within {timeout_s:g} s: {log_excerpt(log_path)}")
+            time.sleep(0.05)
+        yield process
     finally:
         stop_process(process, grace_s=10)
 
 
-def _wait_for_ping(
-    service: RedisService, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    # retry=None: redis-py otherwise retries a refused connection with backoff for ~6 s per ping,
-    # which would turn this polling loop's 50 ms steps into multi-second ones.
-    client = redis.Redis(
-        host=service.host, port=service.port, socket_connect_timeout=0.5, socket_timeout=0.5, retry=None
-    )
-    try:
-        while True:
-            if process.poll() is not None:
-                excerpt = log_excerpt(log_path)
-                pytest.fail(f"redis-server exited with code {process.returncode}: {excerpt}", pytrace=False)
-            try:
-                if client.ping():
-                    return
-            except redis.exceptions.ConnectionError:
-                pass
-            if time.monotonic() >= deadline:
-                pytest.fail(f"redis-server on port {service.port} did not answer PING within {timeout_s:g} s")
-            time.sleep(0.05)
-    finally:
-        client.close()
+@dataclass(frozen=True)
+class S3Service:
+    """An S3 API on loopback (moto's server, in memory), and the options that point Beam and boto3 at it."""
+
+    endpoint: str
+    bucket: str = "recsys-rl-tests"
+    region: str = "us-east-1"
+    key: str = "test-key"  # moto accepts any credentials; Beam and boto3 only need some
+
+    @property
+    def pipeline_args(self) -> list[str]:
+        return [
+            f"--s3_endpoint_url={self.endpoint}",
+            f"--s3_access_key_id={self.key}",
+            f"--s3_secret_access_key={self.key}",
+            f"--s3_region_name={self.region}",
+        ]
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=self.key,
+            aws_secret_access_key=self.key,
+        )
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
+    """moto's S3 server, a real HTTP endpoint on a free loopback port: the non-local filesystem the
+    dataset code is tested on (Beam's S3 filesystem, through boto3), with one bucket."""
+    port = free_port()
+    service = S3Service(endpoint=f"http://127.0.0.1:{port}")
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
+    def answers() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    with _service(argv, tmp_path_factory.mktemp("s3"), "moto-server", answers):
+        service.client().create_bucket(Bucket=service.bucket)
+        yield service
 
 
 #: Users and seed of the simulated logs the training tests learn from; the same world is what

@@ -25,7 +25,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
     add_config_option(p)
     add_bootstrap_option(p, "Kafka cluster to read")
     p.add_argument("--group", help="consumer group whose offsets the replay resumes and commits")
-    p.add_argument("--out", metavar="DIR", help="dataset root directory")
+    p.add_argument(
+        "--out",
+        metavar="DIR|URI",
+        help="dataset root: a directory, or a URI of a filesystem Beam has (s3://B/x with --s3_* options)",
+    )
     p.add_argument("--decisions-topic", help="decision records topic (default recsys.decisions)")
     p.add_argument("--feedback-topic", help="feedback events topic (default recsys.feedback)")
     p.add_argument(

@@ -25,6 +25,7 @@ from recsys_rl.pipelines.dataset import read_manifest, verify
 from recsys_rl.pipelines.kafka_source import plan_replay
 from recsys_rl.sim.events import EventIds
 from recsys_rl.sim.simulate import SimulateConfig, day_messages, run_simulation, simulated_days
+from recsys_rl.storage import ObjectPath
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +171,41 @@ def test_bad_records_are_dead_lettered_counted_and_published(apache_kafka, tmp_p
     assert base64.b64decode(letter["value"]) == contracts.encode(conflicting)
     assert base64.b64decode(letter["key"]) == decision.key
     assert letter["timestamp_ms"] == decision.timestamp_ms
+
+
+def test_a_dataset_written_to_s3_by_worker_processes_is_the_local_one_byte_for_byte(
+    apache_kafka, simulated_topics, s3_server, tmp_path
+):
+    """Issue 21: datasets stored by URI. Two worker processes write the shards to S3 (moto's server)
+    with the endpoint and credentials they get from the pipeline options; the driver checks, hashes and
+    publishes them through the same filesystem layer. A rerun finds the dataset there and verifies it."""
+    sim_config, _, _ = simulated_topics
+    local = build_transitions(_config(apache_kafka, sim_config, tmp_path, commit=False))
+    out = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:8]}/transitions/"  # a trailing slash is fine
+    config = _config(apache_kafka, sim_config, out, commit=False)
+    workers = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    remote = build_transitions(config, [*s3_server.pipeline_args, *workers])
+
+    assert remote.dataset_dir == ObjectPath(out.rstrip("/")) / local.dataset_dir.name
+    assert remote.manifest["sha256"] == local.manifest["sha256"]
+    assert verify(remote.dataset_dir) == []  # every object read back and hashed against the manifest
+    assert [p.name for p in remote.dataset_dir.parent.iterdir()] == [local.dataset_dir.name]
+    rerun = build_transitions(config, s3_server.pipeline_args)
+    assert rerun.reused and rerun.manifest == remote.manifest
+
+    # a publication cut short (objects are copied one by one, the manifest last) and a dead run's
+    # staging: the next build clears both and builds the dataset again
+    (remote.dataset_dir / "manifest.json").unlink()
+    (remote.dataset_dir.parent / ".staging-transitions-0123456789abcdef" / "part").write_bytes(b"")
+    cleared = []
+    again = build_transitions(
+        config,
+        s3_server.pipeline_args,
+        lambda event, fields: cleared.append(fields) if event == "cleared" else None,
+    )
+    assert cleared == [{"leftovers": 2}] and not again.reused
+    assert again.manifest["sha256"] == local.manifest["sha256"] and verify(again.dataset_dir) == []
+    assert [p.name for p in remote.dataset_dir.parent.iterdir()] == [local.dataset_dir.name]
 
 
 def test_cli_builds_and_reports_the_accounting(apache_kafka, simulated_topics, tmp_path):

@@ -5,6 +5,7 @@ from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
 from recsys_rl.config import ConfigError
 from recsys_rl.pipelines.build_transitions import EMBEDDED_RUNNER, BuildTransitionsConfig, pipeline_options
+from recsys_rl.storage import ObjectPath
 
 
 def test_without_a_runner_the_embedded_engine_is_named():
@@ -43,9 +44,15 @@ def test_a_relative_out_is_made_absolute_on_the_driver(tmp_path, monkeypatch):
     assert _config(str(tmp_path / "abs")).out_dir == tmp_path / "abs"
 
 
-@pytest.mark.parametrize("uri", ["gs://bucket/transitions", "s3://b/x", "hdfs://nn:8020/x"])
-def test_an_object_store_uri_for_out_is_refused_instead_of_becoming_a_local_directory(uri):
-    with pytest.raises(
-        ValueError, match=f"out should be a local or mounted directory, but is the URI '{uri}'"
-    ):
-        _config(uri)
+@pytest.mark.parametrize("uri", ["s3://bucket/transitions", "s3://b/x/"])
+def test_an_object_store_uri_for_out_stays_a_uri_instead_of_becoming_a_local_directory(uri):
+    """Issue 21: Path("s3://b/x") is the local directory s3:/b/x."""
+    assert _config(uri).out_dir == ObjectPath(uri.rstrip("/"))
+    assert (
+        str(_config(uri).out_dir / "transitions-0" / "manifest.json")
+        == f"{uri.rstrip('/')}/transitions-0/manifest.json"
+    )
+
+
+def test_a_file_uri_for_out_is_a_local_directory(tmp_path):
+    assert _config(f"file://{tmp_path}/data").out_dir == tmp_path / "data"

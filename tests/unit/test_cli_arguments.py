@@ -29,6 +29,11 @@ BUILD = ["build-transitions", "--bootstrap-servers", "127.0.0.1:9", "--out", "/t
             [*BUILD, "--group", "g", "--join-window-s", "-5"], "join_window_s should be positive", id="window"
         ),
         pytest.param(
+            [*BUILD, "--group", "g", "--out", "gs://bucket/datasets"],
+            "gs://bucket/datasets: Beam has no filesystem for gs:// here; install",
+            id="uri-without-its-filesystem",
+        ),
+        pytest.param(
             [*BUILD, "--group", "g", "--direct_running_mode=multi_threading"],
             "multi_threading loses elements",
             id="threaded-beam",

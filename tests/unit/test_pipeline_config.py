@@ -47,6 +47,7 @@ def test_a_complete_config_loads_with_every_section_typed(tmp_path: Path) -> Non
         ({"features": {"offline": "x"}}, "features.offline is set by the pipeline"),
         ({"promotion": {"canary_fraction": 1.5}}, "canary_fraction|fraction"),
         ({"ingest": {**INGEST, "start": "latest"}}, "ingest: start should be one of"),
+        ({"ingest": {**INGEST, "out": "s3://b/datasets"}}, "ingest.out should be a local or mounted dir"),
         ({"gate": {"resamples": 3}}, "resamples should be at least 10"),
         ({"train": {"algo": "sl-mgac"}}, "decides for live_allocation, but gate.surface is feed"),
     ],

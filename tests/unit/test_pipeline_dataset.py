@@ -289,12 +289,16 @@ def test_clear_leftovers_removes_what_dead_runs_left_and_nothing_else(tmp_path):
     dataset.mkdir()
     (dataset / MANIFEST).write_text("{}")
     (dataset / ".dead-letters.jsonl.tmp").write_text("")  # and one in a published dataset
+    # a dataset whose publication to an object store was cut short, file by file, before its manifest
+    (tmp_path / "transitions-e" / "features").mkdir(parents=True)
+    (tmp_path / "transitions-e" / "features" / "x.parquet").write_bytes(b"P")
     kept = [
         dataset / MANIFEST,
         dataset / "dead-letters.jsonl",
         tmp_path / ".build.lock",  # held by the run that clears
         tmp_path / ORPHANED_DIR / "transitions-d" / MANIFEST,
         tmp_path / "notes.tmp",  # not an atomic write's temporary file (those are hidden)
+        tmp_path / "reports" / "r.json",  # not a dataset's directory, manifest or not
     ]
     for path in kept[1:]:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -306,12 +310,14 @@ def test_clear_leftovers_removes_what_dead_runs_left_and_nothing_else(tmp_path):
         ".staging-transitions-a",
         ".staging-transitions-b",
         "transitions-c/.dead-letters.jsonl.tmp",
+        "transitions-e",
     ]
     assert all(path.exists() for path in kept)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".build.lock",
         ORPHANED_DIR,
         "notes.tmp",
+        "reports",
         "transitions-c",
     ]
     assert clear_leftovers(tmp_path) == []
