@@ -119,7 +119,12 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	npm ci --prefix $(NODE_DIR) --no-audit --no-fund --ignore-scripts
 	touch $@
 
-# Re-resolve the pinned set after changing install_requires in setup.py.
+# Re-resolve the pinned sets after changing install_requires in setup.py: requirements.lock, the whole
+# development set, and requirements-runtime.lock, what 'pip install .' alone installs (servers, the
+# Dockerfile). The runtime set is installed into a second fresh venv, constrained by requirements.lock,
+# and frozen: only pip's resolver knows what the runtime requirements pull in (extras such as feast[redis],
+# markers), and the constraint keeps every runtime pin equal to the development one the tests ran against
+# (tests/unit/test_locks.py checks both).
 lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
@@ -128,6 +133,14 @@ lock:
 	{ echo "# Resolved, pinned dependency set of recsys-rl (Python 3.11, linux x86_64)."; \
 	  echo "# Regenerate with 'make lock' after changing install_requires in setup.py."; \
 	  .lock-venv/bin/pip freeze --exclude-editable | grep -v '^recsys-rl'; } > requirements.lock
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet pip==26.3 setuptools==84.2.1 wheel==0.48.0
+	.lock-venv/bin/pip install --quiet -c requirements.lock grpcio-tools
+	.lock-venv/bin/pip install --quiet --no-build-isolation -c requirements.lock .
+	{ echo "# Runtime-only pinned dependency set of recsys-rl (Python 3.11, linux x86_64): what 'pip install .' installs."; \
+	  echo "# Its pins equal requirements.lock's; regenerate both with 'make lock' after changing install_requires in setup.py."; \
+	  .lock-venv/bin/pip freeze | grep -v '^recsys-rl'; } > requirements-runtime.lock
 	rm -rf .lock-venv
 
 clean:

@@ -18,6 +18,9 @@ from setuptools.command.develop import develop
 from setuptools.command.editable_wheel import editable_wheel
 
 ROOT = Path(__file__).parent.resolve()
+# Read as text, not imported: the build runs before the package's dependencies are installed, and must not
+# depend on what recsys_rl/__init__.py comes to import.
+VERSION = re.search(r'^__version__ = "([^"]+)"$', (ROOT / "recsys_rl" / "__init__.py").read_text(), re.M)[1]
 
 
 class BuildProtos(Command):
@@ -108,9 +111,11 @@ class DevelopWithProtos(develop):
 
 setup(
     name="recsys-rl",
-    version="0.1.0",
+    version=VERSION,
     description="Constrained RL for a short-video recommender: Beam pipelines, TF-Agents training, "
     "offline policy evaluation and gRPC serving.",
+    license="Apache-2.0",
+    license_files=["LICENSE"],
     python_requires=">=3.11,<3.12",
     # The design keeps pipelines/, serving/ and the Feast repo features/ at the top of the repository;
     # they install under the project's own name, so that an unrelated project's ``import serving`` or

@@ -67,22 +67,35 @@ def load_config(
     A field whose type is itself a config dataclass (or one or None: an optional section) is read from a
     nested mapping, checked the same way; a field typed as a tuple accepts a YAML list.
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except OSError as err:
-            raise ConfigError(f"cannot read config file {str(path)!r}: {err.strerror}") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(
-                f"config file {str(path)!r} should hold a mapping, but holds {type(loaded).__name__}"
-            )
-        data = dict(loaded or {})
+    data = read_config_file(path) if path is not None else {}
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     where = f"in {str(path)!r}" if path is not None else "in the overrides"
     return _build(cls, data, where=where, prefix="")
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping in the YAML file at ``path``; ConfigError, in one line, if it cannot be read, parsed
+    or is not a mapping. The command line calls it before any verb imports its libraries, so a broken
+    file is reported at once rather than after seconds of TensorFlow or Beam start-up."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_one_line(err)}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(
+            f"config file {str(path)!r} should hold a mapping, but holds {type(loaded).__name__}"
+        )
+    return dict(loaded or {})
+
+
+def _one_line(err: yaml.YAMLError) -> str:
+    """PyYAML's message without its multi-line excerpt of the file: the problem and where it is."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        return f"{err.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(err).split())
 
 
 def _build(cls: type[T], data: Mapping[str, Any], where: str, prefix: str) -> T:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from recsys_rl.cli.options import add_config_option, non_negative_int, positive_int
+from recsys_rl.cli.options import (
+    add_config_option,
+    non_negative_int,
+    positive_int,
+    require_dataset,
+)
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
 
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         from recsys_rl.ope.report import verdict_line
 
     config = load_config(EvaluateConfig, args.config, _overrides(args))
+    require_dataset(config.data)
     if len(config.candidate_paths) > 1:
         ranking = run_ranking(config, progress_logger("evaluate"))
         # both in rank order

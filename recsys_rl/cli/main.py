@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import confluent_kafka
 import kafka.errors
 
+from recsys_rl import __version__
 from recsys_rl.cli import build_transitions as build_transitions_cmd
 from recsys_rl.cli import demo as demo_cmd
 from recsys_rl.cli import evaluate as evaluate_cmd
@@ -24,7 +25,7 @@ from recsys_rl.cli import sim_eval as sim_eval_cmd
 from recsys_rl.cli import simulate as simulate_cmd
 from recsys_rl.cli import train as train_cmd
 from recsys_rl.cli.options import EXIT_FAILURE, EXIT_USAGE, OneLineParser
-from recsys_rl.config import ConfigError
+from recsys_rl.config import ConfigError, read_config_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import BrokerConfigError
 from recsys_rl.logs import silence_import_noise
@@ -32,6 +33,8 @@ from recsys_rl.logs import silence_import_noise
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="recsys-rl", description="Constrained RL for a short-video recommender.")
+    # argparse exits on --version before the required verb is checked or any handler imports TensorFlow
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=OneLineParser)
     simulate_cmd.register(verbs)
     build_transitions_cmd.register(verbs)
@@ -71,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.pipeline_args = extra
     try:
+        if getattr(args, "config", None):
+            read_config_file(args.config)  # a broken file fails now, before the verb imports TensorFlow
         return args.handler(args)
     except (ConfigError, BrokerConfigError) as err:
         print(f"recsys-rl {args.verb}: error: {err}", file=sys.stderr)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import NoReturn
+
+from recsys_rl.config import ConfigError
+from recsys_rl.dataset_contract import MANIFEST
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -41,6 +45,18 @@ BOOTSTRAP_ENV = "RECSYS_RL_BOOTSTRAP_SERVERS"
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="YAML", help="YAML file with any of the options below; flags win")
+
+
+def require_dataset(directory: str) -> None:
+    """A ``data`` path that is no dataset is a usage error (exit 2), named before anything is read:
+    usually a typo, or the dataset root given instead of one of its versions."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise ConfigError(f"data {directory!r}: no such directory")
+    if not (path / MANIFEST).is_file():
+        versions = sorted(p.parent.name for p in path.glob(f"*/{MANIFEST}"))
+        hint = f"; it holds datasets, pass one of them, e.g. {directory}/{versions[-1]}" if versions else ""
+        raise ConfigError(f"data {directory!r} has no {MANIFEST}: not a transition dataset{hint}")
 
 
 def add_bootstrap_option(parser: argparse.ArgumentParser, what: str) -> None:

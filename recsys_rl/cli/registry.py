@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from recsys_rl import registry
-from recsys_rl.cli.options import env_default
-from recsys_rl.config import ConfigError
+from recsys_rl.cli.options import add_config_option, env_default
+from recsys_rl.config import ConfigError, load_config, read_config_file
 from recsys_rl.logs import quiet_native_imports
 from recsys_rl.ope.blessing import Blessing
 
@@ -54,19 +55,15 @@ def register(verbs: argparse._SubParsersAction) -> None:
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     where = argparse.ArgumentParser(add_help=False)
-    default_registry = env_default(REGISTRY_ENV)
+    add_config_option(where)
     where.add_argument(
         "--registry",
         metavar="DIR",
-        default=default_registry,
-        required=default_registry is None,
-        help=f"registry root directory (env {REGISTRY_ENV})",
+        help=f"registry root directory (else the config's, else env {REGISTRY_ENV})",
     )
-    where.add_argument("--surface", choices=registry.SURFACES, default="feed", help="surface (default feed)")
+    where.add_argument("--surface", choices=registry.SURFACES, help="surface (default feed)")
     writes = argparse.ArgumentParser(add_help=False, parents=[where])
-    writes.add_argument(
-        "--actor", default=env_default("USER"), help="who the audit log names for this write (default $USER)"
-    )
+    writes.add_argument("--actor", help="who the audit log names for this write (default $USER)")
 
     a = actions.add_parser(
         "register",
@@ -82,7 +79,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "--version", type=version_name, help="version name (default: the policy's version and its digest)"
     )
     a.add_argument("--report", metavar="DIR", help="OPE gate output to attach, as for 'attach'")
-    a.set_defaults(handler=_register)
+    a.set_defaults(handler=_with_settings(_register))
 
     a = actions.add_parser(
         "attach",
@@ -93,16 +90,16 @@ def register(verbs: argparse._SubParsersAction) -> None:
     )
     a.add_argument("version", metavar="VERSION", type=version_name, help="a version name, as listed")
     a.add_argument("--report", metavar="DIR", required=True, help="directory the OPE gate wrote")
-    a.set_defaults(handler=_attach)
+    a.set_defaults(handler=_with_settings(_attach))
 
     a = actions.add_parser("list", parents=[where], help="list versions, their blessing and role")
-    a.set_defaults(handler=_list)
+    a.set_defaults(handler=_with_settings(_list))
 
     a = actions.add_parser(
         "show", parents=[where], help="show one version: manifest, blessing, role, history"
     )
     a.add_argument("version", metavar="VERSION", type=version_name, help="a version name, as listed")
-    a.set_defaults(handler=_show)
+    a.set_defaults(handler=_with_settings(_show))
 
     a = actions.add_parser(
         "promote",
@@ -116,7 +113,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--canary-fraction", type=fraction, metavar="F", help="share of users the canary serves, in [0, 1]"
     )
-    a.set_defaults(handler=_promote)
+    a.set_defaults(handler=_with_settings(_promote))
 
     a = actions.add_parser(
         "rollback",
@@ -126,11 +123,45 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "blessed version given with --to.",
     )
     a.add_argument("--to", type=version_name, metavar="VERSION", help="roll back to this version instead")
-    a.set_defaults(handler=_rollback)
+    a.set_defaults(handler=_with_settings(_rollback))
 
     a = actions.add_parser("demote", parents=[writes], help="clear the canary or the shadow")
     a.add_argument("role", choices=("canary", "shadow"), help="the role to clear")
-    a.set_defaults(handler=_demote)
+    a.set_defaults(handler=_with_settings(_demote))
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """What every registry action needs, from its flags, then its --config file, then the environment."""
+
+    registry: str = ""
+    surface: str = "feed"
+    actor: str = ""  # written by the actions that change the registry
+
+    def __post_init__(self) -> None:
+        if not self.registry:
+            raise ValueError(
+                f"registry is required: --registry DIR, 'registry:' in --config, or env {REGISTRY_ENV}"
+            )
+        if self.surface not in registry.SURFACES:
+            raise ValueError(f"surface should be one of {list(registry.SURFACES)}, but is {self.surface!r}")
+
+
+def _with_settings(action: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``action`` run with args.registry, args.surface and args.actor resolved: a flag wins, then the
+    --config file, then the environment ($RECSYS_RL_REGISTRY, $USER)."""
+
+    def run(args: argparse.Namespace) -> int:
+        in_file = set(read_config_file(args.config)) if args.config else set()
+        environment = {"registry": env_default(REGISTRY_ENV), "actor": env_default("USER")}
+        flags = {"registry": args.registry, "surface": args.surface, "actor": getattr(args, "actor", None)}
+        overrides = {k: v for k, v in environment.items() if k not in in_file}
+        overrides.update({k: v for k, v in flags.items() if v is not None})
+        settings = load_config(RegistrySettings, args.config, overrides)
+        args.registry, args.surface, args.actor = settings.registry, settings.surface, settings.actor
+        return action(args)
+
+    return run
 
 
 def _register(args: argparse.Namespace) -> int:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from recsys_rl.cli.options import add_config_option, non_negative_int, positive_int
+from recsys_rl.cli.options import (
+    add_config_option,
+    non_negative_int,
+    positive_int,
+    require_dataset,
+)
 from recsys_rl.config import ConfigError, load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
 from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS
@@ -56,17 +61,18 @@ def _addresses(value: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workers and args.worker_index >= len(args.workers):
+        raise ConfigError(
+            f"--worker-index {args.worker_index} is not one of the {len(args.workers)} --workers"
+        )
     with quiet_native_imports():  # TensorFlow only for this verb
         from recsys_rl.training.train import TF_CONFIG, TrainConfig, tf_config_for, train
 
     if args.workers:
-        if args.worker_index >= len(args.workers):
-            raise ConfigError(
-                f"--worker-index {args.worker_index} is not one of the {len(args.workers)} --workers"
-            )
         os.environ[TF_CONFIG] = tf_config_for(args.workers, args.worker_index)
     overrides = {k: getattr(args, k) for k in ("algo", "data", "out", "steps", "batch_size", "seed")}
     config = load_config(TrainConfig, args.config, overrides)
+    require_dataset(config.data)
     result = train(config, progress_logger("train"))
     manifest = result.manifest
     if result.already_complete:

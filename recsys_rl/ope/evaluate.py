@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from recsys_rl import signals as signal_registry
-from recsys_rl.atomic_json import write_json_atomic
+from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.config import ConfigError
 from recsys_rl.dataset_contract import MANIFEST
 from recsys_rl.errors import OperationalError
@@ -57,11 +57,16 @@ from recsys_rl.ope.gate import GateConfig, Lift, Support, Verdict, decide
 from recsys_rl.ope.logged import LOG_PROB_CHUNK_ROWS, LoggedSteps, ScoredPolicy, target_log_prob
 from recsys_rl.ope.offline_evaluation import OPESettings, evaluate_lift
 from recsys_rl.ope.simulated_truth import SimulatorWorld
-from recsys_rl.registry.policy_files import policy_digest
+from recsys_rl.registry.policy_files import POLICY_MANIFEST, policy_digest
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.sim_eval import policy_directory
 from recsys_rl.training.agents.data import TransitionDataset, open_dataset
-from recsys_rl.training.agents.policy_io import load_allocation_policy, load_feed_policy
+from recsys_rl.training.agents.policy_io import (
+    POLICY_KINDS,
+    PolicyLoadError,
+    load_allocation_policy,
+    load_feed_policy,
+)
 
 BEHAVIOUR = ("behavior", "behaviour")
 REPORT_JSON, REPORT_HTML, BLESSING_JSON = "report.json", "report.html", "blessing.json"
@@ -284,7 +289,16 @@ def _evaluate(inputs: _Inputs, candidate_path: str, progress: Progress) -> _Eval
 
 
 def scored_policy(directory: Path, surface: str):
-    """An exported policy of ``surface`` as OPE scores it: sampling the distribution it weighs by."""
+    """An exported policy of ``surface`` as OPE scores it: sampling the distribution it weighs by.
+
+    A policy of the other surface is a usage error naming the setting to change: the gate's surface
+    defaults to feed, so evaluating a live-allocation run without it is the common slip."""
+    kind = read_json_file(directory / POLICY_MANIFEST, PolicyLoadError, "not an exported policy").get("kind")
+    if (other := next((s for s, k in POLICY_KINDS.items() if k == kind), surface)) != surface:
+        raise ConfigError(
+            f"{directory} holds a {other} policy, but gate.surface is {surface}: "
+            f"set gate: {{surface: {other}}} in --config (examples/gate-live.yaml is one for live_allocation)"
+        )
     if surface == "feed":
         return load_feed_policy(directory, sample=True)
     return load_allocation_policy(directory, sample=True).for_ope()

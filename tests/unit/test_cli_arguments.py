@@ -73,6 +73,16 @@ def test_bad_pipeline_arguments_give_one_line_and_exit_2(args, message):
             "--worker-index 2 is not one of the 2 --workers",
             id="worker-index",
         ),
+        pytest.param(
+            ["train", "--data", "/no/such/dataset", "--out", "o"],
+            "data '/no/such/dataset': no such directory",
+            id="data",
+        ),
+        pytest.param(
+            ["evaluate", "--candidate", "r", "--data", "/no/such/dataset", "--out", "o"],
+            "data '/no/such/dataset': no such directory",
+            id="evaluate-data",
+        ),
     ],
 )
 def test_bad_training_and_evaluation_arguments_give_one_line_and_exit_2(args, message):

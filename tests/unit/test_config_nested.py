@@ -237,12 +237,19 @@ def test_unknown_override_key_is_a_config_error():
     ("text", "message"),
     [
         pytest.param("- a\n- b\n", "should hold a mapping, but holds list", id="list"),
-        pytest.param("a: [\n", "is not valid YAML", id="invalid"),
+        pytest.param("a: [\n", "is not valid YAML: expected the node content", id="invalid"),
     ],
 )
 def test_files_that_are_not_mappings_are_refused(tmp_path, text, message):
     with _raises(message):
         load_config(Outer, _yaml(tmp_path, text))
+
+
+def test_a_yaml_error_is_one_line_naming_where_it_is(tmp_path):
+    """PyYAML's own message quotes the file over several lines; a command's error is one line."""
+    with pytest.raises(ConfigError) as raised:
+        load_config(Outer, _yaml(tmp_path, "a: 1\nb: [\n  c\n"))
+    assert "\n" not in str(raised.value) and "at line 4, column 1" in str(raised.value)
 
 
 def test_an_empty_file_gives_the_defaults(tmp_path):

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from recsys_rl.training.agents.allocation import SLMGACAgent
 
 POLICY_SCHEMA_VERSION = 1
+#: The manifest's ``kind`` of each surface's policies.
+POLICY_KINDS = {"feed": "feed_policy", "live_allocation": "allocation_policy"}
 
 
 class PolicyLoadError(OperationalError):
@@ -96,7 +98,7 @@ def export_policy(agent: FeedAgent, directory: str | Path, metadata: dict[str, A
     )
     manifest = {
         "schema_version": POLICY_SCHEMA_VERSION,
-        "kind": "feed_policy",
+        "kind": POLICY_KINDS["feed"],
         "surface": "feed",
         "feature_names": list(FEED_STATE_FEATURES),
         "feature_version": FEATURE_VERSION,
@@ -271,7 +273,7 @@ def load_feed_policy(
 ) -> SavedFeedPolicy:
     """The exported feed policy; ``numpy``: computed by its numpy twin, checked against it first."""
     directory = Path(directory)
-    manifest, model = _open_policy(directory, "feed_policy", FEED_STATE_FEATURES, verify)
+    manifest, model = _open_policy(directory, POLICY_KINDS["feed"], FEED_STATE_FEATURES, verify)
     policy = SavedFeedPolicy(directory, manifest, model, sample)
     return dataclasses.replace(policy, twin=numpy_actor(policy)) if numpy else policy
 
@@ -315,7 +317,7 @@ def export_allocation_policy(
     )
     manifest = {
         "schema_version": POLICY_SCHEMA_VERSION,
-        "kind": "allocation_policy",
+        "kind": POLICY_KINDS["live_allocation"],
         "surface": "live_allocation",
         "feature_names": list(LIVE_STATE_FEATURES),
         "feature_version": FEATURE_VERSION,
@@ -378,5 +380,5 @@ def load_allocation_policy(
     directory: str | Path, *, sample: bool = False, verify: bool = True
 ) -> SavedAllocationPolicy:
     directory = Path(directory)
-    manifest, model = _open_policy(directory, "allocation_policy", LIVE_STATE_FEATURES, verify)
+    manifest, model = _open_policy(directory, POLICY_KINDS["live_allocation"], LIVE_STATE_FEATURES, verify)
     return SavedAllocationPolicy(directory, manifest, model, sample)
