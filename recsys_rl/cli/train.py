@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from recsys_rl.cli.options import (
     add_config_option,
@@ -13,7 +15,7 @@ from recsys_rl.cli.options import (
 )
 from recsys_rl.config import ConfigError, load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
-from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS
+from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS, surface_of
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -88,4 +90,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"  dataset {manifest['dataset']['path']} (version {manifest['dataset']['version']})")
     metrics = " ".join(f"{name}={value:.6g}" for name, value in sorted(manifest["final_metrics"].items()))
     print(f"  final metrics: {metrics or 'none logged'}")
+    _warn_if_thin_support(
+        result.run_dir / manifest["policy"]["path"], config.data, surface_of(manifest["algo"])
+    )
     return 0
+
+
+def _warn_if_thin_support(policy_dir: Path, data: str, surface: str) -> None:
+    """Say, at the end of training, when the training data covers the new policy too thinly for the
+    default gate (the README's first training run did: ESS 6 of 4,126 decisions), with the settings
+    that pull it back; the gate would refuse it on this data for that reason alone."""
+    from recsys_rl.ope.evaluate import support_on_data
+    from recsys_rl.ope.gate import SUPPORT_HINTS, GateConfig
+
+    support, gate = support_on_data(policy_dir, data, surface), GateConfig(surface=surface)
+    print(
+        f"  support on its training data: effective sample size {support['ess']:,.0f} of "
+        f"{support['count']:,} decisions, largest weight share {support['max_weight_share']:.4f}"
+    )
+    if support["ess"] < gate.min_ess or support["max_weight_share"] > gate.max_weight_share:
+        print(
+            f"recsys-rl train: warning: the default gate needs an effective sample size of "
+            f"{gate.min_ess:,.0f} and a largest weight share of at most {gate.max_weight_share:.4f}, so it "
+            f"would refuse this policy on this data; {SUPPORT_HINTS[surface].removeprefix('hint: ')}",
+            file=sys.stderr,
+        )

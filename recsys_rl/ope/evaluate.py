@@ -52,6 +52,7 @@ from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.ope import report as ope_report
 from recsys_rl.ope import simulated_truth
 from recsys_rl.ope.blessing import Blessing, PolicyRef, utc_now, write_blessing
+from recsys_rl.ope.diagnostics import weight_summary
 from recsys_rl.ope.estimators import log_importance_ratio
 from recsys_rl.ope.gate import GateConfig, Lift, Support, Verdict, decide
 from recsys_rl.ope.logged import LOG_PROB_CHUNK_ROWS, LoggedSteps, ScoredPolicy, target_log_prob
@@ -286,6 +287,21 @@ def _evaluate(inputs: _Inputs, candidate_path: str, progress: Progress) -> _Eval
         created_at=created_at,
     )
     return _Evaluation("", report, ope_report.render(report), blessing, verdict)
+
+
+def support_on_data(policy_dir: Path, data: str | Path, surface: str) -> dict[str, Any]:
+    """How well a dataset covers a policy: ESS and largest weight share of its importance weights on
+    the logged decisions, as the gate's support rules read them (``diagnostics.weight_summary``).
+
+    ``recsys-rl train`` asks this of each new policy on its own training data: a policy the data it
+    was trained on barely covers cannot pass the default gate on that data either, and saying so at
+    the end of training, with the settings that move it, beats finding out at evaluation."""
+    logged = LoggedSteps.from_dataset(open_dataset(data, surface, check_sha256=False))
+    policy = scored_policy(policy_dir, surface)
+    log_weights = log_importance_ratio(
+        target_log_prob(policy, logged.states, logged.actions), logged.behaviour_log_prob
+    )
+    return weight_summary(log_weights)
 
 
 def scored_policy(directory: Path, surface: str):

@@ -154,7 +154,11 @@ def test_canary_promotion_and_rollback(reg: Path, tmp_path: Path, capsys: pytest
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        pytest.param(["list"], "the following arguments are required: --registry", id="no-registry"),
+        pytest.param(
+            ["list"],
+            "registry is required: --registry DIR, 'registry:' in --config, or env",
+            id="no-registry",
+        ),
         pytest.param(
             ["register", "--registry", "R", "--run", "a", "--policy", "b"],
             "argument --policy: not allowed with argument --run",

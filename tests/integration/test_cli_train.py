@@ -3,6 +3,7 @@
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -75,6 +76,12 @@ def test_train_reports_the_run_and_logs_progress(bc_run):
     assert f"run {run}: bc, {STEPS} steps (trained from scratch)" in result.out
     assert f"policy  {run / 'policy'} (version bc-" in result.out
     assert "final metrics: actor/main=" in result.out and "transitions_per_s=" in result.out
+    support = re.search(
+        r"support on its training data: effective sample size ([\d,]+) of ([\d,]+) decisions", result.out
+    )
+    assert support is not None, result.out
+    ess, decisions = (int(g.replace(",", "")) for g in support.groups())
+    assert 0 < ess <= decisions
     events = [line for line in result.err.splitlines() if "logger=recsys_rl.train" in line]
     assert any("event=started" in line and "step=0" in line for line in events), result.err
     assert [line.split("step=")[1].split()[0] for line in events if "event=step " in line] == [
@@ -146,10 +153,11 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(feed_dataset, setti
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [20, 40]
 
 
-def test_a_missing_dataset_is_one_line_and_exit_1(settings_file, tmp_path, capsys):
+def test_a_missing_dataset_is_one_line_and_exit_2(settings_file, tmp_path, capsys):
+    """A usage error, as the README says (issue 23: it exited 1)."""
     result = _cli(capsys, *_train_args(tmp_path / "no-such-dataset", tmp_path / "run", settings_file))
-    assert result.code == 1
-    assert result.err.count("\n") == 1 and "no-such-dataset has no manifest.json" in result.err
+    assert result.code == 2
+    assert result.err.count("\n") == 1 and "no-such-dataset': no such directory" in result.err
 
 
 def test_an_unknown_nested_config_key_is_named_and_exit_2(feed_dataset, tmp_path, capsys):

@@ -80,3 +80,23 @@ def test_registry_settings_come_from_flags_then_the_config_then_the_environment(
     monkeypatch.delenv("RECSYS_RL_REGISTRY")
     assert main(["registry", "list"]) == 2
     assert "registry is required: --registry DIR, 'registry:' in --config, or env" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("ess", "share", "warned"),
+    [(6.0, 0.2, True), (5000.0, 0.02, True), (5000.0, 0.001, False), (1000.0, 0.01, False)],
+)
+def test_training_warns_when_its_own_data_covers_the_policy_too_thinly_for_the_gate(
+    monkeypatch, capsys, ess, share, warned
+):
+    """Issue 23: the README's training defaults made a policy the default gate refuses (ESS 6 of 4,126)."""
+    from recsys_rl.cli import train as train_cmd
+    from recsys_rl.ope import evaluate
+
+    summary = {"ess": ess, "count": 4126, "max_weight_share": share}
+    monkeypatch.setattr(evaluate, "support_on_data", lambda policy, data, surface: summary)
+    train_cmd._warn_if_thin_support(Path("run/policy"), "data", "feed")
+    captured = capsys.readouterr()
+    assert f"effective sample size {ess:,.0f} of 4,126 decisions" in captured.out
+    assert ("would refuse this policy on this data" in captured.err) is warned
+    assert ("a larger agent.behaviour_lambda" in captured.err) is warned
