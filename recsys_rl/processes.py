@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 
 KILL_WAIT_S = 10.0
 
@@ -35,3 +36,38 @@ def _signal(process: subprocess.Popen, sig: signal.Signals, group: bool) -> None
             os.killpg(process.pid, sig)
         else:
             process.send_signal(sig)
+
+
+def stop_group(pid: int, grace_s: float) -> None:
+    """`stop_process` with ``group`` for a process we hold no handle to: one started by an earlier command
+    (``recsys-rl broker start``) and stopped by a later one. Returns once the process is gone."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        if _gone_within(pid, wait_s):
+            break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a zombie counts until its parent reaps it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
+def _gone_within(pid: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while True:
+        with contextlib.suppress(ChildProcessError):  # our own child: reap it, or it lingers as a zombie
+            os.waitpid(pid, os.WNOHANG)
+        if not alive(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

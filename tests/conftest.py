@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,12 +28,19 @@ from log_capture import Events
 
 from recsys_rl.kafka import Broker, EmbeddedBroker, KafkaSetupError, LocalKafkaBroker
 from recsys_rl.kafka.broker import free_port, log_excerpt
+from recsys_rl.kafka.persistent import BROKER_DIR_ENV
 from recsys_rl.logs import get_logger
 from recsys_rl.processes import stop_process
 
 # Importing Feast sets PROMETHEUS_MULTIPROC_DIR, and a prometheus_client imported after that shares metric
 # values between all registries of the process; the serving tests start many servers in one session and
 # each must count its own requests (recsys_rl.serving.metrics), so prometheus_client is imported first.
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No test may find a broker that ``recsys-rl broker start`` left running on this machine: every
+    verb would use it by default. The tests' own broker directory starts empty."""
+    os.environ[BROKER_DIR_ENV] = tempfile.mkdtemp(prefix="recsys-rl-test-brokers-")
 
 
 def _started(broker: Broker, name: str) -> Broker:

@@ -14,6 +14,7 @@ import confluent_kafka
 import kafka.errors
 
 from recsys_rl import __version__
+from recsys_rl.cli import broker as broker_cmd
 from recsys_rl.cli import build_transitions as build_transitions_cmd
 from recsys_rl.cli import demo as demo_cmd
 from recsys_rl.cli import evaluate as evaluate_cmd
@@ -46,6 +47,7 @@ def build_parser() -> OneLineParser:
     serve_cmd.register(verbs)
     pipeline_cmd.register(verbs)
     demo_cmd.register(verbs)
+    broker_cmd.register(verbs)
     return parser
 
 

@@ -9,6 +9,7 @@ from typing import NoReturn
 
 from recsys_rl.config import ConfigError
 from recsys_rl.dataset_contract import MANIFEST
+from recsys_rl.kafka.persistent import running_address
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -60,12 +61,13 @@ def require_dataset(directory: str) -> None:
 
 
 def add_bootstrap_option(parser: argparse.ArgumentParser, what: str) -> None:
-    """--bootstrap-servers with the environment fallback every Kafka verb shares."""
+    """--bootstrap-servers with the fallbacks every Kafka verb shares: the environment, then the broker
+    ``recsys-rl broker start`` left running."""
     parser.add_argument(
         "--bootstrap-servers",
         metavar="HOST:PORT",
-        default=env_default(BOOTSTRAP_ENV),
-        help=f"{what} (env {BOOTSTRAP_ENV})",
+        default=env_default(BOOTSTRAP_ENV) or running_address(),
+        help=f"{what} (env {BOOTSTRAP_ENV}, else the broker of 'recsys-rl broker start' when one runs)",
     )
 
 

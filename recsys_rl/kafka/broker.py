@@ -138,9 +138,11 @@ class ManagedBroker(Broker):
     terminal from reaching the broker before we shut it down in order.
     """
 
-    def __init__(self, *, ready_timeout_s: float, stop_grace_s: float) -> None:
+    def __init__(self, *, ready_timeout_s: float, stop_grace_s: float, workdir: Path | None = None) -> None:
         super().__init__(ready_timeout_s=ready_timeout_s)
         self._stop_grace_s = stop_grace_s
+        # a directory the broker keeps across runs (``recsys_rl.kafka.persistent``); None: a temporary one
+        self._kept_workdir = workdir
         self._workdir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -155,8 +157,20 @@ class ManagedBroker(Broker):
     def _environment(self) -> dict[str, str]:
         return dict(os.environ)
 
+    def detach(self) -> int:
+        """Leave the started broker running after this process exits, and return its pid: it is no
+        longer ours to stop (``recsys-rl broker start`` hands it to ``recsys-rl broker stop``)."""
+        if self._process is None or not self._running:
+            raise KafkaSetupError(f"the {self.kind} broker is not running: nothing to detach")
+        pid = self._process.pid
+        self._process, self._workdir, self._running = None, None, False
+        atexit.unregister(self.stop)
+        return pid
+
     def _launch(self) -> str:
-        self._workdir = Path(tempfile.mkdtemp(prefix=f"recsys-rl-{self.kind}-"))
+        if self._kept_workdir is not None:
+            self._kept_workdir.mkdir(parents=True, exist_ok=True)
+        self._workdir = self._kept_workdir or Path(tempfile.mkdtemp(prefix=f"recsys-rl-{self.kind}-"))
         # Registered before anything can fail, so even an interpreter exit mid-start cleans up.
         atexit.register(self.stop)
         argv, bootstrap = self._prepare(self._workdir)
@@ -188,7 +202,7 @@ class ManagedBroker(Broker):
         if process is not None:
             stop_process(process, self._stop_grace_s, group=True)
         workdir, self._workdir = self._workdir, None
-        if workdir is not None:
+        if workdir is not None and workdir != self._kept_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
         atexit.unregister(self.stop)
         self._bootstrap = None  # the port is free again; a stale address would point at nothing
@@ -210,8 +224,10 @@ class EmbeddedBroker(ManagedBroker):
         "OTEL_EXPORTER_OTLP_ENDPOINT",
     )
 
-    def __init__(self, *, ready_timeout_s: float = 15.0, stop_grace_s: float = 5.0) -> None:
-        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s)
+    def __init__(
+        self, *, ready_timeout_s: float = 15.0, stop_grace_s: float = 5.0, workdir: Path | None = None
+    ) -> None:
+        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, workdir=workdir)
 
     def _prepare(self, workdir: Path) -> tuple[Sequence[str], str]:
         url = f"tcp://{_LOOPBACK}:{free_port()}"
@@ -234,7 +250,9 @@ class EmbeddedBroker(ManagedBroker):
 class LocalKafkaBroker(ManagedBroker):
     """Apache Kafka as a single-node KRaft cluster (broker and controller in one JVM) on free ports.
 
-    Each start formats a fresh log directory, so runs never see each other's topics.
+    Each start in a temporary directory formats a fresh log directory, so runs never see each other's
+    topics; in a kept directory (``workdir``) the log directory is formatted once and kept, so a restarted
+    broker serves what it held before.
     """
 
     kind = "local-kafka"
@@ -246,8 +264,9 @@ class LocalKafkaBroker(ManagedBroker):
         heap_mb: int = 512,
         ready_timeout_s: float = 90.0,
         stop_grace_s: float = 15.0,
+        workdir: Path | None = None,
     ) -> None:
-        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s)
+        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, workdir=workdir)
         self.libs_dir = Path(libs_dir) if libs_dir is not None else default_kafka_libs()
         self._heap_mb = heap_mb
 
@@ -260,12 +279,13 @@ class LocalKafkaBroker(ManagedBroker):
         log4j = workdir / "log4j2.properties"
         log4j.write_text(_LOG4J2_PROPERTIES)
         storage_tool = [java, "-cp", classpath, "kafka.tools.StorageTool"]
-        _run_logged(
-            # "=" form: a random id can start with "-", which the tool's parser would take for an option.
-            [*storage_tool, "format", f"--cluster-id={_cluster_id()}", "-c", str(config)],
-            workdir,
-            what="formatting the Kafka log directory",
-        )
+        if not (workdir / "data" / "meta.properties").is_file():
+            _run_logged(
+                # "=" form: a random id can start with "-", which the tool's parser would take for an option.
+                [*storage_tool, "format", f"--cluster-id={_cluster_id()}", "-c", str(config)],
+                workdir,
+                what="formatting the Kafka log directory",
+            )
         argv = [
             java,
             f"-Xmx{self._heap_mb}m",
