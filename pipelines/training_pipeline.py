@@ -56,6 +56,7 @@ STEP_RECORD = "step.json"
 LOCK_FILE = ".pipeline.lock"
 RUN_SCHEMA_VERSION = 1
 _PIPELINE_SET = ("data", "out")  # train keys the pipeline fills in itself
+_EMPTY_WINDOW_FIX = "set features.start_date/end_date to cover it (or leave them out), or features.reset"
 
 
 class PipelineError(OperationalError):
@@ -337,6 +338,10 @@ class _Steps:
             outputs = read_json_file(step_dir / STEP_RECORD, PipelineError, "a finished materialisation")
             return {"status": "skipped", "inputs": inputs, "outputs": outputs}
         report = materialize_repo(settings)
+        if empty := report.empty_windows(_EMPTY_WINDOW_FIX):
+            # unlike the command, a scheduled run has nobody reading warnings, and its model would be
+            # served on features that never reached the online store
+            raise PipelineError("; ".join(empty))
         outputs = {
             "online_store": report.online_store,
             "views": {view.name: view.entities for view in report.views},

@@ -1,5 +1,6 @@
 """``recsys-rl broker start|stop|status``: a Kafka broker that stays up between commands
-(``recsys_rl.kafka.persistent``), which the other verbs use when no --bootstrap-servers is given."""
+(``recsys_rl.kafka.persistent``, over the brokers of ``recsys_rl.kafka.broker``), which the other verbs
+use when no --bootstrap-servers is given."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from recsys_rl.cli.options import OneLineParser, add_config_option, env_default
 from recsys_rl.config import load_config
@@ -12,6 +13,7 @@ _OFFLINE_ENV = "RECSYS_RL_FEATURES_OFFLINE"  # the repo's definitions read the s
 _USER_TABLE_ENV = "RECSYS_RL_USER_TABLE"  # and this one
 _STATE_ENV = "RECSYS_RL_FEAST_STATE_DIR"
 _REDIS_ENV = "RECSYS_RL_REDIS_CONNECTION_STRING"
+_EMPTY_WINDOW_FIX = "pass --start-date/--end-date to cover it, or --reset to start at its earliest row"
 _PROFILES = ("sqlite", "redis")  # recsys_rl.feature_store.PROFILES; not imported here, Feast takes seconds
 
 
@@ -26,8 +28,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "materialize",
         help="apply the feature repo and materialise its offline data into the online store",
         description="Apply the feature repo's definitions to the profile's registry, then copy each "
-        "feature view's latest per-entity rows up to --end-date from the offline Parquet (written by the "
-        "feature pipeline) into the profile's online store, continuing where the last run stopped.",
+        "feature view's latest per-entity rows from the offline Parquet (written by the feature pipeline) "
+        "into the profile's online store. Each view continues where its last run stopped (its first run "
+        "starts at its earliest row) and ends at its latest row, unless --start-date, --end-date or "
+        "--reset say otherwise. A view that writes 0 rows in a window no earlier run reached is reported "
+        "on stderr, and the exit status is still 0: an increment without new rows is legitimate "
+        "(`pipeline run` fails on it instead).",
     )
     add_config_option(m)
     m.add_argument(
@@ -64,10 +70,22 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help=f"Redis for --profile redis: host:port[,db=N,password=...] or redis://URL (env {_REDIS_ENV})",
     )
     m.add_argument(
+        "--start-date",
+        metavar="ISO",
+        help="materialise rows stamped from this date or date-time on, UTC unless an offset is given, "
+        "however far earlier runs got (default: where each view's last run stopped, else its earliest row)",
+    )
+    m.add_argument(
         "--end-date",
         metavar="ISO",
         help="materialise rows stamped up to this date or date-time, UTC unless an offset is given "
-        "(default: now); a row is stamped with the end of its day",
+        "(default: each view's latest row); a row is stamped with the end of its day",
+    )
+    m.add_argument(
+        "--reset",
+        action="store_true",
+        default=None,
+        help="ignore how far earlier runs got and write each view's rows again from its earliest one",
     )
     m.set_defaults(handler=run_materialize)
 
@@ -83,7 +101,9 @@ def run_materialize(args: argparse.Namespace) -> int:
         "user_table": args.user_table,
         "state_dir": args.state_dir,
         "redis": args.redis,
+        "start_date": args.start_date,
         "end_date": args.end_date,
+        "reset": args.reset,
     }
     config = load_config(MaterializeConfig, args.config, overrides)
     logger = get_logger("features")
@@ -101,10 +121,15 @@ def run_materialize(args: argparse.Namespace) -> int:
     print(f"materialised from {report.offline_root} into {report.online_store}:")
     for view in report.views:
         if view.start is None:
-            print(f"  {view.name:<16} already materialised up to {view.end:%Y-%m-%d %H:%M:%S} UTC")
+            print(
+                f"  {view.name:<16} already materialised up to {view.end:%Y-%m-%d %H:%M:%S} UTC "
+                "(--reset writes it again)"
+            )
         else:
             print(
                 f"  {view.name:<16} {view.entities:>9} entities, rows stamped "
                 f"{view.start:%Y-%m-%d %H:%M:%S} .. {view.end:%Y-%m-%d %H:%M:%S} UTC"
             )
+    for line in report.empty_windows(_EMPTY_WINDOW_FIX):
+        print(f"recsys-rl features materialize: warning: {line}", file=sys.stderr)
     return 0

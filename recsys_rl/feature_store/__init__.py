@@ -15,7 +15,7 @@ from recsys_rl.feature_store.materialize import (
     MaterializeReport,
     materialize,
     materialize_repo,
-    parse_end_date,
+    parse_date,
 )
 from recsys_rl.feature_store.reads import historical_features, online_user_features
 from recsys_rl.feature_store.repo import (
@@ -58,6 +58,6 @@ __all__ = [
     "materialize_repo",
     "online_user_features",
     "open_store",
-    "parse_end_date",
+    "parse_date",
     "redis_connection_string",
 ]

@@ -21,6 +21,7 @@ from recsys_rl.feature_store.repo import (
     DEFAULT_REPO,
     ENTITY_TIMESTAMP,
     PROFILES,
+    FeatureStoreError,
     apply_definitions,
     check_offline_data,
     check_online_store,
@@ -39,6 +40,8 @@ class MaterializedView:
     start: dt.datetime | None  # None: already materialised up to `end`
     end: dt.datetime
     entities: int  # entities written to the online store (latest row of each in [start, end])
+    data_start: dt.datetime  # the earliest and latest row of the view's offline data
+    data_end: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,26 @@ class MaterializeConfig:
     )
     state_dir: str | None = None  # where the registry and SQLite file go; None: the repo (data/, gitignored)
     redis: str | None = None  # redis profile: host:port[,db=N,...] or redis://URL; None: env REDIS_ENV
-    end_date: str | None = None  # materialise rows stamped up to this ISO date/time (UTC if naive); None: now
+    # ISO dates or date-times, UTC if naive. None: each view's window follows its offline data, from where
+    # its last run stopped (or its first row) to its last row.
+    start_date: str | None = None  # every view starts here, however far earlier runs got
+    end_date: str | None = None
+    reset: bool = False  # ignore how far earlier runs got: start at each view's first row
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise ValueError(f"profile should be one of {list(PROFILES)}, but is {self.profile!r}")
-        if self.end_date is not None:
-            parse_end_date(self.end_date)
+        start, end = self.start(), self.end()
+        if start is not None and end is not None and start > end:
+            raise ValueError(
+                f"start_date ({self.start_date}) should be at or before end_date ({self.end_date})"
+            )
 
-    def end(self) -> dt.datetime:
-        return parse_end_date(self.end_date) if self.end_date is not None else dt.datetime.now(dt.UTC)
+    def start(self) -> dt.datetime | None:
+        return parse_date(self.start_date, "start_date") if self.start_date is not None else None
+
+    def end(self) -> dt.datetime | None:
+        return parse_date(self.end_date, "end_date") if self.end_date is not None else None
 
 
 @dataclass(frozen=True)
@@ -75,46 +88,118 @@ class MaterializeReport:
     apply_s: float
     materialize_s: float
 
+    def empty_windows(self, fix: str) -> list[str]:
+        """One line per view that wrote nothing in a window no earlier run had reached, ending in ``fix``.
 
-def parse_end_date(text: str) -> dt.datetime:
-    """An ISO date or date-time; naive values are UTC, since feature timestamps are UTC day ends."""
+        A run that writes nothing is legitimate (no new rows), but more often its dates miss the data;
+        the caller says how its user moves them (flags on the command line, keys in a pipeline config).
+        """
+        return [
+            f"0 rows of {view.name} materialised between {_shown(view.start)} and {_shown(view.end)} UTC; "
+            f"its offline data spans {_shown(view.data_start)} to {_shown(view.data_end)} UTC: {fix}"
+            for view in self.views
+            if view.start is not None and view.entities == 0
+        ]
+
+
+def _shown(value: dt.datetime) -> str:
+    return f"{value:%Y-%m-%d %H:%M:%S}"
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    # naive values are UTC, as Feast reads naive timestamps, and feature timestamps are UTC day ends
+    return value.astimezone(dt.UTC) if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def parse_date(text: str, setting: str = "end_date") -> dt.datetime:
+    """An ISO date or date-time as UTC; ``setting`` names it in the error."""
     try:
-        value = dt.datetime.fromisoformat(text)
+        return _utc(dt.datetime.fromisoformat(text))
     except ValueError:
-        raise ValueError(f"end_date should be an ISO date or date-time, but is {text!r}") from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        raise ValueError(f"{setting} should be an ISO date or date-time, but is {text!r}") from None
+
+
+def _offline(path: Path) -> pads.Dataset:
+    return pads.dataset(str(path), format="parquet", ignore_prefixes=[".", "_"])
+
+
+def _data_span(path: Path, view: str) -> tuple[dt.datetime, dt.datetime]:
+    """The earliest and latest entity timestamp of a view's offline data: what Feast will read."""
+    stamps = _offline(path).to_table(columns=[ENTITY_TIMESTAMP])[ENTITY_TIMESTAMP]
+    if not len(stamps):
+        raise FeatureStoreError(
+            f"no offline data for feature view {view!r}: the Parquet files in {path} hold no rows; "
+            "write its rows there (or point the repo at the directory that has them) first"
+        )
+    span = pc.min_max(stamps)
+    return _utc(span["min"].as_py()), _utc(span["max"].as_py())
 
 
 def _entities_in_window(path: Path, join_key: str, start: dt.datetime, end: dt.datetime) -> int:
     # Feast's file offline store takes rows with start <= timestamp <= end, the latest per entity.
-    dataset = pads.dataset(str(path), format="parquet", ignore_prefixes=[".", "_"])
     ts = pads.field(ENTITY_TIMESTAMP)
-    table = dataset.to_table(columns=[join_key], filter=(ts >= start) & (ts <= end))
+    table = _offline(path).to_table(columns=[join_key], filter=(ts >= start) & (ts <= end))
     return int(pc.count_distinct(table[join_key]).as_py()) if table.num_rows else 0
 
 
-def materialize(
-    store: FeatureStore, end: dt.datetime, views: Sequence[FeatureView] | None = None
-) -> list[MaterializedView]:
-    """Incremental materialisation up to ``end`` of each view, from where its last one stopped.
+def _window(
+    view: FeatureView,
+    data: tuple[dt.datetime, dt.datetime],
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    reset: bool,
+) -> tuple[dt.datetime, dt.datetime] | None:
+    """The view's [start, end]; None when an earlier run already reached its end."""
+    end = _utc(end) if end is not None else data[1]
+    if start is not None:
+        start = _utc(start)
+        return start, max(start, end)  # a start past the data: an empty window there, not a swapped one
+    last = None if reset else view.most_recent_end_time
+    if last is not None and _utc(last) >= end:
+        return None
+    first = _utc(last) if last is not None else data[0]
+    return min(first, end), end
 
-    A view's first run starts at ``end - ttl``: Feast's materialize_incremental starts it at
-    ``now - ttl``, which writes nothing when ``end`` is a backfill date older than that.
+
+def materialize(
+    store: FeatureStore,
+    end: dt.datetime | None = None,
+    views: Sequence[FeatureView] | None = None,
+    *,
+    start: dt.datetime | None = None,
+    reset: bool = False,
+) -> list[MaterializedView]:
+    """Incremental materialisation of each view, from where its last one stopped to ``end``.
+
+    The window follows the offline data unless dates are given. Without ``end``, a view ends at its own
+    latest row, not now: backfills and simulated days (the simulator's start on 2026-01-01) are far
+    from now, and a window from ``now - ttl`` to now (Feast's default for a first run, and this
+    function's once) wrote none of their rows while moving the view's watermark past them,
+    so that every later run found nothing left to do. Not the latest row of all views either: a
+    watermark moved to another view's later rows would pass over this view's next ones. A first run
+    (or one with ``reset``) starts at the view's earliest row, so each entity's latest row is written
+    even when it is older than the view's ttl before ``end`` (a window from ``end - ttl`` left such
+    entities out); an online row may be of any age anyway, since Feast applies ttls to point-in-time
+    reads only and the state builder ages engagement rows by their own day. ``start`` overrides where
+    every view starts, watermark or not.
+
+    A window without rows is not handed to Feast: its watermark would move past data it never wrote.
+    ``reset`` re-writes rows the watermark had passed: SQLite takes them as they are, Redis keeps a
+    stored row whose timestamp is not older (Feast's check against out-of-order writes).
     """
-    end = end.astimezone(dt.UTC)
     done: list[MaterializedView] = []
     for view in views if views is not None else store.list_feature_views():
-        if not view.ttl:
-            raise ConfigError(f"feature view {view.name!r} should have a ttl, but has {view.ttl!r}")
-        last = view.most_recent_end_time
-        start = last.astimezone(dt.UTC) if last is not None else end - view.ttl
-        if start >= end:
-            done.append(MaterializedView(view.name, None, last or end, 0))
+        path = source_dir(store, view)
+        data = _data_span(path, view.name)
+        window = _window(view, data, start, end, reset)
+        if window is None:
+            done.append(MaterializedView(view.name, None, _utc(view.most_recent_end_time), 0, *data))
             continue
-        with store_errors(store, f"materialising {view.name}"), progress_to_stderr():
-            store.materialize(start, end, feature_views=[view.name])
-        count = _entities_in_window(source_dir(store, view), view.join_keys[0], start, end)
-        done.append(MaterializedView(view.name, start, end, count))
+        count = _entities_in_window(path, view.join_keys[0], *window)
+        if count:
+            with store_errors(store, f"materialising {view.name}"), progress_to_stderr():
+                store.materialize(*window, feature_views=[view.name])
+        done.append(MaterializedView(view.name, *window, count, *data))
     return done
 
 
@@ -130,7 +215,11 @@ def materialize_repo(config: MaterializeConfig) -> MaterializeReport:
     apply_definitions(store, definitions)
     applied = time.perf_counter()
     views = materialize(
-        store, config.end(), [store.get_feature_view(v.name) for v in definitions.feature_views]
+        store,
+        config.end(),
+        [store.get_feature_view(v.name) for v in definitions.feature_views],
+        start=config.start(),
+        reset=config.reset,
     )
     return MaterializeReport(
         profile=config.profile,

@@ -9,6 +9,9 @@ afterwards". Three sources fit behind the same `Broker` interface:
   start (seconds, and it needs Java), but it is the reference implementation: Tansu differs in
   corners (see `recsys_rl.kafka.reader`), so behaviour is checked against both.
 * `ExternalBroker`: any running cluster. We only check it answers; we never stop it.
+
+A managed broker can also outlive the command that started it: ``recsys-rl broker start``
+(``recsys_rl.cli.broker``, with ``recsys_rl.kafka.persistent``) keeps one running between commands.
 """
 
 from __future__ import annotations

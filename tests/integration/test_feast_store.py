@@ -18,6 +18,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2] / "features"
 DAY1 = dt.datetime(2024, 3, 10, tzinfo=dt.UTC)
 DAY1_END, DAY2_END = DAY1 + dt.timedelta(days=1), DAY1 + dt.timedelta(days=2)
-END = "2024-03-12T06:00:00"  # after day 2 ends; with the views' ttls both days are in the first window
+END = "2024-03-12T06:00:00"  # after day 2 ends
 
 
 def _at(day_end: dt.datetime, hours_before: float) -> int:
@@ -203,6 +204,36 @@ def test_a_second_run_continues_where_the_first_stopped(sqlite_report, offline_r
     assert {v.start for v in older.views} == {None}
 
 
+def test_reset_writes_rows_behind_the_watermark_into_redis(offline_root, user_table, redis_server, tmp_path):
+    """A user backfilled after a run had passed their day: only --reset brings them online.
+
+    Rows already stored are not rewritten by Redis (Feast skips a row not newer than the stored one).
+    """
+    offline = tmp_path / "offline"
+    shutil.copytree(offline_root, offline)
+    settings = {
+        "repo": str(REPO),
+        "profile": "redis",
+        "offline": str(offline),
+        "user_table": str(user_table),
+        "state_dir": str(tmp_path / "state"),
+        "redis": f"{redis_server.host}:{redis_server.port},db=3",  # apart from the module's store
+    }
+    materialize_repo(MaterializeConfig(**settings, end_date="2024-06-01"))
+    erin = [{"user_id": "erin", "event_timestamp": DAY1_END, "views": 7}]  # other features null
+    backfill = pa.Table.from_pylist(erin, schema=USER_ENGAGEMENT.arrow_schema())
+    pq.write_table(backfill, offline / USER_ENGAGEMENT.name / "backfill.parquet")
+    store = open_store(REPO, "redis", state_dir=settings["state_dir"], redis=settings["redis"])
+
+    default = materialize_repo(MaterializeConfig(**settings))
+    assert {v.start for v in default.views} == {None}  # the watermarks are past all of the data
+    assert pd.isna(online_user_features(store, ["erin"]).views[0])
+    reset = materialize_repo(MaterializeConfig(**settings, reset=True))
+    assert {v.name: v.entities for v in reset.views}["user_engagement"] == 5
+    frame = online_user_features(store, ["erin", "alice"])
+    assert frame.views.tolist() == [7, 1]  # alice keeps her day 2
+
+
 def test_historical_features_are_point_in_time_correct(sqlite_report, offline_root):
     _, state = sqlite_report
     store = open_store(REPO, "sqlite", state_dir=state)
@@ -262,7 +293,8 @@ def test_cli_verb_prints_what_it_materialised_and_where(offline_root, user_table
         ["user_engagement", "4"],
     ]
     by_view = {line.split()[0]: line for line in out[2:]}
-    assert by_view["user_engagement"].endswith("rows stamped 2024-03-05 06:00:00 .. 2024-03-12 06:00:00 UTC")
+    # a first run starts at the view's earliest row, the end of day 1
+    assert by_view["user_engagement"].endswith("rows stamped 2024-03-11 00:00:00 .. 2024-03-12 06:00:00 UTC")
 
 
 def test_cli_profiles_match_the_library():
@@ -399,7 +431,9 @@ def test_the_verb_raises_config_error_for_main_to_print_as_one_line():
         user_table=None,
         state_dir=None,
         redis=None,
+        start_date=None,
         end_date=None,
+        reset=None,
     )
     with pytest.raises(ConfigError, match="feature repo '/nonexistent'"):
         features_cmd.run_materialize(args)
