@@ -4,5 +4,5 @@ Installed as ``recsys_rl.pipelines``. ``build_transitions`` runs ``recsys-rl bui
 end over ``kafka_source`` (the bounded replay), ``event_validation``, ``episodes``, ``transitions``,
 ``feature_aggregates``, ``transition_io``, ``whole_files`` and ``dataset`` (staging, accounting and
 publish); ``training_pipeline`` chains ingest, features, train, evaluate, register and promote
-(``recsys-rl pipeline run``).
+(``recsys-rl pipeline run``), and ``pipeline_runs`` reads its run records (``pipeline list|status``).
 """

@@ -36,7 +36,6 @@ from typing import Any
 from recsys_rl import registry
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.config import load_config
-from recsys_rl.errors import OperationalError
 from recsys_rl.feature_store import MaterializeConfig
 from recsys_rl.ope.blessing import utc_now
 from recsys_rl.ope.gate import GateConfig
@@ -46,21 +45,16 @@ from recsys_rl.pipelines.build_transitions import (
     publish_dead_letters,
 )
 from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets
+from recsys_rl.pipelines.pipeline_runs import RUN_RECORD, STEPS, PipelineError
 from recsys_rl.storage import is_uri
 from recsys_rl.training.agents.algorithms import surface_of
 
 Progress = Callable[[str, dict[str, Any]], None]
-STEPS = ("ingest", "commit", "features", "train", "evaluate", "register", "promote")
-RUN_RECORD = "run.json"
 STEP_RECORD = "step.json"
 LOCK_FILE = ".pipeline.lock"
 RUN_SCHEMA_VERSION = 1
 _PIPELINE_SET = ("data", "out")  # train keys the pipeline fills in itself
 _EMPTY_WINDOW_FIX = "set features.start_date/end_date to cover it (or leave them out), or features.reset"
-
-
-class PipelineError(OperationalError):
-    """The pipeline cannot start or go on; the message says what to do."""
 
 
 class PipelineLockedError(PipelineError):

@@ -74,3 +74,11 @@ def add_bootstrap_option(parser: argparse.ArgumentParser, what: str) -> None:
 def env_default(name: str) -> str | None:
     """Operators set connection settings once in the environment rather than on every call."""
     return os.environ.get(name) or None
+
+
+def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
+    """``rows`` (a header first) as lines of left-aligned columns, for listings people scan by eye."""
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from recsys_rl import registry
-from recsys_rl.cli.options import add_config_option, env_default
+from recsys_rl.atomic_json import read_json_file
+from recsys_rl.cli.options import add_config_option, env_default, table_lines
 from recsys_rl.config import ConfigError, load_config, read_config_file
 from recsys_rl.logs import quiet_native_imports
 from recsys_rl.ope.blessing import Blessing
@@ -92,7 +94,16 @@ def register(verbs: argparse._SubParsersAction) -> None:
     a.add_argument("--report", metavar="DIR", required=True, help="directory the OPE gate wrote")
     a.set_defaults(handler=_with_settings(_attach))
 
-    a = actions.add_parser("list", parents=[where], help="list versions, their blessing and role")
+    a = actions.add_parser(
+        "list",
+        parents=[where],
+        help="list versions, their blessing and role",
+        description="The surface's versions, oldest first, with their blessing, role, registration time and "
+        "dataset. With --json, a list with each version's policy sha256 and its blessing in full: the "
+        "gate's reasons and the candidate's relative lift per signal with its interval, from the "
+        "attached OPE report.",
+    )
+    a.add_argument("--json", action="store_true", help="print the versions as a JSON list")
     a.set_defaults(handler=_with_settings(_list))
 
     a = actions.add_parser(
@@ -200,6 +211,9 @@ def _attach(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     versions = registry.list_versions(args.registry, args.surface)
     routing = registry.read_routing(args.registry, args.surface)
+    if args.json:
+        print(json.dumps([_version_entry(info, routing) for info in versions], indent=2))
+        return 0
     print(f"{args.surface} in {args.registry}: {_routing_line(routing)}")
     if not versions:
         print("  no versions registered")
@@ -209,10 +223,51 @@ def _list(args: argparse.Namespace) -> int:
         role = routing.role_of(info.version) or "-"
         created, dataset = info.manifest["created_at"], info.manifest.get("dataset_version") or "-"
         rows.append((info.version, _status(info), role, created, dataset))
-    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
-    for row in rows:
-        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for line in table_lines(rows):
+        print("  " + line)
     return 0
+
+
+def _version_entry(info: registry.VersionInfo, routing: registry.RoutingState) -> dict[str, Any]:
+    """One version as ``list --json`` prints it."""
+    blessing = info.blessing
+    return {
+        "version": info.version,
+        "role": routing.role_of(info.version) or "none",
+        "status": _status(info),
+        "registered_at": info.manifest["created_at"],
+        "dataset_version": info.manifest.get("dataset_version"),
+        "policy_version": info.manifest["policy"].get("version"),
+        "policy_sha256": info.policy_sha256,
+        "defects": list(info.defects),
+        "blessing": None
+        if blessing is None
+        else {
+            "passed": blessing.passed,
+            "reasons": list(blessing.reasons),
+            "estimator": blessing.estimator,
+            "interval_method": blessing.interval_method,
+            "incumbent": None if blessing.incumbent is None else blessing.incumbent.version,
+            "created_at": blessing.created_at,
+            "relative_lifts": _relative_lifts(info, blessing.estimator),
+        },
+    }
+
+
+def _relative_lifts(info: registry.VersionInfo, estimator: str) -> dict[str, dict[str, Any]] | None:
+    """The candidate's relative lift over the baseline per signal, with its interval, by the gating
+    estimator: the figures the gate's rules read. The blessing holds only the verdict, so they come from
+    the attached report; None when it holds none (an older report, or one that is not the gate's)."""
+    path = info.attachment("ope_report")
+    if path is None:
+        return None
+    report = read_json_file(path, registry.RegistryError, "the OPE report its manifest names")
+    try:
+        overall = report["lift"]["estimators"][estimator]["overall"]
+        relative = {signal: overall[signal]["relative"] for signal in report["lift"]["signals"]}
+        return {signal: {"value": e["value"], "interval": e["interval"]} for signal, e in relative.items()}
+    except (KeyError, TypeError):
+        return None
 
 
 def _show(args: argparse.Namespace) -> int:

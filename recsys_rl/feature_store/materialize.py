@@ -42,6 +42,16 @@ class MaterializedView:
     entities: int  # entities written to the online store (latest row of each in [start, end])
     data_start: dt.datetime  # the earliest and latest row of the view's offline data
     data_end: dt.datetime
+    resumed: bool = False  # the window began where the view's last run stopped
+
+    @property
+    def missed_rows(self) -> bool:
+        """Wrote nothing while the data holds rows no run has reached: later than the window, or, unless
+        an earlier run wrote up to its start, earlier. A window past the data's end that resumes where
+        the last run stopped wrote nothing because nothing is new (the user table on a later day)."""
+        if self.start is None or self.entities:
+            return False
+        return self.data_end > self.end or (not self.resumed and self.data_start < self.start)
 
 
 @dataclass(frozen=True)
@@ -89,16 +99,14 @@ class MaterializeReport:
     materialize_s: float
 
     def empty_windows(self, fix: str) -> list[str]:
-        """One line per view that wrote nothing in a window no earlier run had reached, ending in ``fix``.
-
-        A run that writes nothing is legitimate (no new rows), but more often its dates miss the data;
-        the caller says how its user moves them (flags on the command line, keys in a pipeline config).
-        """
+        """One line per view whose window wrote nothing while its data holds rows no run has reached
+        (`MaterializedView.missed_rows`), ending in ``fix``: its dates miss the data. The caller says how
+        its user moves them (flags on the command line, keys in a pipeline config)."""
         return [
             f"0 rows of {view.name} materialised between {_shown(view.start)} and {_shown(view.end)} UTC; "
             f"its offline data spans {_shown(view.data_start)} to {_shown(view.data_end)} UTC: {fix}"
             for view in self.views
-            if view.start is not None and view.entities == 0
+            if view.missed_rows
         ]
 
 
@@ -148,17 +156,19 @@ def _window(
     start: dt.datetime | None,
     end: dt.datetime | None,
     reset: bool,
-) -> tuple[dt.datetime, dt.datetime] | None:
-    """The view's [start, end]; None when an earlier run already reached its end."""
+) -> tuple[dt.datetime, dt.datetime, bool] | None:
+    """The view's start, end and whether it resumes from the last run's end; None when an earlier run
+    already reached its end."""
     end = _utc(end) if end is not None else data[1]
     if start is not None:
         start = _utc(start)
-        return start, max(start, end)  # a start past the data: an empty window there, not a swapped one
+        # a start past the data: an empty window there, not a swapped one
+        return start, max(start, end), False
     last = None if reset else view.most_recent_end_time
     if last is not None and _utc(last) >= end:
         return None
     first = _utc(last) if last is not None else data[0]
-    return min(first, end), end
+    return min(first, end), end, last is not None
 
 
 def materialize(
@@ -195,11 +205,12 @@ def materialize(
         if window is None:
             done.append(MaterializedView(view.name, None, _utc(view.most_recent_end_time), 0, *data))
             continue
-        count = _entities_in_window(path, view.join_keys[0], *window)
+        first, last, resumed = window
+        count = _entities_in_window(path, view.join_keys[0], first, last)
         if count:
             with store_errors(store, f"materialising {view.name}"), progress_to_stderr():
-                store.materialize(*window, feature_views=[view.name])
-        done.append(MaterializedView(view.name, *window, count, *data))
+                store.materialize(first, last, feature_views=[view.name])
+        done.append(MaterializedView(view.name, first, last, count, *data, resumed))
     return done
 
 

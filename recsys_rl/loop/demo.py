@@ -49,6 +49,8 @@ from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulate import SimulateConfig, run_simulation, simulated_days
 
 DEMO_MARKER = "demo.json"
+#: The pipeline config the demo writes per surface, under its output; each runs again with `pipeline run`.
+PIPELINE_CONFIGS = {"feed": "pipeline.yaml", "live_allocation": "pipeline-live.yaml"}
 USER_TABLE_DIR = "user_table"  # under the output: the simulated platform's user table
 SERVER_START_TIMEOUT_S = 180.0
 _DAY_MS = 86_400_000
@@ -67,6 +69,11 @@ def demo_gate() -> GateConfig:
     )
 
 
+#: The same for live-stream allocation: gifts are as sparse as follows here, displaced video watch is dense.
+def demo_live_gate() -> GateConfig:
+    return dataclasses.replace(demo_gate(), surface="live_allocation", tolerances={"gift": 1.0})
+
+
 class DemoError(OperationalError):
     """A demo step failed; the message says which and where its log is."""
 
@@ -83,20 +90,28 @@ class DemoConfig:
     broker: str = "embedded"  # broker to start when no servers are given: embedded | local-kafka
     deadline_s: float = 2.0  # per gRPC call of the simulated users; a late answer counts as failed
     gate: GateConfig = field(default_factory=demo_gate)
+    # live-stream allocation too: a second pipeline (SL-MGAC, its own gate and consumer group) after each
+    # feed run, so that Allocate is answered by a trained policy once one is blessed
+    train_live: bool = True
+    live_gate: GateConfig = field(default_factory=demo_live_gate)
 
     def __post_init__(self) -> None:
         for name in ("users", "train_steps", "served_days"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
+        for name, surface in (("gate", "feed"), ("live_gate", "live_allocation")):
+            if getattr(self, name).surface != surface:
+                raise ValueError(f"{name}.surface should be {surface}, but is {getattr(self, name).surface}")
 
 
 @dataclass
 class DemoSummary:
     out: Path
     simulated_records: int
-    runs: list[dict[str, Any]]  # the pipeline run records: day 0's, then one per served day
+    runs: list[dict[str, Any]]  # the feed pipeline's run records: day 0's, then one per served day
     served: list[ServedDay]  # days 1, 2, ...: the calls made and the simulator's record of each
     seconds: float
+    live_runs: list[dict[str, Any]] = field(default_factory=list)  # the live pipeline's, likewise (if any)
 
     @property
     def traffic(self) -> TrafficReport:
@@ -109,8 +124,8 @@ class DemoSummary:
     def text(self) -> str:
         lines = [f"demo finished in {self.seconds:.0f} s; everything is under {self.out}"]
         lines.append(f"  day 0: {self.simulated_records} records written by the behaviour policy")
-        lines.extend(_run_lines("pipeline run 1", self.runs[0]))
-        for day, (served, run) in enumerate(zip(self.served, self.runs[1:], strict=True), start=1):
+        lines.extend(self._pipeline_lines(0))
+        for day, served in enumerate(self.served, start=1):
             t = served.traffic
             failed = ", ".join(f"{count} {code}" for code, count in sorted(t.errors.items())) or "none"
             lines.append(
@@ -119,18 +134,26 @@ class DemoSummary:
                 f"{t.feedback_events} feedback events"
             )
             lines.extend(f"    answered by {key}: {n}" for key, n in sorted(t.policy_versions.items()))
-            lines.extend(_run_lines(f"pipeline run {day + 1}", run))
+            lines.extend(self._pipeline_lines(day))
         report = next((r for r in reversed(self.runs) if "evaluate" in r["steps"]), None)
         if report is not None:
             lines.append(f"  OPE report: {report['steps']['evaluate']['outputs']['report']}/report.html")
         return "\n".join(lines)
 
+    def _pipeline_lines(self, day: int) -> list[str]:
+        """The feed run after ``day``, then the live one (it reuses the feed run's dataset: same offsets)."""
+        lines = _run_lines(f"pipeline run {day + 1}", self.runs[day])
+        if self.live_runs:
+            name = f"pipeline run {day + 1}, live allocation"
+            lines.extend(_run_lines(name, self.live_runs[day], dataset_lines=False))
+        return lines
 
-def _run_lines(name: str, record: dict[str, Any]) -> list[str]:
+
+def _run_lines(name: str, record: dict[str, Any], dataset_lines: bool = True) -> list[str]:
     steps = record["steps"]
     ingest = steps["ingest"]["outputs"]
     lines = [f"  {name}: {ingest.get('records', 0)} records ingested"]
-    if "dataset" in ingest:
+    if "dataset" in ingest and dataset_lines:
         accounting = ingest["accounting"]
         lines[-1] += (
             f" into {ingest['dataset']}: {accounting['used_in_transitions']} in transitions, "
@@ -179,14 +202,20 @@ def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSu
         simulation = simulated_days(sim_config)
         written = run_simulation(sim_config, servers, simulation=simulation)
 
-        pipeline_yaml = out / "pipeline.yaml"
+        surfaces = ("feed", "live_allocation") if config.train_live else ("feed",)
+        records: dict[str, list[dict[str, Any]]] = {surface: [] for surface in surfaces}
 
-        def pipeline_run(day: int) -> dict[str, Any]:
-            _write_pipeline_config(pipeline_yaml, config, out, servers, topics, suffix, day)
-            return run_pipeline(load_pipeline_config(str(pipeline_yaml)), progress).record
+        def pipeline_run(day: int) -> None:
+            for surface in surfaces:
+                path = out / PIPELINE_CONFIGS[surface]
+                _write_pipeline_config(path, config, out, servers, topics, suffix, day, surface)
+                records[surface].append(run_pipeline(load_pipeline_config(str(path)), progress).record)
 
-        say("[2/5] pipeline run 1 on day 0: ingest, features, train, evaluate, register, promote")
-        runs = [pipeline_run(0)]
+        trained = "TSCAC and SL-MGAC" if config.train_live else "TSCAC"
+        say(
+            f"[2/5] pipeline run 1 on day 0: ingest, features, train ({trained}), evaluate, register, promote"
+        )
+        pipeline_run(0)
         served: list[ServedDay] = []
         for day in range(1, config.served_days + 1):
             say(f"[3/5] starting `recsys-rl serve` and driving day {day} through it over gRPC")
@@ -209,8 +238,16 @@ def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSu
                 f"[4/5] pipeline run {day + 1} on day {day}: "
                 "the server's decision logs and the users' feedback"
             )
-            runs.append(pipeline_run(day))
-    summary = DemoSummary(out, sum(written.written.values()), runs, served, time.perf_counter() - started)
+            pipeline_run(day)
+    runs = records["feed"]
+    summary = DemoSummary(
+        out,
+        sum(written.written.values()),
+        runs,
+        served,
+        time.perf_counter() - started,
+        records.get("live_allocation", []),
+    )
     write_json_atomic(
         out / DEMO_MARKER,
         {
@@ -226,7 +263,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None], progress) -> DemoSu
 def _fresh_output(out: Path) -> Path:
     """``out`` empty: a directory holding an earlier demo is replaced, anything else is refused."""
     if out.exists() and any(out.iterdir()):
-        if not (out / DEMO_MARKER).exists() and not (out / "pipeline.yaml").exists():
+        if not (out / DEMO_MARKER).exists() and not (out / PIPELINE_CONFIGS["feed"]).exists():
             raise DemoError(f"{out} exists and is not a demo's output; choose another --out")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,14 +276,24 @@ def _day_end_iso(day: int) -> str:
 
 
 def _write_pipeline_config(
-    path: Path, config: DemoConfig, out: Path, servers: str, topics: dict[str, str], suffix: str, day: int
+    path: Path,
+    config: DemoConfig,
+    out: Path,
+    servers: str,
+    topics: dict[str, str],
+    suffix: str,
+    day: int,
+    surface: str,
 ) -> None:
+    """One surface's pipeline config. Each surface has its own consumer group and run records; both write
+    datasets into one root, where the live run finds the feed run's dataset (same offsets, same version)."""
+    live = surface == "live_allocation"
     settings = {
-        "work_dir": str(out / "pipeline"),
+        "work_dir": str(out / ("pipeline-live" if live else "pipeline")),
         "registry": str(out / "registry"),
         "ingest": {
             "bootstrap_servers": servers,
-            "group": f"demo-{suffix}",
+            "group": f"demo-{suffix}{'-live' if live else ''}",
             "out": str(out / "datasets"),
             "dead_letter_topic": f"demo-{suffix}.deadletter",
             **topics,
@@ -266,9 +313,9 @@ def _write_pipeline_config(
             "seed": config.seed,
             "checkpoint_every": 500,
             "log_every": 100,
-            "agent": {"behaviour_lambda": 0.5},
+            **({"algo": "sl-mgac"} if live else {"agent": {"behaviour_lambda": 0.5}}),
         },
-        "gate": dataclasses.asdict(config.gate),
+        "gate": dataclasses.asdict(config.live_gate if live else config.gate),
         "promotion": {"canary_fraction": 0.5},
     }
     header = "# Written by `recsys-rl demo`; run it again with `recsys-rl pipeline run --config` this file.\n"

@@ -11,7 +11,7 @@ A run directory holds everything needed to trust, resume and ship the run:
     RUN/config.yaml          the resolved config (a rerun with another config is refused)
     RUN/input_manifest.json  the dataset manifest it read
     RUN/statistics.json      the normalisation moments baked into the networks
-    RUN/tensorboard/         TensorBoard scalars
+    RUN/tensorboard/         TensorBoard scalars, and the hyperparameters for the HParams tab
     RUN/metrics.jsonl        the same scalars as JSON lines, every ``log_every`` steps
     RUN/checkpoints/         agent, optimisers, step and data iterator, every ``checkpoint_every`` steps
     RUN/policy/              the exported policy (``recsys_rl.training.agents.policy_io``)
@@ -60,6 +60,7 @@ from recsys_rl.training.agents.data import (
 )
 from recsys_rl.training.agents.factory import build_agent, build_allocation_agent
 from recsys_rl.training.agents.policy_io import export_allocation_policy, export_policy
+from recsys_rl.training.hparams import write_hparams
 
 RUN_MANIFEST = "manifest.json"
 RUN_SCHEMA_VERSION = 1
@@ -232,6 +233,7 @@ def _train(config: TrainConfig, dataset, workers: Workers, out_dir: Path, progre
 
     train_step = compiled_train_step(strategy, agent)
     writer = tf.summary.create_file_writer(str(out_dir / "tensorboard"))
+    write_hparams(writer, config, dataset.manifest["version"])
     metrics_path = out_dir / "metrics.jsonl"
     _drop_metrics_after(metrics_path, start)  # steps a killed run logged past its last checkpoint
     window_start, window_steps = time.perf_counter(), 0

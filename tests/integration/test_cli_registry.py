@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from registry_fakes import digest_of, make_policy, make_report, make_run
@@ -149,6 +151,65 @@ def test_canary_promotion_and_rollback(reg: Path, tmp_path: Path, capsys: pytest
     ]
     result = cli(capsys, "registry", "promote", v1, "--to", "stable", "--registry", reg)
     assert result.out.startswith(f"feed: nothing to change; stable {v1}")
+
+
+def _lift(value: float, low: float, high: float) -> dict[str, Any]:
+    return {"value": value, "interval": [low, high], "method": "bca", "dropped_resamples": 0}
+
+
+def with_lifts(report_dir: Path, gating: dict[str, Any], other: dict[str, Any]) -> Path:
+    """``report_dir``'s report.json given the lift block ``recsys-rl evaluate`` writes: relative lifts by
+    the gating estimator (snips, as make_report's blessing names it) and by another one."""
+    overall = {
+        name: {
+            signal: {"relative": lift, "difference": _lift(9.0, 8.0, 10.0)} for signal, lift in lifts.items()
+        }
+        for name, lifts in (("snips", gating), ("dr", other))
+    }
+    lift = {
+        "signals": list(gating),
+        "estimators": {name: {"overall": block, "groups": {}} for name, block in overall.items()},
+    }
+    (report_dir / "report.json").write_text(json.dumps({"estimator": "snips", "lift": lift}))
+    return report_dir
+
+
+def test_list_json_gives_each_version_its_role_and_blessing_with_its_lifts(
+    reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    runs = [make_run(tmp_path / f"run{seed}", seed) for seed in (1, 2, 3)]
+    v1, v2, v3 = (f"tscac-ds1-s{seed}-{digest_of(run / 'policy')[:12]}" for seed, run in enumerate(runs, 1))
+    blessed = make_report(tmp_path / "blessed", runs[0] / "policy")
+    gating = {"watch_time": _lift(0.012, 0.004, 0.021), "hate": _lift(-0.03, -0.08, 0.01)}
+    other = {"watch_time": _lift(0.5, 0.4, 0.6), "hate": _lift(0.5, 0.4, 0.6)}
+    with_lifts(blessed, gating, other)
+    reasons = ("hate: upper bound of the lift +4.00% > allowed +2.00%",)
+    refused = make_report(tmp_path / "refused", runs[1] / "policy", passed=False, reasons=reasons)
+    for run, report in zip(runs, (blessed, refused, None), strict=True):
+        extra = ["--report", report] if report else []
+        assert cli(capsys, "registry", "register", "--registry", reg, "--run", run, *extra).code == 0
+    cli(capsys, "registry", "promote", v1, "--to", "stable", "--registry", reg)
+    cli(capsys, "registry", "promote", v2, "--to", "shadow", "--registry", reg)
+
+    result = cli(capsys, "registry", "list", "--registry", reg, "--json")
+    assert result.code == 0, result
+    listed = json.loads(result.out)
+    assert [(v["version"], v["role"], v["status"]) for v in listed] == [
+        (v1, "stable", "blessed"),
+        (v2, "shadow", "refused"),
+        (v3, "none", "unblessed"),
+    ]
+    first = listed[0]
+    assert first["policy_sha256"] == digest_of(runs[0] / "policy") and first["dataset_version"] == "ds1"
+    assert first["registered_at"] and first["policy_version"] == "tscac-ds1-s1" and first["defects"] == []
+    assert first["blessing"]["passed"] is True and first["blessing"]["reasons"] == []
+    assert (first["blessing"]["estimator"], first["blessing"]["interval_method"]) == ("snips", "bca")
+    assert first["blessing"]["relative_lifts"] == {
+        signal: {"value": lift["value"], "interval": lift["interval"]} for signal, lift in gating.items()
+    }
+    assert listed[1]["blessing"]["passed"] is False and listed[1]["blessing"]["reasons"] == list(reasons)
+    assert listed[1]["blessing"]["relative_lifts"] is None  # its report holds no lift block
+    assert listed[2]["blessing"] is None
 
 
 @pytest.mark.parametrize(

@@ -122,8 +122,13 @@ def test_the_installed_demo_runs_outside_the_checkout(
     argv = [str(installed / "recsys-rl"), "demo", "--config", "demo.yaml", "--out", "out"]
     result = _run([*argv, "--bootstrap-servers", apache_kafka.bootstrap_servers], cwd=elsewhere, timeout=1200)
     assert "demo finished" in result.stdout
-    registry = elsewhere / "out" / "registry" / "feed" / "versions"
-    assert len(list(registry.iterdir())) == 2  # one version per pipeline run
+    registry = elsewhere / "out" / "registry"
+    for surface in ("feed", "live_allocation"):  # one version per pipeline run, on both surfaces
+        assert len(list((registry / surface / "versions").iterdir())) == 2, surface
+    assert (
+        "pipeline run 2, live allocation" in result.stdout
+        and (elsewhere / "out" / "pipeline-live.yaml").is_file()
+    )
     # Feast kept its registry and online store in the demo's output, not inside the installed package
     (repo,) = installed.parent.glob("lib/python*/site-packages/recsys_rl/feature_repo")
     assert (elsewhere / "out" / "feast").is_dir() and not (repo / "data").exists()

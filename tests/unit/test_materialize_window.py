@@ -27,7 +27,8 @@ from recsys_rl.feature_store import (
     open_store,
 )
 from recsys_rl.feature_tables import AGGREGATE_TABLES, TIMESTAMP_COLUMN, USER_ENGAGEMENT, write_user_activity
-from recsys_rl.pipelines.training_pipeline import PipelineConfig, PipelineError, _Steps
+from recsys_rl.pipelines.pipeline_runs import PipelineError
+from recsys_rl.pipelines.training_pipeline import PipelineConfig, _Steps
 
 REPO = Path(__file__).resolve().parents[2] / "features"
 DAY_END = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)  # the simulator's first day, 2026-01-01, is over
@@ -104,6 +105,16 @@ def test_a_run_that_writes_nothing_leaves_the_next_run_its_data(settings, dates,
     corrected = materialize_repo(MaterializeConfig(**settings))
     assert _entities(corrected) == ENTITIES
     assert _online_views(settings) == [1, 1]
+
+
+def test_a_later_day_with_nothing_new_for_a_view_is_no_miss(settings) -> None:
+    """The demo materialises up to the end of each day it ingested; the user table got no rows after day
+    0, so day 1's window of it is empty, and that is no error: nothing new, no rows left behind."""
+    materialize_repo(MaterializeConfig(**settings, end_date="2026-01-02"))
+    later = materialize_repo(MaterializeConfig(**settings, end_date="2026-01-03"))
+    activity = next(view for view in later.views if view.name == "user_activity")
+    assert (activity.start, activity.entities, activity.resumed) == (DAY_END, 0, True)
+    assert later.empty_windows("fix") == []
 
 
 @pytest.mark.parametrize("rerun", [{"reset": True}, {"start_date": "2026-01-01"}], ids=["reset", "start"])
