@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_calls import Invocation, cli
 from registry_fakes import digest_of, make_policy, make_report, make_run
 
 from recsys_rl import registry
-from recsys_rl.cli.main import main
-
-
-@dataclass(frozen=True)
-class Invocation:
-    code: int
-    out: str
-    err: str
-
-
-def cli(capsys: pytest.CaptureFixture, *args: str | Path) -> Invocation:
-    try:
-        code = main([str(arg) for arg in args])
-    except SystemExit as exit_:  # usage errors leave through argparse
-        code = exit_.code
-    captured = capsys.readouterr()
-    return Invocation(code, captured.out, captured.err)
 
 
 def one_line_error(result: Invocation, code: int, message: str) -> None:

@@ -49,7 +49,7 @@ def test_the_readme_path_runs_in_order_without_a_guess(tmp_path, monkeypatch, ca
         for command in commands:
             for big, small in SMALLER.items():
                 command = command.replace(big, small)
-            if "<version>" in command:  # printed by build-transitions: "dataset .../data/transitions/<version>"
+            if "<version>" in command:  # build-transitions printed "dataset .../transitions/<version>"
                 command = command.replace("<version>", seen["version"])
             code = main(shlex.split(command))
             out = capsys.readouterr().out

@@ -7,13 +7,12 @@ by name), for a finished blessed run, a failed one, an idle one and an unfinishe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_calls import cli
 
-from recsys_rl.cli.main import main
 from recsys_rl.config import ConfigError
 from recsys_rl.pipelines.pipeline_runs import RUN_RECORD, PipelineError, get_run, list_runs
 
@@ -76,22 +75,6 @@ def work(tmp_path: Path) -> Path:
     )
     write_run(work, UNFINISHED, "running", {"ingest": STEPS["ingest"]})
     return work
-
-
-@dataclass(frozen=True)
-class Invocation:
-    code: int
-    out: str
-    err: str
-
-
-def cli(capsys: pytest.CaptureFixture, *args: str | Path) -> Invocation:
-    try:
-        code = main([str(arg) for arg in args])
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return Invocation(code, captured.out, captured.err)
 
 
 def test_runs_are_listed_newest_first_with_what_each_did(work: Path) -> None:
