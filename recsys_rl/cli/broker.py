@@ -7,7 +7,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from dataclasses import dataclass
 
+from recsys_rl.cli.options import add_config_option
+from recsys_rl.config import load_config
 from recsys_rl.kafka.broker import BROKER_KINDS
 from recsys_rl.kafka.persistent import BROKER_DIR_ENV, broker_dir, running_broker, start_broker, stop_broker
 
@@ -26,6 +29,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     where = argparse.ArgumentParser(add_help=False)
+    add_config_option(where)
     where.add_argument(
         "--dir",
         metavar="DIR",
@@ -36,7 +40,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--kind",
         choices=BROKER_KINDS,
-        default="embedded",
         help="embedded: Tansu, pip-installed (default); local-kafka: Apache Kafka (make kafka-jars, Java)",
     )
     a.set_defaults(handler=_start)
@@ -49,15 +52,37 @@ def register(verbs: argparse._SubParsersAction) -> None:
     a.set_defaults(handler=_status)
 
 
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What a broker --config file may hold."""
+
+    kind: str = "embedded"
+    dir: str | None = None  # None: $RECSYS_RL_BROKER_DIR, else the user's state directory
+
+    def __post_init__(self) -> None:
+        if self.kind not in BROKER_KINDS:
+            raise ValueError(f"kind should be one of {list(BROKER_KINDS)}, but is {self.kind!r}")
+
+
+def _settings(args: argparse.Namespace) -> BrokerSettings:
+    return load_config(BrokerSettings, args.config, {"kind": getattr(args, "kind", None), "dir": args.dir})
+
+
 def _start(args: argparse.Namespace) -> int:
-    record = start_broker(args.kind, broker_dir(args.dir))
+    settings = _settings(args)
+    record = start_broker(settings.kind, broker_dir(settings.dir))
     print(f"{record.kind} broker running at {record.bootstrap_servers} (pid {record.pid})")
-    print(f"  log {record.log}; the other commands use it by default; stop it with: recsys-rl broker stop")
+    found = (
+        "by default"
+        if broker_dir() == broker_dir(settings.dir)
+        else f"with {BROKER_DIR_ENV}={record.directory}"
+    )
+    print(f"  log {record.log}; the other commands use it {found}; stop it with: recsys-rl broker stop")
     return 0
 
 
 def _stop(args: argparse.Namespace) -> int:
-    record = stop_broker(broker_dir(args.dir))
+    record = stop_broker(broker_dir(_settings(args).dir))
     print(
         "no broker was running"
         if record is None
@@ -67,7 +92,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    record = running_broker(broker_dir(args.dir))
+    record = running_broker(broker_dir(_settings(args).dir))
     if args.json:
         print(json.dumps(None if record is None else dataclasses.asdict(record)))
     elif record is None:

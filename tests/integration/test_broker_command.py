@@ -33,7 +33,9 @@ def _written(out: str) -> dict[str, int]:
     return {m[0]: int(m[1]) for m in re.findall(r"(recsys\.\w+)\s+(\d+) records written", out)}
 
 
-def test_the_next_command_finds_the_broker_and_what_the_last_one_wrote(broker_dir, tmp_path, capsys):
+def test_the_next_command_finds_the_broker_and_what_the_last_one_wrote(
+    broker_dir, tmp_path, capsys, monkeypatch
+):
     assert main(["broker", "status"]) == 3
     assert "no broker running" in capsys.readouterr().out
     assert main(["broker", "start"]) == 0
@@ -51,6 +53,12 @@ def test_the_next_command_finds_the_broker_and_what_the_last_one_wrote(broker_di
 
     assert main(["broker", "status"]) == 0
     assert _address(capsys.readouterr().out) == address
+    settings = tmp_path / "broker.yaml"  # every verb takes --config, this one too
+    settings.write_text(f"dir: {broker_dir}\n")
+    monkeypatch.delenv("RECSYS_RL_BROKER_DIR")
+    assert main(["broker", "status", "--config", str(settings)]) == 0
+    assert _address(capsys.readouterr().out) == address
+    monkeypatch.setenv("RECSYS_RL_BROKER_DIR", str(broker_dir))
     assert main(["broker", "stop"]) == 0
     assert f"stopped the embedded broker at {address}" in capsys.readouterr().out
     assert main(["broker", "status", "--json"]) == 3 and capsys.readouterr().out.strip() == "null"
