@@ -156,6 +156,7 @@ setup(
         "google-crc32c",
         "crc32c",
         "matplotlib",  # plots of the OPE report
+        "tqdm",  # progress bars on a terminal (recsys_rl/logs.py)
     ],
     # nbclient and ipykernel run the notebooks in the tests; playwright drives Debian's headless Chromium
     # (never its own browser download) through the OPE report in tests/integration/test_report_browser.py

@@ -29,7 +29,7 @@ from recsys_rl.cli.options import EXIT_FAILURE, EXIT_USAGE, OneLineParser
 from recsys_rl.config import ConfigError, read_config_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import BrokerConfigError
-from recsys_rl.logs import silence_import_noise
+from recsys_rl.logs import quiet_third_party_output
 
 
 def build_parser() -> OneLineParser:
@@ -68,7 +68,7 @@ def environment_failure(err: Exception) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    silence_import_noise()
+    quiet_third_party_output()
     parser = build_parser()
     # Verbs that run Beam pipelines pass the flags they do not know on to Beam's PipelineOptions.
     args, extra = parser.parse_known_args(argv)

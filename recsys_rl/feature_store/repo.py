@@ -14,7 +14,6 @@ import importlib.util
 import os
 import re
 import sqlite3
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from recsys_rl import feature_repo
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
 from recsys_rl.feature_tables import USER_ACTIVITY
+from recsys_rl.logs import prints_to_stderr
 
 DEFAULT_REPO = str(feature_repo.REPO_DIR)
 
@@ -302,9 +302,10 @@ def store_errors(store: FeatureStore, action: str) -> Iterator[None]:
 
 
 def progress_to_stderr():
-    # Feast prints materialisation progress to stdout, which our commands keep for their results. Not
-    # for online reads: redirecting is process-wide, and Feast prints nothing there.
-    return contextlib.redirect_stdout(sys.stderr)
+    # Feast prints materialisation progress to stdout, which our commands keep for their results; off a
+    # terminal, its lines become log lines, without the colour codes Feast puts in them. Not for online
+    # reads: redirecting is process-wide, and Feast prints nothing there.
+    return prints_to_stderr("feast")
 
 
 def apply_definitions(store: FeatureStore, definitions: Definitions) -> None:
