@@ -261,7 +261,9 @@ def _train(config: TrainConfig, dataset, workers: Workers, out_dir: Path, progre
             if window_steps:
                 last["transitions_per_s"] = window_steps * config.batch_size / elapsed
             _log_metrics(writer, metrics_path, done, last)
-            progress("step", {"step": done, "of": config.steps, **{k: round(v, 4) for k, v in last.items()}})
+            # the loss and the speed on the line; every metric in metrics.jsonl, which the line names
+            headline = {k: round(last[k], 4) for k in ("loss", "transitions_per_s") if k in last}
+            progress("step", {"step": done, "of": config.steps, **headline, "metrics": str(metrics_path)})
             window_start, window_steps = time.perf_counter(), 0
         if done % config.checkpoint_every == 0 or done == config.steps:
             manager.save(checkpoint_number=done)
