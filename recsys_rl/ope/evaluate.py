@@ -19,6 +19,8 @@ With one candidate (``run_evaluation``) the output directory holds
                        report.json alone
     OUT/blessing.json  pass or fail with every reason, the estimator, the interval method, the data
                        manifest and the candidate's sha256 (``recsys_rl.ope.blessing``); the registry reads it
+    OUT/tensorboard/   the candidate as a run of TensorBoard's HParams tab, with its lifts as metrics
+                       (``recsys_rl.ope.tensorboard``)
 
 With several (``run_ranking``), each candidate gets that same evaluation, with the same bootstrap seed so
 their intervals are comparable, in OUT/candidates/<candidate version>/ (each attachable to the registry on
@@ -58,6 +60,7 @@ from recsys_rl.ope.gate import GateConfig, Lift, Support, Verdict, decide
 from recsys_rl.ope.logged import LOG_PROB_CHUNK_ROWS, LoggedSteps, ScoredPolicy, target_log_prob
 from recsys_rl.ope.offline_evaluation import OPESettings, evaluate_lift
 from recsys_rl.ope.simulated_truth import SimulatorWorld
+from recsys_rl.ope.tensorboard import write_evaluation as write_tensorboard
 from recsys_rl.registry.policy_files import POLICY_MANIFEST, policy_digest
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.sim_eval import policy_directory
@@ -539,6 +542,7 @@ def _publish(
         write_json_atomic(directory / REPORT_JSON, evaluation.report)
         (directory / REPORT_HTML).write_text(evaluation.page)
         write_blessing(directory / BLESSING_JSON, evaluation.blessing)
+        write_tensorboard(directory, evaluation.report)
     if ranking is not None:
         write_json_atomic(staging / RANKING_JSON, ranking[0])
         (staging / RANKING_HTML).write_text(ranking[1])

@@ -121,6 +121,37 @@ def test_evaluate_writes_a_report_and_a_blessing_the_registry_accepts(
 
     assert _register_and_promote(capsys, tmp_path / "registry", bc_run, out) == 0
 
+    # the same figures in TensorBoard: the candidate's identity as hparams, the lifts as its metrics
+    hparams, scalars = _tensorboard(out / "tensorboard")
+    assert (
+        hparams["candidate"] == report["inputs"]["candidate"]["version"] and hparams["estimator"] == "snips"
+    )
+    for signal, entry in lift.items():
+        assert scalars[f"lift/{signal}"] == pytest.approx(entry["relative"]["value"], rel=1e-6)
+        assert scalars[f"lift/{signal}/low"] == pytest.approx(entry["relative"]["interval"][0], rel=1e-6)
+    assert scalars["gate/blessed"] == 1.0
+
+
+def _tensorboard(directory: Path) -> tuple[dict, dict[str, float]]:
+    """The hparams and the scalars (by tag) written to ``directory``'s event files."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = event_accumulator.EventAccumulator(str(directory), size_guidance={"tensors": 0})
+    events.Reload()
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    hparams = {name: value.string_value for name, value in start.hparams.items()}
+    tags = [tag for tag in events.Tags()["tensors"] if not tag.startswith("_hparams_")]
+    scalars = {tag: float(tf_value(events.Tensors(tag)[0])) for tag in tags}
+    return hparams, scalars
+
+
+def tf_value(event) -> float:
+    import tensorflow as tf
+
+    return tf.make_ndarray(event.tensor_proto).item()
+
 
 def test_a_failed_gate_lists_its_reasons_and_the_registry_refuses_promotion(
     feed_dataset: Path, bc_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
@@ -291,7 +322,12 @@ def test_several_candidates_are_ranked_each_with_an_attachable_evaluation(
     reports = []
     for entry in entries:
         directory = out / entry["directory"]
-        assert sorted(p.name for p in directory.iterdir()) == ["blessing.json", "report.html", "report.json"]
+        assert sorted(p.name for p in directory.iterdir()) == [
+            "blessing.json",
+            "report.html",
+            "report.json",
+            "tensorboard",
+        ]
         report = json.loads((directory / "report.json").read_text())
         assert report["lift"]["interval"]["seed"] == 0 and report["verdict"]["headline"] == entry["headline"]
         assert (
