@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
 
 from recsys_rl.cli.options import OneLineParser, add_config_option, table_lines
 from recsys_rl.config import ConfigError, read_config_file
 from recsys_rl.logs import progress_logger, quiet_native_imports
-
-if TYPE_CHECKING:
-    from recsys_rl.pipelines.pipeline_runs import PipelineRun
+from recsys_rl.pipelines.pipeline_runs import STEPS, PipelineRun, get_run, list_runs  # no Beam: quick
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -92,9 +89,6 @@ _MAIN_OUTPUTS = {
 
 def list_command(args: argparse.Namespace) -> int:
     work_dir = _work_dir(args)
-    with quiet_native_imports():
-        from recsys_rl.pipelines.pipeline_runs import list_runs
-
     runs = list_runs(work_dir)
     if args.json:
         print(json.dumps([run.to_dict() for run in runs], indent=2))
@@ -109,9 +103,6 @@ def list_command(args: argparse.Namespace) -> int:
 
 def status_command(args: argparse.Namespace) -> int:
     work_dir = _work_dir(args)
-    with quiet_native_imports():
-        from recsys_rl.pipelines.pipeline_runs import get_run
-
     run = get_run(work_dir, args.run_id)
     if args.json:
         print(json.dumps(None if run is None else run.to_dict(with_steps=True), indent=2))
@@ -134,8 +125,6 @@ def _work_dir(args: argparse.Namespace) -> str:
 
 
 def _run_row(run: PipelineRun) -> tuple[str, ...]:
-    from recsys_rl.pipelines.pipeline_runs import STEPS
-
     promoted = "-" if run.promoted is None else f"{run.promoted[0]} ({run.promoted[1]})"
     return (
         run.run_id,
