@@ -21,7 +21,8 @@ sender asks for the topic's metadata (a probe, ``_PROBE_TIMEOUT_S`` at most, onc
 an unreachable broker leaves records in the queue, where the depth gauge shows them, not in librdkafka's.
 A topic that does not exist is waited for in the same way (topics come from ``ensure_topics``; nothing
 is created on first send, a typo must not create a topic). When Kafka is back, the waiting records go
-out in order (the idempotent producer keeps each partition's order through retries; keys go to the
+out (at least once: a request that timed out may be sent again, its records then arrive twice and
+out of order, which the transition pipeline absorbs; see ``_PRODUCER_CONFIG``; keys go to the
 partitions kafka-python chose, murmur2).
 Each state change of the broker is logged once: ``broker_unreachable`` (warning: records waiting, how
 long since Kafka last answered) and ``broker_reachable`` (warning too, so that it shows wherever the
@@ -73,10 +74,16 @@ _PRODUCER_CONFIG: dict[str, Any] = {
     # 20 ms cost ~20% more CPU per record than 50 ms); a decision reaches the log within a tenth of a
     # second, soon enough for the pipeline
     "linger.ms": 50,
-    # durability as kafka-python had it: every replica acknowledges, and retries neither duplicate nor
-    # reorder a partition's records
+    # durability as kafka-python had it: every replica acknowledges
     "acks": "all",
-    "enable.idempotence": True,
+    # Not idempotent: librdkafka 2.16's idempotent producer busy-polls its broker thread while it waits
+    # for in-flight produce requests, which a broker short of CPU answers late: 0.11-0.37 of a core per
+    # server process in bench/serving.py (perf: poll() in rd_kafka_broker_ops_io_serve), and the bench's
+    # saturation rose from 0.22 to 0.41 of the echo server's when it was turned off. What idempotence
+    # guarded is handled downstream: a retry's duplicate is filtered by request id
+    # (pipelines/episodes.py, filtered:duplicate_decision), and no step relies on Kafka order within a
+    # user beyond that (decisions are sorted by their coordinates, sessions by event time).
+    "enable.idempotence": False,
     # kafka-python's default partitioner: a user's records stay on the partition they went to before
     "partitioner": "murmur2_random",
     # kafka-python's request limit (max_request_size), which the issue-18 oversized record exceeded;

@@ -154,6 +154,11 @@ def test_a_broker_that_stops_answering_is_reported_once_gone_and_once_back(decis
         assert back["deferred"] == 1 and back["dropped_queue_full"] == 2 and back["down_s"] > 0
         assert len(decision_log_events.named("broker_unreachable")) == 1
         expected = ["before", *(f"down-{i}" for i in range(4)), *(f"queued-{i}" for i in range(5))]
-        assert logged(broker.bootstrap_servers, topic) == expected
+        # every record at least once: requests that timed out while the broker was stopped are sent again,
+        # and the broker may have taken the first copy too (the producer is not idempotent: see
+        # serving.decision_log._PRODUCER_CONFIG; the pipeline filters a retry's duplicate by request id)
+        delivered = logged(broker.bootstrap_servers, topic)
+        assert set(delivered) == set(expected)
+        assert delivered[0] == "before"
         assert value(OUTCOMES, outcome="failed") == 0
         assert value(OUTCOMES, outcome="dropped_queue_full") == 2
