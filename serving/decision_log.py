@@ -19,11 +19,15 @@ Records are handed over only while the broker is known to answer: at start, for 
 librdkafka reports every broker down (~10 s after a broker stops answering), and while it is down, the
 sender asks for the topic's metadata (a probe, ``_PROBE_TIMEOUT_S`` at most, once a second at most); so
 an unreachable broker leaves records in the queue, where the depth gauge shows them, not in librdkafka's.
-A topic that does not exist is waited for in the same way (topics come from ``ensure_topics``; nothing
-is created on first send, a typo must not create a topic). When Kafka is back, the waiting records go
-out (at least once: a request that timed out may be sent again, its records then arrive twice and
-out of order, which the transition pipeline absorbs; see ``_PRODUCER_CONFIG``; keys go to the
-partitions kafka-python chose, murmur2).
+A topic that does not exist is waited for too (topics come from ``ensure_topics``; nothing is created
+on first send, a typo must not create a topic), but aside: while the broker answers, a missing topic's
+records (each counted once as ``deferred``, and in the depth gauge) wait in a list of their own and the
+records of other topics go on, so a shadow topic nobody created cannot stop the served decisions. Once
+a second the sender asks again; when the topic exists its records go back to the head of the queue in
+their order. Those still aside at shutdown count as ``dropped_shutdown``.
+When Kafka is back, the waiting records go out (at least once: a request that timed out may be sent
+again, its records then arrive twice and out of order, which the transition pipeline absorbs; see
+``_PRODUCER_CONFIG``; keys go to the partitions kafka-python chose, murmur2).
 Each state change of the broker is logged once: ``broker_unreachable`` (warning: records waiting, how
 long since Kafka last answered) and ``broker_reachable`` (warning too, so that it shows wherever the
 outage did: how long it was down, records deferred and dropped meanwhile).
@@ -171,6 +175,9 @@ class DecisionLog:
         self._acked = 0
         self._acked_reported = 0
         self._holding = False  # the sender holds a record it could not hand over yet
+        # records for topics the broker says do not exist, waiting aside so that other topics' go on
+        self._parked: dict[str, collections.deque[_Entry]] = {}
+        self._parked_count = 0  # written by the sender, read by submit and the depth gauge
         self._deferred = 0
         self._broker = _Broker.UNKNOWN
         self._suspect = False  # librdkafka said every broker is down: ask before handing over more
@@ -189,7 +196,7 @@ class DecisionLog:
         self._dropped_at_alive = 0.0
         self._dropped_snapshot_at = 0.0
         # read when scraped, so it is right while the sender waits on Kafka (and costs submit nothing)
-        metrics.log_queue_depth.set_function(self._queue.__len__)
+        metrics.log_queue_depth.set_function(self._waiting)
         self._producer = self._new_producer() if bootstrap_servers is not None else None
         self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
         if bootstrap_servers is not None:
@@ -203,13 +210,17 @@ class DecisionLog:
         """
         if self._bootstrap is None or self._closing.is_set():
             return False
-        if len(self._queue) >= self._capacity:
+        if self._waiting() >= self._capacity:
             self._outcomes["dropped_queue_full"].inc()
             return False
         value = contracts.encode(record) + candidates
         self._queue.append(_Entry(topic, record.user_id.encode(), value, record.event_time_ms))
         self._outcomes["enqueued"].inc()
         return True
+
+    def _waiting(self) -> int:
+        """Records not handed to the producer yet: queued, or set aside for a missing topic."""
+        return len(self._queue) + self._parked_count
 
     # --- the sender thread ---------------------------------------------------------------------------
 
@@ -231,11 +242,13 @@ class DecisionLog:
         while True:
             if self._fatal is not None:
                 self._replace_producer()
+            if self._parked:
+                self._unpark_if_due()
             try:
                 entry = self._queue.popleft()
             except IndexError:
                 self._account_if_due()
-                if self._closing.is_set():
+                if self._closing.is_set() and not self._unpark_if_due(now=True):
                     break
                 if self._needs_probe() and time.monotonic() >= self._next_probe:
                     self._probe(self._last_topic)
@@ -255,7 +268,11 @@ class DecisionLog:
         self._last_topic = entry.topic
         deferred = False
         while True:
-            if self._ready(entry.topic) and self._sent - self._done < self._in_flight_limit:
+            if (
+                entry.topic not in self._parked  # behind its topic's earlier records
+                and self._ready(entry.topic)
+                and self._sent - self._done < self._in_flight_limit
+            ):
                 try:
                     self._produce(entry)
                     return True
@@ -273,6 +290,11 @@ class DecisionLog:
                 deferred = True
                 self._deferred += 1
                 self._outcomes["deferred"].inc()
+            if entry.topic in self._parked or (
+                not self._needs_probe() and entry.topic in self._missing_topics
+            ):
+                self._park(entry)  # the broker answers, without this topic: the records behind go on
+                return True
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
                 return False
@@ -290,6 +312,25 @@ class DecisionLog:
             self._producer.poll(0)
             if now - self._last_account >= _ACCOUNT_EVERY_S:
                 self._account()
+
+    def _park(self, entry: _Entry) -> None:
+        self._parked.setdefault(entry.topic, collections.deque()).append(entry)
+        self._parked_count += 1
+
+    def _unpark_if_due(self, *, now: bool = False) -> bool:
+        """Ask again, once a second (or ``now``), after each topic with records aside; the records of a
+        topic that exists now go back to the head of the queue, in their order. True if any did."""
+        if self._needs_probe() or not (now or time.monotonic() >= self._next_probe):
+            return False
+        moved = False
+        for topic in list(self._parked):
+            self._probe(topic)
+            if topic in self._topics:
+                entries = self._parked.pop(topic)
+                self._queue.extendleft(reversed(entries))
+                self._parked_count -= len(entries)
+                moved = True
+        return moved
 
     def _poll(self, timeout_s: float) -> None:
         assert self._producer is not None
@@ -338,7 +379,7 @@ class DecisionLog:
         elif topic not in self._missing_topics:
             self._missing_topics.add(topic)
             error = "no partitions" if found is None or found.error is None else found.error.str()
-            waiting = len(self._queue) + int(self._holding)
+            waiting = self._waiting() + int(self._holding)
             self._logger.warning(
                 "topic_unavailable", extra={"kv": {"topic": topic, "error": error, "waiting": waiting}}
             )
@@ -351,7 +392,7 @@ class DecisionLog:
         in_flight = self._sent - self._done
         fields = {
             "bootstrap_servers": self._bootstrap,
-            "waiting": len(self._queue) + int(self._holding) + in_flight,
+            "waiting": self._waiting() + int(self._holding) + in_flight,
             "in_flight": in_flight,
             "last_answer_s_ago": round(time.monotonic() - self._alive_at, 1),
             "error": error,
@@ -446,8 +487,8 @@ class DecisionLog:
         self._metrics.log_in_flight.set(self._sent - self._done)
 
     def _replace_producer(self) -> None:
-        """After a fatal error (the idempotent producer cannot vouch for order any more) the producer
-        refuses everything: its records count as failed, and a new producer takes over."""
+        """After a fatal error the producer refuses everything: its records count as failed, and a new
+        producer takes over."""
         assert self._producer is not None and self._fatal is not None
         self._logger.error("producer_fatal", extra={"kv": {"error": self._fatal.str()}})
         self._producer.purge()
@@ -479,6 +520,10 @@ class DecisionLog:
             self._producer.poll(0)
         self._producer.close()
         self._account()
+        if self._parked_count:  # their topics never appeared
+            self._metrics.log_records.labels("dropped_shutdown").inc(self._parked_count)
+            self._parked.clear()
+            self._parked_count = 0
         unreported = self._sent - self._done
         if unreported:
             self._metrics.log_records.labels("dropped_shutdown").inc(unreported)

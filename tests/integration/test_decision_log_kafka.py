@@ -103,7 +103,7 @@ def test_records_for_a_missing_topic_wait_for_it_and_never_create_it(embedded_ka
         wait_for(lambda: decision_log_events.named("topic_unavailable"), "the missing topic's warning")
         assert topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
         assert (
-            metrics.value(OUTCOMES, outcome="deferred") == 1 and metrics.value(OUTCOMES, outcome="acked") == 0
+            metrics.value(OUTCOMES, outcome="deferred") == 3 and metrics.value(OUTCOMES, outcome="acked") == 0
         )
         ensure_topics(bootstrap, [TopicSpec(topic, 1)])
         wait_for(lambda: metrics.value(OUTCOMES, outcome="acked") == 3, "the records once the topic exists")
@@ -113,6 +113,34 @@ def test_records_for_a_missing_topic_wait_for_it_and_never_create_it(embedded_ka
     (warning,) = decision_log_events.named("topic_unavailable")
     assert warning["topic"] == topic
     assert decision_log_events.named("topic_available") == [{"topic": topic}]
+
+
+def test_a_missing_shadow_topic_holds_back_its_own_records_only(embedded_kafka):
+    """A shadow topic nobody created held its first record at the head of the queue, and with it every
+    served decision behind it: no decision reached Kafka until the topic appeared. The shadow's records
+    now wait aside (still counted as waiting), the decisions go on, and the shadow's arrive in order once
+    their topic exists; those still waiting at shutdown are counted as dropped."""
+    bootstrap = embedded_kafka.bootstrap_servers
+    decisions, shadow, never = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("dec", "shadow", "never"))
+    ensure_topics(bootstrap, [TopicSpec(decisions, 1)])
+    metrics = ServingMetrics()
+    log = DecisionLog(bootstrap, metrics, capacity=500, in_flight=100, flush_timeout_s=30)
+    try:
+        for i in range(3):
+            assert log.submit(shadow, decision(f"s{i}"))
+        assert log.submit(never, decision("lost"))
+        for i in range(200):
+            assert log.submit(decisions, decision(f"r{i}"))
+        wait_for(lambda: metrics.value(OUTCOMES, outcome="acked") == 200, "the decisions behind them")
+        assert metrics.value("recsys_decision_log_queue_depth") == 4  # the shadow's three, and "lost"
+        ensure_topics(bootstrap, [TopicSpec(shadow, 1)])
+        wait_for(lambda: metrics.value(OUTCOMES, outcome="acked") == 203, "the shadow's, once it exists")
+    finally:
+        log.close()
+    assert logged(bootstrap, decisions) == [f"r{i}" for i in range(200)]
+    assert logged(bootstrap, shadow) == ["s0", "s1", "s2"]
+    assert metrics.value(OUTCOMES, outcome="dropped_shutdown") == 1
+    assert metrics.value("recsys_decision_log_queue_depth") == 0
 
 
 def test_a_broker_that_stops_answering_is_reported_once_gone_and_once_back(decision_log_events):
