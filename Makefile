@@ -44,7 +44,7 @@ demo: install
 	$(BIN)/recsys-rl demo --out demo-output
 
 test: install kafka-jars flink-jars beam-boot redis-server node-deps chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 lint: install
 	$(BIN)/ruff check .
