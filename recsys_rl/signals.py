@@ -61,6 +61,13 @@ _ALL_SIGNALS: tuple[Signal, ...] = (
         0.95,
         "short-video watch time lost to an inserted live stream; the platform-usage cost",
     ),
+    Signal(
+        "author_return",
+        "count",
+        _HIGHER,
+        0.9,
+        "a user-author pair interacting again on a later day than its previous interaction",
+    ),
 )
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in _ALL_SIGNALS}
@@ -72,6 +79,10 @@ FEED_MAIN_SIGNAL = "watch_time"
 #: Reward vector of a live-allocation step, main signal first (SL-MGAC, DESIGN 3.2).
 LIVE_SIGNALS: tuple[str, ...] = ("live_watch_time", "gift", "video_watch_displaced")
 LIVE_MAIN_SIGNAL = "live_watch_time"
+
+#: Reward vector of a user-author pair's interaction (RLIV-UA, issue 22), in the order of the progressive
+#: funnel: the dense click first, then follow, then the sparse gift and the pair's return.
+PAIR_SIGNALS: tuple[str, ...] = ("click", "follow", "gift", "author_return")
 
 
 def get(name: str) -> Signal:

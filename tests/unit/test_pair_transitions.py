@@ -1,0 +1,134 @@
+"""The user-author surface's transitions (issue 22): one step per interaction of a pair, adjacent-state
+approximation at the cut-off, and histories that carry a pair across runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recsys_rl.pipelines.user_author import DAY_MS, PairHistory, pair_transitions
+from recsys_rl.signals import PAIR_SIGNALS
+
+HOUR_MS = DAY_MS // 24
+BASE = 10 * DAY_MS  # the run starts on day 10
+
+
+def _fact(author: str, item: str, time_ms: int, click=0, follow=0, gift=0.0, item_type="video") -> dict:
+    return {
+        "user_id": "u",
+        "item_id": item,
+        "author_id": author,
+        "item_type": item_type,
+        "event_time_ms": time_ms,
+        "watch_time_s": 3.0,
+        "click": click,
+        "like": 0,
+        "follow": follow,
+        "comment": 0,
+        "share": 0,
+        "hate": 0,
+        "live_watch_s": 0.0,
+        "gift": gift,
+    }
+
+
+def _state(views, clicks, followed, gifts, days, first=0.0) -> list[float]:
+    return [math.log1p(views), math.log1p(clicks), followed, math.log1p(gifts), math.log1p(days), first]
+
+
+def test_a_hand_computed_week_of_two_pairs():
+    """Author a: two clicks an hour apart (the second with a follow), then a gift three days later.
+    Author b: met twice before this run, once more on day 11. The run's cut-off is day 15."""
+    facts = [
+        _fact("a", "a1", BASE + HOUR_MS, click=1),
+        _fact("a", "a3", BASE + 3 * DAY_MS + HOUR_MS, gift=5.0, item_type="live"),
+        _fact("b", "b1", BASE + DAY_MS),
+        _fact("a", "a2", BASE + 2 * HOUR_MS, click=1, follow=1),
+    ]
+    prior = {
+        "b": PairHistory(views=2, clicks=1, last_time_ms=BASE - 2 * DAY_MS),
+        "c": PairHistory(views=1, last_time_ms=BASE - DAY_MS),
+    }
+    cut_off = BASE + 5 * DAY_MS
+    rows, histories = pair_transitions("u", facts, cut_off, prior)
+
+    assert [(r["author_id"], r["item_id"], r["pair_step"]) for r in rows] == [
+        ("a", "a1", 0), ("a", "a2", 1), ("a", "a3", 2), ("b", "b1", 2),
+    ]  # fmt: skip
+    a1, a2, a3, b1 = rows
+    # the first meeting: no history, no return
+    assert a1["state"] == _state(0, 0, 0, 0, 0, first=1.0)
+    assert a1["reward"] == [1.0, 0.0, 0.0, 0.0]
+    assert a1["next_state"] == _state(1, 1, 0, 0, 1 / 24) == a2["state"]
+    assert a1["gap_days"] == pytest.approx(1 / 24) and not a1["truncated"]
+    # same day again: a follow, but not a return
+    assert a2["reward"] == [1.0, 1.0, 0.0, 0.0]
+    assert a2["next_state"] == _state(2, 2, 1, 0, 3 - 1 / 24) == a3["state"]
+    assert a2["next_event_time_ms"] == BASE + 3 * DAY_MS + HOUR_MS
+    # three days later: the gift and a return; no later meeting, so the state at the cut-off stands in
+    assert a3["reward"] == [0.0, 0.0, 5.0, 1.0]
+    assert a3["truncated"] and a3["next_event_time_ms"] == -1
+    assert a3["next_state"] == _state(3, 2, 1, 5, 2 - 1 / 24)
+    assert a3["gap_days"] == pytest.approx(2 - 1 / 24)
+    # b's history before the run counts, and its meeting on day 11 is a return after two days away
+    assert b1["state"] == _state(2, 1, 0, 0, 3) and b1["reward"] == [0.0, 0.0, 0.0, 1.0]
+    assert b1["next_state"] == _state(3, 1, 0, 0, 4) and b1["truncated"]
+    a_last = BASE + 3 * DAY_MS + HOUR_MS
+    assert histories == {
+        "a": PairHistory(views=3, clicks=2, followed=True, gifts=5.0, last_time_ms=a_last),
+        "b": PairHistory(views=3, clicks=1, last_time_ms=BASE + DAY_MS),
+        "c": prior["c"],  # not met in this run: carried unchanged
+    }
+    assert len(PAIR_SIGNALS) == len(a1["reward"])
+
+
+def test_a_fact_after_the_cut_off_is_refused_naming_the_user():
+    with pytest.raises(ValueError, match=r"user 'u'.*after the cut-off"):
+        pair_transitions("u", [_fact("a", "a1", BASE + DAY_MS)], BASE)
+
+
+_facts = st.lists(
+    st.tuples(
+        st.sampled_from("abc"),
+        st.integers(0, 6 * DAY_MS),
+        st.integers(0, 1),
+        st.integers(0, 1),
+        st.sampled_from([0.0, 2.0]),
+    ),
+    max_size=25,
+    unique_by=lambda t: (t[0], t[1]),
+).map(lambda ts: [_fact(a, f"{a}{t}", BASE + t, click=c, follow=f, gift=g) for a, t, c, f, g in ts])
+
+
+@settings(max_examples=60, deadline=None)
+@given(facts=_facts, split=st.integers(0, 6 * DAY_MS))
+def test_two_runs_chained_by_their_histories_are_one_run(facts, split):
+    """Cutting the facts into two runs at ``split`` (the second run starting from the first's histories)
+    gives the whole run's rows, except that the first run's last step per pair is truncated there."""
+    cut_off = BASE + 7 * DAY_MS
+    whole, whole_histories = pair_transitions("u", facts, cut_off)
+    early = [f for f in facts if f["event_time_ms"] < BASE + split]
+    late = [f for f in facts if f["event_time_ms"] >= BASE + split]
+    first, carried = pair_transitions("u", early, BASE + split)
+    second, histories = pair_transitions("u", late, cut_off, carried)
+
+    assert histories == whole_histories
+    authors = {f["author_id"] for f in facts}
+    assert len(whole) == len(facts) and sum(r["truncated"] for r in whole) == len(authors)
+    key = {(r["author_id"], r["pair_step"]): r for r in whole}
+    for row in second:
+        assert row == key[row["author_id"], row["pair_step"]]
+    for row in first:
+        expected = key[row["author_id"], row["pair_step"]]
+        assert row["state"] == expected["state"] and row["reward"] == expected["reward"]
+        if not row["truncated"]:
+            assert row["next_state"] == expected["next_state"]
+    # within a pair, each step's next state is the following step's state (the chain is unbroken)
+    for row in whole:
+        following = key.get((row["author_id"], row["pair_step"] + 1))
+        assert row["truncated"] == (following is None)
+        if following is not None:
+            assert row["next_state"] == following["state"]
