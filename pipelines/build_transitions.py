@@ -51,6 +51,7 @@ from recsys_rl.pipelines.dataset import (
 from recsys_rl.pipelines.episodes import EpisodeConfig
 from recsys_rl.pipelines.kafka_source import ReplayPlan, commit_offsets, plan_replay
 from recsys_rl.pipelines.transitions import build_pipeline
+from recsys_rl.pipelines.user_author import HISTORIES_FILE, read_histories
 from recsys_rl.storage import Location, location, use_pipeline_options
 
 PUBLISHED_MARKER = "dead-letters.published.json"
@@ -190,6 +191,9 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Locati
                 staging_dir=str(paths.staging),
                 carry=config.carry_open_sessions,
                 carried_in=read_carried(out / carried_from["dataset"] / CARRIED_FILE) if carried_from else (),
+                histories_in=list(read_histories(out / carried_from["dataset"] / HISTORIES_FILE))
+                if carried_from
+                else (),
             )
         fill_dead_letters(paths.staging, config.bootstrap_servers)
         inputs = {
@@ -214,8 +218,9 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Locati
 
 def _previous_carry(out: Location, plan: ReplayPlan) -> dict[str, str] | None:
     """The group's dataset that this plan continues (its ranges end where this plan's start), if it
-    carried open sessions over: its name and its carried file's digest, which go into this dataset's
-    version, so a rerun after a crash reads the same carried events and writes the same bytes."""
+    carried open sessions over: its name and its carried file's digest, and its pair histories' digest
+    where it has them (datasets before schema version 3 do not), which go into this dataset's version,
+    so a rerun after a crash reads the same carried events and histories and writes the same bytes."""
     starts = {(r.topic, r.partition): r.start for r in plan.ranges}
     for dataset in sorted(p for p in out.iterdir() if not p.name.startswith(".")):
         if not (dataset / CARRIED_FILE).is_file() or not (dataset / MANIFEST).is_file():
@@ -223,7 +228,10 @@ def _previous_carry(out: Location, plan: ReplayPlan) -> dict[str, str] | None:
         inputs = read_manifest(dataset)["inputs"]
         ends = {(r["topic"], r["partition"]): r["end"] for r in inputs.get("ranges", [])}
         if inputs.get("group") == plan.group and ends == starts:
-            return {"dataset": dataset.name, "sha256": sha256_of(dataset / CARRIED_FILE)}
+            found = {"dataset": dataset.name, "sha256": sha256_of(dataset / CARRIED_FILE)}
+            if (dataset / HISTORIES_FILE).is_file():
+                found["pair_histories_sha256"] = sha256_of(dataset / HISTORIES_FILE)
+            return found
     return None
 
 

@@ -24,9 +24,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from recsys_rl.atomic_json import jsonl_file, write_bytes_atomic, write_json_atomic
-from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST, STATE_FEATURES
+from recsys_rl.dataset_contract import (
+    DATASET_SCHEMA_VERSION,
+    DATASET_SIGNALS,
+    MANIFEST,
+    STATE_FEATURES,
+    USER_AUTHOR,
+)
 from recsys_rl.errors import OperationalError
-from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
 from recsys_rl.pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
 from recsys_rl.state import FEATURE_VERSION
 from recsys_rl.storage import Location, ObjectPath, arrow_source, file_sizes, move_tree, remove_tree
@@ -203,11 +208,12 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
             f"staged output kept at {staging} for inspection"
         )
     surfaces = {}
-    for surface, signal_names in SURFACE_SIGNALS.items():
+    for surface, signal_names in DATASET_SIGNALS.items():
         shards = [staging / name for name in files if name.startswith(f"transitions-{surface}-")]
         parquet_shards = [p for p in shards if p.suffix == PARQUET_SUFFIX]
         # the columns the manifest counts, each shard read once: from an object store, a read costs
-        tables = [pq.read_table(arrow_source(p), columns=_COUNTED_COLUMNS) for p in parquet_shards]
+        columns = _COUNTED_COLUMNS[surface == USER_AUTHOR]
+        tables = [pq.read_table(arrow_source(p), columns=columns) for p in parquet_shards]
         rows = sum(table.num_rows for table in tables)
         built = accounting["transitions_built"].get(surface, 0)
         if rows != built:
@@ -215,12 +221,12 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
                 f"{surface} transitions made ({built}) != rows in its files ({rows}); "
                 f"staged output kept at {staging} for inspection"
             )
+        counts = _pair_counts(tables) if surface == USER_AUTHOR else _request_counts(tables)
         surfaces[surface] = {
             "signals": list(signal_names),
             "feature_names": list(STATE_FEATURES[surface]),
             "rows": rows,
-            "features_missing": _features_missing(tables),
-            "deterministic": _deterministic(tables),
+            **counts,
             "tfrecord_shards": [p.name for p in shards if p.suffix == TFRECORD_SUFFIX],
             "parquet_shards": [p.name for p in parquet_shards],
         }
@@ -298,7 +304,26 @@ def _check_inventory(staging: Location) -> dict[str, str]:
     return dict(sorted(digests.items()))
 
 
-_COUNTED_COLUMNS = ["features_missing_reason", "deterministic"]
+#: The columns the manifest counts, of a request surface and of the user-author surface.
+_COUNTED_COLUMNS = (["features_missing_reason", "deterministic"], ["user_id", "author_id", "truncated"])
+
+
+def _request_counts(tables: list[pa.Table]) -> dict[str, Any]:
+    return {"features_missing": _features_missing(tables), "deterministic": _deterministic(tables)}
+
+
+def _pair_counts(tables: list[pa.Table]) -> dict[str, Any]:
+    """How many pairs the user-author surface's rows belong to, and how many of those rows end at the
+    run's cut-off, their next state standing in for an interaction not seen yet (``truncated``)."""
+    pairs = {
+        pair
+        for table in tables
+        for pair in zip(
+            table.column("user_id").to_pylist(), table.column("author_id").to_pylist(), strict=True
+        )
+    }
+    truncated = sum(pc.sum(table.column("truncated")).as_py() or 0 for table in tables)
+    return {"pairs": len(pairs), "truncated": int(truncated)}
 
 
 def _features_missing(tables: list[pa.Table]) -> dict[str, Any]:

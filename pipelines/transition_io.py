@@ -9,43 +9,83 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from recsys_rl.pipelines.episodes import SURFACE_SIGNALS, float32_bytes
+from recsys_rl.dataset_contract import DATASET_SIGNALS, USER_AUTHOR
+from recsys_rl.pipelines.episodes import float32_bytes
 from recsys_rl.pipelines.whole_files import parquet_file, tfrecord_file
 
 TFRECORD_SUFFIX = ".tfrecord"
 PARQUET_SUFFIX = ".parquet"
 
-_STRING_FIELDS = (
-    "request_id",
-    "user_id",
-    "session_id",
-    "surface",
-    "policy_version",
-    "features_missing_reason",
-)
-_INT_FIELDS = (
-    "step",
-    "event_time_ms",
-    "next_event_time_ms",
-    "user_group",
-    "features_missing",
-    "deterministic",  # 1: the action was the policy's mode, and log_propensity no behaviour propensity
-    "done",
-    "feedback_count",
-)
-_FLOAT_LIST_FIELDS = ("state", "next_state", "action")
+
+@dataclass(frozen=True)
+class RowLayout:
+    """The fields of one kind of transition row, by type, and how its rows are sharded and ordered.
+
+    Every file of a surface holds its layout's fields and ``reward/<signal>`` (``reward_<signal>`` in
+    Parquet) per signal of the surface; scalar floats are float32 in Examples and float64 in Parquet,
+    as the rewards are.
+    """
+
+    strings: tuple[str, ...]
+    ints: tuple[str, ...]
+    float_lists: tuple[str, ...]
+    floats: tuple[str, ...]
+    unique: str  # the string field new in nearly every row: not worth caching its encoded entry
+    shard_by: str  # rows that share its value share a shard
+    order: tuple[str, ...]  # a shard's rows are sorted by these
+
+    @property
+    def repeated_strings(self) -> tuple[str, ...]:
+        return tuple(name for name in self.strings if name != self.unique)
 
 
-def shard_of(session_id: str, num_shards: int) -> int:
+#: Rows of the request surfaces (feed, live allocation): one per decision, sharded by session.
+REQUEST_LAYOUT = RowLayout(
+    strings=("request_id", "user_id", "session_id", "surface", "policy_version", "features_missing_reason"),
+    ints=(
+        "step",
+        "event_time_ms",
+        "next_event_time_ms",
+        "user_group",
+        "features_missing",
+        "deterministic",  # 1: the action was the policy's mode, and log_propensity no behaviour propensity
+        "done",
+        "feedback_count",
+    ),
+    float_lists=("state", "next_state", "action"),
+    floats=("log_propensity",),
+    unique="request_id",
+    shard_by="session_id",
+    order=("session_id", "step", "request_id"),
+)
+#: Rows of the user-author surface (``pipelines.user_author``): one per interaction of a pair, sharded
+#: by user so that a pair's chain of steps stays in one shard.
+PAIR_LAYOUT = RowLayout(
+    strings=("user_id", "author_id", "item_id", "item_type", "surface"),
+    ints=("pair_step", "event_time_ms", "next_event_time_ms", "truncated"),
+    float_lists=("state", "next_state"),
+    floats=("gap_days",),
+    unique="item_id",
+    shard_by="user_id",
+    order=("user_id", "author_id", "pair_step"),
+)
+LAYOUTS: dict[str, RowLayout] = {
+    surface: PAIR_LAYOUT if surface == USER_AUTHOR else REQUEST_LAYOUT for surface in DATASET_SIGNALS
+}
+
+
+def shard_of(key: str, num_shards: int) -> int:
     """Stable across processes and Python versions (unlike ``hash``), so reruns shard identically."""
-    digest = hashlib.blake2b(session_id.encode("utf-8"), digest_size=8).digest()
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % num_shards
 
 
@@ -106,10 +146,9 @@ def _int_entry(name: str, value: int) -> bytes:
 
 # Values repeat from row to row: the int features take few values (step, group, done, counts), a
 # step's time is the previous step's next time, a user's and a session's rows are adjacent, and one
-# policy version or surface fills many rows. Only the request id is new in every row.
+# policy version or surface fills many rows. Only the layout's ``unique`` field is new in every row.
 _repeated_int_entry = functools.lru_cache(maxsize=4096)(_int_entry)
 _repeated_string_entry = functools.lru_cache(maxsize=4096)(_string_entry)
-_REPEATED_STRINGS = tuple(name for name in _STRING_FIELDS if name != "request_id")
 
 
 @functools.cache
@@ -128,14 +167,15 @@ def _example_keys(surface: str) -> tuple[str, ...]:
     extend it ("features_missing_reason" before "features_missing"): as if each key ended with a byte
     greater than all others.
     """
-    names = [*_STRING_FIELDS, *_INT_FIELDS, *_FLOAT_LIST_FIELDS, "log_propensity"]
-    names += [f"reward/{signal}" for signal in SURFACE_SIGNALS[surface]]
+    layout = LAYOUTS[surface]
+    names = [*layout.strings, *layout.ints, *layout.float_lists, *layout.floats]
+    names += [f"reward/{signal}" for signal in DATASET_SIGNALS[surface]]
     return tuple(sorted(names, key=lambda name: (*name.encode("utf-8"), 256)))
 
 
-def _packed_lists(row: dict) -> list[bytes]:
+def _packed_lists(row: dict, layout: RowLayout) -> list[bytes]:
     """The row's float lists as float32_bytes: both file formats store float32."""
-    return [float32_bytes(row[name]) for name in _FLOAT_LIST_FIELDS]
+    return [float32_bytes(row[name]) for name in layout.float_lists]
 
 
 def to_example(row: dict) -> bytes:
@@ -145,19 +185,20 @@ def to_example(row: dict) -> bytes:
     True)`` of the message gives (map entries sorted by key, packed numbers): building the message
     through the protobuf API cost ~25 us a row, the largest cost of the pipeline after reading.
     """
-    return _example(row, _packed_lists(row))
+    layout = LAYOUTS[row["surface"]]
+    return _example(row, layout, _packed_lists(row, layout))
 
 
-def _example(row: dict, lists: list[bytes]) -> bytes:
+def _example(row: dict, layout: RowLayout, lists: list[bytes]) -> bytes:
     surface = row["surface"]
-    entries = {"request_id": _string_entry("request_id", row["request_id"])}
-    for name in _REPEATED_STRINGS:
+    entries = {layout.unique: _string_entry(layout.unique, row[layout.unique])}
+    for name in layout.repeated_strings:
         entries[name] = _repeated_string_entry(name, row[name])
-    for name in _INT_FIELDS:
+    for name in layout.ints:
         entries[name] = _repeated_int_entry(name, int(row[name]))
-    for name, packed in zip(_FLOAT_LIST_FIELDS, lists, strict=True):
+    for name, packed in zip(layout.float_lists, lists, strict=True):
         entries[name] = _float_entry_prefix(name, len(packed) // 4) + packed
-    scalars = float32_bytes([row["log_propensity"], *row["reward"]])
+    scalars = float32_bytes([*(row[name] for name in layout.floats), *row["reward"]])
     for i, (name, prefix) in enumerate(_scalar_float_prefixes(surface)):
         entries[name] = prefix + scalars[4 * i : 4 * i + 4]
     return _message(_TAG_1, b"".join([entries[name] for name in _example_keys(surface)]))
@@ -165,27 +206,29 @@ def _example(row: dict, lists: list[bytes]) -> bytes:
 
 @functools.cache
 def _scalar_float_prefixes(surface: str) -> tuple[tuple[str, bytes], ...]:
-    names = ("log_propensity", *(f"reward/{signal}" for signal in SURFACE_SIGNALS[surface]))
+    names = (*LAYOUTS[surface].floats, *(f"reward/{signal}" for signal in DATASET_SIGNALS[surface]))
     return tuple((name, _float_entry_prefix(name, 1)) for name in names)
 
 
 @functools.cache
 def parquet_schema(surface: str) -> pa.Schema:
-    fields = [pa.field(name, pa.string()) for name in _STRING_FIELDS]
-    fields += [pa.field(name, pa.int64()) for name in _INT_FIELDS]
-    fields += [pa.field(name, pa.list_(pa.float32())) for name in _FLOAT_LIST_FIELDS]
-    fields.append(pa.field("log_propensity", pa.float64()))
-    fields += [pa.field(f"reward_{signal}", pa.float64()) for signal in SURFACE_SIGNALS[surface]]
+    layout = LAYOUTS[surface]
+    fields = [pa.field(name, pa.string()) for name in layout.strings]
+    fields += [pa.field(name, pa.int64()) for name in layout.ints]
+    fields += [pa.field(name, pa.list_(pa.float32())) for name in layout.float_lists]
+    fields += [pa.field(name, pa.float64()) for name in layout.floats]
+    fields += [pa.field(f"reward_{signal}", pa.float64()) for signal in DATASET_SIGNALS[surface]]
     return pa.schema(fields)
 
 
 def parquet_values(row: dict, lists: list[bytes] | None = None) -> tuple:
     """The row's values in ``parquet_schema`` order, its float lists as float32_bytes (``lists``)."""
+    layout = LAYOUTS[row["surface"]]
     return (
-        *[row[name] for name in _STRING_FIELDS],
-        *[int(row[name]) for name in _INT_FIELDS],
-        *(_packed_lists(row) if lists is None else lists),
-        row["log_propensity"],
+        *[row[name] for name in layout.strings],
+        *[int(row[name]) for name in layout.ints],
+        *(_packed_lists(row, layout) if lists is None else lists),
+        *[row[name] for name in layout.floats],
         *row["reward"],
     )
 
@@ -194,8 +237,9 @@ def parquet_table(surface: str, rows: list[tuple]) -> pa.Table:
     """Rows of `parquet_values` -> the surface's Arrow table; float lists go in as buffers."""
     schema = parquet_schema(surface)
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    float_lists = LAYOUTS[surface].float_lists
     arrays = [
-        _float_lists(column) if field.name in _FLOAT_LIST_FIELDS else pa.array(column, type=field.type)
+        _float_lists(column) if field.name in float_lists else pa.array(column, type=field.type)
         for column, field in zip(columns, schema, strict=True)
     ]
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -238,7 +282,7 @@ class ShardTransitions(beam.PTransform):
             row_lists.pipeline
             | "EveryShard"
             >> beam.Create(
-                [(surface, shard) for surface in SURFACE_SIGNALS for shard in range(n)], reshuffle=False
+                [(surface, shard) for surface in DATASET_SIGNALS for shard in range(n)], reshuffle=False
             )
             | "EmptyShardFiles"
             >> beam.FlatMap(
@@ -251,28 +295,30 @@ class ShardTransitions(beam.PTransform):
 def _encode_rows(rows: list[dict], num_shards: int):
     """((surface, shard), [(Example bytes, Parquet values), ...]) for each shard the rows fall in."""
     by_shard = defaultdict(list)
-    shards: dict[str, int] = {}  # a session's rows are adjacent and share a shard
+    shards: dict[str, int] = {}  # rows that share a shard key are adjacent (a session's, a user's)
     for row in rows:
-        session_id = row["session_id"]
-        shard = shards.get(session_id)
+        surface = row["surface"]
+        layout = LAYOUTS[surface]
+        key = row[layout.shard_by]
+        shard = shards.get(key)
         if shard is None:
-            shard = shards[session_id] = shard_of(session_id, num_shards)
-        lists = _packed_lists(row)
-        by_shard[(row["surface"], shard)].append((_example(row, lists), parquet_values(row, lists)))
+            shard = shards[key] = shard_of(key, num_shards)
+        lists = _packed_lists(row, layout)
+        by_shard[(surface, shard)].append((_example(row, layout, lists), parquet_values(row, lists)))
     return by_shard.items()
 
 
-# a shard's rows are sorted by (session_id, step, request_id): the positions of those in the values
-_SORT_FIELDS = tuple(parquet_schema("feed").names.index(n) for n in ("session_id", "step", "request_id"))
+@functools.cache
+def _sort_key(surface: str) -> operator.itemgetter:
+    """A row's Parquet values -> the fields its shard is sorted by."""
+    names = parquet_schema(surface).names
+    return operator.itemgetter(*(names.index(name) for name in LAYOUTS[surface].order))
 
 
 def _shard_files(element: tuple[tuple[str, int], Any], num_shards: int):
     (surface, shard), encoded = element
-    session, step, request = _SORT_FIELDS
-    ordered = sorted(
-        (item for items in encoded for item in items),
-        key=lambda item: (item[1][session], item[1][step], item[1][request]),
-    )
+    key = _sort_key(surface)
+    ordered = sorted((item for items in encoded for item in items), key=lambda item: key(item[1]))
     name = shard_name(surface, shard, num_shards)
     yield name + TFRECORD_SUFFIX, tfrecord_file([example for example, _ in ordered])
     yield name + PARQUET_SUFFIX, parquet_file(parquet_table(surface, [values for _, values in ordered]))

@@ -43,6 +43,13 @@ from recsys_rl.pipelines.event_validation import Rejection
 from recsys_rl.pipelines.feature_aggregates import FeatureAggregateFiles
 from recsys_rl.pipelines.kafka_source import KafkaBatch, ReadKafkaReplay, ReplayPlan
 from recsys_rl.pipelines.transition_io import ShardTransitions
+from recsys_rl.pipelines.user_author import (
+    HISTORIES_FILE,
+    PAIR_HISTORIES,
+    histories_of,
+    history_line,
+    pair_transitions,
+)
 from recsys_rl.pipelines.whole_files import WriteWholeFiles
 
 DEAD_LETTERS = "dead_letters"
@@ -50,6 +57,7 @@ VIEW_FACTS = "view_facts"
 FATES = "fates"
 LATEST = "latest"  # the latest event time of each batch: the run's cut-off, in event time
 CARRIED = "carried"
+HISTORIES = "pair_histories"
 _EVENT_TIME = {kind: event_type._fields.index("event_time_ms") for kind, event_type in EVENT_TYPES.items()}
 
 
@@ -61,10 +69,8 @@ class DecodeEvents(beam.DoFn):
     plain tuples, which Beam's default coder writes field by field (a NamedTuple would be pickled).
     """
 
-    def __init__(self, decisions_topic: str, feedback_topic: str, *, latest: bool = False) -> None:
-        """``latest``: also emit each batch's latest event time (``LATEST``), which carrying needs."""
+    def __init__(self, decisions_topic: str, feedback_topic: str) -> None:
         self._topics = {decisions_topic: DECISION, feedback_topic: FEEDBACK}
-        self._latest = latest
 
     def process(self, batch: KafkaBatch):
         yield TaggedOutput(FATES, ("read", batch.size))
@@ -88,7 +94,7 @@ class DecodeEvents(beam.DoFn):
                 by_user[user_id].append(fields)
         for user_id, events in by_user.items():
             yield user_id, (kind, events)
-        if self._latest and by_user:
+        if by_user:  # the batch's latest event time, for the run's cut-off
             time_field = _EVENT_TIME[kind]
             yield TaggedOutput(LATEST, max(e[time_field] for events in by_user.values() for e in events))
         for reason, count in rejected.items():
@@ -97,26 +103,46 @@ class DecodeEvents(beam.DoFn):
 
 
 class BuildEpisodes(beam.DoFn):
-    """One user's events -> transitions, view facts, dead letters and fate counts.
+    """One user's events (and pair histories) -> transitions, view facts, pair histories, dead letters
+    and fate counts.
 
     Transitions and view facts leave as one list per user, for the same reason events arrive grouped.
+    The user-author surface's rows (``pipelines.user_author``) come from the user's view facts of this
+    run, each pair starting from its history of the runs before.
     """
 
-    def __init__(self, config: EpisodeConfig) -> None:
+    def __init__(self, config: EpisodeConfig, *, carry: bool = False) -> None:
+        """``carry``: hold back sessions still open at the cut-off (``pipelines.carry``)."""
         self._config = config
+        self._carry = carry
 
     def process(self, element, latest_ms: int | None = None):
-        """``latest_ms``: the run's cut-off in event time when open sessions are carried, else None."""
+        """``latest_ms``: the run's cut-off in event time (None when it read no valid event)."""
         user_id, groups = element
-        events = [EVENT_TYPES[kind]._make(event) for kind, group in groups for event in group]
-        open_after = None if latest_ms is None else latest_ms - self._config.open_for_ms
+        events, prior = [], {}
+        for kind, group in groups:
+            if kind == PAIR_HISTORIES:
+                prior = histories_of(group)
+            else:
+                events += [EVENT_TYPES[kind]._make(event) for event in group]
+        open_after = latest_ms - self._config.open_for_ms if self._carry and latest_ms is not None else None
         built = build_user_episodes(user_id, events, self._config, open_after)
         for line in carried_lines(user_id, built.carried):
             yield TaggedOutput(CARRIED, line)
-        if built.transitions:
-            yield built.transitions
-            for surface, count in Counter(row["surface"] for row in built.transitions).items():
-                yield TaggedOutput(FATES, (f"{BUILT_PREFIX}{surface}", count))
+        # a run whose records were all dead letters has no cut-off: its carried-in sessions end by theirs
+        cut_off = (
+            latest_ms
+            if latest_ms is not None
+            else max((f["event_time_ms"] for f in built.view_facts), default=0)
+        )
+        pair_rows, histories = pair_transitions(user_id, built.view_facts, cut_off, prior)
+        for rows in (built.transitions, pair_rows):
+            if rows:
+                yield rows
+                for surface, count in Counter(row["surface"] for row in rows).items():
+                    yield TaggedOutput(FATES, (f"{BUILT_PREFIX}{surface}", count))
+        if histories:
+            yield TaggedOutput(HISTORIES, history_line(user_id, histories))
         if built.view_facts:
             yield TaggedOutput(VIEW_FACTS, built.view_facts)
         for letter in built.dead_letters:
@@ -131,7 +157,8 @@ class KafkaToTransitions(beam.PTransform):
     ``transitions`` and ``view_facts`` hold lists (one user's rows or facts). ``fates`` holds (fate,
     count) pairs summed over the whole input: ``read``, ``used``, and ``filtered:<reason>`` /
     ``dead_letter:<reason>``; the accounting equation is checked on them. ``built:<surface>`` counts
-    the transitions made, which the dataset's files must hold.
+    the transitions made, which the dataset's files must hold. ``carried`` and ``pair_histories`` hold
+    the lines of the files the group's next run starts from.
     """
 
     def __init__(
@@ -142,37 +169,38 @@ class KafkaToTransitions(beam.PTransform):
         *,
         carry: bool = False,
         carried_in: Sequence[tuple] = (),
+        histories_in: Sequence[tuple] = (),
     ) -> None:
         """``carry``: hold back sessions still open at the cut-off (``pipelines.carry``), which come out as
-        ``carried`` file lines; ``carried_in``: the previous run's, as (user id, (kind, events))."""
+        ``carried`` file lines; ``carried_in``: the previous run's, as (user id, (kind, events));
+        ``histories_in``: the previous run's pair histories, as ``user_author.read_histories`` gives."""
         super().__init__()
         self._decisions_topic = decisions_topic
         self._feedback_topic = feedback_topic
         self._config = config
         self._carry = carry
         self._carried_in = list(carried_in)
+        self._histories_in = list(histories_in)
 
     def expand(self, batches):
         decoded = batches | "Decode" >> beam.ParDo(
-            DecodeEvents(self._decisions_topic, self._feedback_topic, latest=self._carry)
+            DecodeEvents(self._decisions_topic, self._feedback_topic)
         ).with_outputs(DEAD_LETTERS, FATES, LATEST, main="events")
         pipeline = batches.pipeline
         released = [("released", n)] if (n := count_events(self._carried_in)) else []
         events = (
             decoded.events,
-            pipeline | "CarriedIn" >> beam.Create(self._carried_in, reshuffle=False),
+            pipeline | "CarriedIn" >> beam.Create(self._carried_in + self._histories_in, reshuffle=False),
         ) | "WithCarried" >> beam.Flatten()
-        side = {}
-        if self._carry:
-            latest = decoded[LATEST] | "CutOff" >> beam.CombineGlobally(max).without_defaults()
-            side["latest_ms"] = beam.pvalue.AsSingleton(latest, default_value=None)
+        latest = decoded[LATEST] | "CutOff" >> beam.CombineGlobally(max).without_defaults()
         built = (
             events
             | "GroupByUser" >> beam.GroupByKey()
             | "BuildEpisodes"
-            >> beam.ParDo(BuildEpisodes(self._config), **side).with_outputs(
-                VIEW_FACTS, DEAD_LETTERS, FATES, CARRIED, main="transitions"
-            )
+            >> beam.ParDo(
+                BuildEpisodes(self._config, carry=self._carry),
+                latest_ms=beam.pvalue.AsSingleton(latest, default_value=None),
+            ).with_outputs(VIEW_FACTS, DEAD_LETTERS, FATES, CARRIED, HISTORIES, main="transitions")
         )
         fates = (
             (
@@ -190,25 +218,29 @@ class KafkaToTransitions(beam.PTransform):
             "dead_letters": dead_letters,
             "fates": fates,
             "carried": built[CARRIED],
+            "pair_histories": built[HISTORIES],
         }
 
 
 class RunReportFiles(beam.PTransform):
-    """(dead letters, fate counts, carried lines) -> the dead-letter, accounting and carried files, as
-    (file name, JSON lines).
+    """(dead letters, fate counts, carried lines, pair-history lines) -> the dead-letter, accounting,
+    carried and pair-history files, as (file name, JSON lines).
 
-    Both files exist whatever the run met (an empty dead-letter file says there were none). One
+    Every file exists whatever the run met (an empty dead-letter file says there were none). One
     shuffle keyed by file name gathers them, lighter for a runner than a global combine per file.
     """
 
     def expand(self, pcolls):
-        dead_letters, fates, carried = pcolls
-        every_file = [(DEAD_LETTER_FILE, None), (ACCOUNTING_FILE, None), (CARRIED_FILE, None)]
+        dead_letters, fates, carried, histories = pcolls
+        every_file = [
+            (name, None) for name in (DEAD_LETTER_FILE, ACCOUNTING_FILE, CARRIED_FILE, HISTORIES_FILE)
+        ]
         return (
             (
                 dead_letters | "KeyLetters" >> beam.Map(lambda letter: (DEAD_LETTER_FILE, letter)),
                 fates | "KeyFates" >> beam.Map(lambda fate: (ACCOUNTING_FILE, fate)),
                 carried | "KeyCarried" >> beam.Map(lambda line: (CARRIED_FILE, line)),
+                histories | "KeyHistories" >> beam.Map(lambda line: (HISTORIES_FILE, line)),
                 dead_letters.pipeline | "EveryFile" >> beam.Create(every_file, reshuffle=False),
             )
             | "AllItems" >> beam.Flatten()
@@ -224,6 +256,8 @@ def _report_file(element: tuple[str, Iterable]) -> tuple[str, bytes]:
         return name, jsonl_file([dict(sorted(present))])
     if name == CARRIED_FILE:
         return name, jsonl_file(sorted(present, key=lambda d: (d["user_id"], d["kind"])))
+    if name == HISTORIES_FILE:
+        return name, jsonl_file(sorted(present, key=lambda d: d["user_id"]))
     return name, jsonl_file(sorted(present, key=lambda d: (d["topic"], d["partition"], d["offset"])))
 
 
@@ -261,6 +295,7 @@ def build_pipeline(
     staging_dir: str,
     carry: bool = False,
     carried_in: Sequence[tuple] = (),
+    histories_in: Sequence[tuple] = (),
 ) -> None:
     """Attach the whole Kafka -> dataset pipeline to ``pipeline``, writing into ``staging_dir``.
 
@@ -269,10 +304,16 @@ def build_pipeline(
     """
     records = pipeline | "ReadKafka" >> ReadKafkaReplay(plan, max_records_per_chunk)
     out = records | "ToTransitions" >> KafkaToTransitions(
-        decisions_topic, feedback_topic, episode_config, carry=carry, carried_in=carried_in
+        decisions_topic,
+        feedback_topic,
+        episode_config,
+        carry=carry,
+        carried_in=carried_in,
+        histories_in=histories_in,
     )
     transition_files = out["transitions"] | "Shard" >> ShardTransitions(num_shards)
-    report_files = (out["dead_letters"], out["fates"], out["carried"]) | "RunReport" >> RunReportFiles()
+    report = (out["dead_letters"], out["fates"], out["carried"], out["pair_histories"])
+    report_files = report | "RunReport" >> RunReportFiles()
     feature_files = (
         out["view_facts"]
         | "FeatureAggregates" >> FeatureAggregateFiles(batched=True)

@@ -18,81 +18,69 @@ Cross-Request Interaction MDP). Two consequences shape this module:
   above is our design, chosen because a pair's state here depends on nothing but its history and the
   time since its last interaction, which the cut-off state has exactly up to the unseen extra wait.
 
-The state is the pair's history *before* the step (views, clicks, follow, gifts, days since the last
-interaction): what a feature store can serve for the pair at request time. A run sees only its own
-days, so each pair's history before the run comes in as ``prior`` (the Feast pair aggregates of the
-earlier runs). The reward is the progressive funnel of DESIGN 3.3, ``PAIR_SIGNALS``: click, follow,
-gift, and the pair's return (this interaction comes on a later day than the pair's previous one).
+The state is the pair's history through its last *finished* UTC day before the step (views, clicks,
+follow, gifts, and the days since the last interaction before that day): what a feature store
+materialised once a day can serve for the pair at request time, as the user part of the feed state is
+the user's last finished day (``recsys_rl.state``). Two meetings on one day therefore see the same
+history; a state built from the running totals instead would hold, in training, what serving cannot know
+yet. The exception is the stand-in at the cut-off, built from the running totals: the pair's next
+meeting is most likely on a later day, by which time they will have settled. A run sees only its own
+days, so each pair's record from the earlier runs comes in as ``prior``; the run hands back its own for
+the next. The reward is the progressive funnel of DESIGN 3.3, ``PAIR_SIGNALS``: click, follow, gift, and
+the pair's return (this interaction comes on a later day than the pair's previous one).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
+from recsys_rl.dataset_contract import USER_AUTHOR
+from recsys_rl.pair_state import PairHistory
 from recsys_rl.signals import PAIR_SIGNALS
+from recsys_rl.state import DAY_MS
+from recsys_rl.storage import Location
 
-DAY_MS = 86_400_000
-
-#: The pair's state, in order: what the pair's history says just before a step.
-PAIR_STATE_FEATURES: tuple[str, ...] = (
-    "log_views",  # log(1 + earlier interactions)
-    "log_clicks",  # log(1 + earlier clicks)
-    "followed",  # 1 once the user has followed the author (follows persist)
-    "log_gifts",  # log(1 + value of earlier gifts)
-    "log_days_since_last",  # log(1 + days since the previous interaction); 0 before the first
-    "first",  # 1 when the pair has never interacted before
-)
+#: The histories of every pair met so far, as of a run's cut-off: what the group's next run starts from.
+HISTORIES_FILE = "pair-histories.jsonl"
+#: The kind of a user's pair histories where the per-user builder receives them beside its events
+#: (``pipelines.episodes`` numbers decisions 0 and feedback 1).
+PAIR_HISTORIES = 2
 
 
 @dataclass(frozen=True)
-class PairHistory:
-    """What is known of a pair before a step: the running totals its state is computed from."""
+class PairRecord:
+    """A pair's history twice: ``settled``, through the day before its last interaction's (what a state on
+    that day is built from), and ``running``, through its last interaction."""
 
-    views: int = 0
-    clicks: int = 0
-    followed: bool = False
-    gifts: float = 0.0
-    last_time_ms: int | None = None
+    settled: PairHistory = field(default_factory=PairHistory)
+    running: PairHistory = field(default_factory=PairHistory)
 
-    def state(self, at_ms: int) -> list[float]:
-        """The pair's state at ``at_ms``, in ``PAIR_STATE_FEATURES`` order."""
-        first = self.last_time_ms is None
-        days = 0.0 if first else max(0, at_ms - self.last_time_ms) / DAY_MS
-        return [
-            math.log1p(self.views),
-            math.log1p(self.clicks),
-            float(self.followed),
-            math.log1p(self.gifts),
-            math.log1p(days),
-            float(first),
-        ]
+    def on_day_of(self, time_ms: int) -> PairRecord:
+        """The record as a meeting at ``time_ms`` sees it: on a later day, the running totals have settled."""
+        last = self.running.last_time_ms
+        if last is not None and time_ms // DAY_MS > last // DAY_MS:
+            return PairRecord(self.running, self.running)
+        return self
 
-    def after(self, fact: Mapping) -> PairHistory:
-        """The history once ``fact`` (a view fact of this pair) has happened."""
-        return replace(
-            self,
-            views=self.views + 1,
-            clicks=self.clicks + int(fact["click"] > 0),
-            followed=self.followed or fact["follow"] > 0,
-            gifts=self.gifts + float(fact["gift"]),
-            last_time_ms=int(fact["event_time_ms"]),
-        )
+    def after(self, fact: Mapping) -> PairRecord:
+        return PairRecord(self.settled, self.running.after(fact))
 
 
 def pair_transitions(
     user_id: str,
     view_facts: Iterable[Mapping],
     cut_off_ms: int,
-    prior: Mapping[str, PairHistory] | None = None,
-) -> tuple[list[dict], dict[str, PairHistory]]:
-    """The user's pair transitions, ordered by author then time, and each pair's history at the cut-off.
+    prior: Mapping[str, PairRecord] | None = None,
+) -> tuple[list[dict], dict[str, PairRecord]]:
+    """The user's pair transitions, ordered by author then time, and each pair's record at the cut-off.
 
     ``view_facts`` are the user's view facts (``pipelines.episodes``) of this run; ``cut_off_ms`` is the
-    run's cut-off in event time, no earlier than any of them; ``prior`` holds the history of pairs seen
-    in earlier runs. The returned histories are what the next run's ``prior`` should be.
+    run's cut-off in event time, no earlier than any of them; ``prior`` holds the records of pairs seen
+    in earlier runs. The returned records are what the next run's ``prior`` should be.
     """
     prior = prior or {}
     by_author: dict[str, list[Mapping]] = defaultdict(list)
@@ -104,34 +92,40 @@ def pair_transitions(
             )
         by_author[fact["author_id"]].append(fact)
     rows: list[dict] = []
-    histories = dict(prior)
+    records = dict(prior)
     for author_id in sorted(by_author):
         facts = sorted(by_author[author_id], key=lambda f: (f["event_time_ms"], f["item_id"]))
-        history = prior.get(author_id, PairHistory())
+        record = prior.get(author_id, PairRecord())
         for step, fact in enumerate(facts):
             time_ms = int(fact["event_time_ms"])
-            following = facts[step + 1] if step + 1 < len(facts) else None
-            state, reward = history.state(time_ms), _rewards(fact, history)
-            history = history.after(fact)
-            next_time_ms = cut_off_ms if following is None else int(following["event_time_ms"])
+            record = record.on_day_of(time_ms)
+            state, reward = record.settled.state(time_ms), _rewards(fact, record.running)
+            record = record.after(fact)
+            if following := facts[step + 1] if step + 1 < len(facts) else None:
+                next_time_ms = int(following["event_time_ms"])
+                next_state = record.on_day_of(next_time_ms).settled.state(next_time_ms)
+            else:  # the adjacent-state stand-in: the running totals at the cut-off
+                next_time_ms = cut_off_ms
+                next_state = record.running.state(cut_off_ms)
             rows.append(
                 {
+                    "surface": USER_AUTHOR,
                     "user_id": user_id,
                     "author_id": author_id,
                     "item_id": fact["item_id"],
                     "item_type": fact["item_type"],
-                    "pair_step": history.views - 1,
+                    "pair_step": record.running.views - 1,
                     "event_time_ms": time_ms,
                     "next_event_time_ms": -1 if following is None else next_time_ms,
                     "gap_days": (next_time_ms - time_ms) / DAY_MS,
                     "state": state,
-                    "next_state": history.state(next_time_ms),
+                    "next_state": next_state,
                     "reward": reward,
                     "truncated": following is None,
                 }
             )
-        histories[author_id] = history
-    return rows, histories
+        records[author_id] = record
+    return rows, records
 
 
 def _rewards(fact: Mapping, before: PairHistory) -> list[float]:
@@ -152,3 +146,31 @@ def _rewards(fact: Mapping, before: PairHistory) -> list[float]:
         "author_return": float(returned),
     }
     return [values[name] for name in PAIR_SIGNALS]
+
+
+def history_line(user_id: str, records: Mapping[str, PairRecord]) -> dict:
+    """One user's pair records as a line of ``HISTORIES_FILE``, authors sorted, so reruns write the same
+    bytes: each pair as [author id, settled, running], each history as [views, clicks, followed, gifts,
+    last interaction ms]."""
+    pairs = [
+        [author, dataclasses.astuple(records[author].settled), dataclasses.astuple(records[author].running)]
+        for author in sorted(records)
+    ]
+    return {"user_id": user_id, "pairs": pairs}
+
+
+def histories_of(entries: Iterable[list]) -> dict[str, PairRecord]:
+    """Pairs as ``history_line`` writes them -> {author id: record}."""
+    return {
+        author: PairRecord(PairHistory(*settled), PairHistory(*running))
+        for author, settled, running in entries
+    }
+
+
+def read_histories(path: Location) -> Iterator[tuple[str, tuple[int, list[list]]]]:
+    """The pair histories a run left, as the per-user builder receives them: (user id, (kind, pairs))."""
+    if not path.is_file():
+        return
+    for line in path.read_bytes().splitlines():
+        entry = json.loads(line)
+        yield entry["user_id"], (PAIR_HISTORIES, entry["pairs"])

@@ -6,14 +6,29 @@ never has to import the Beam pipeline code to know what it is reading.
 
 from __future__ import annotations
 
+from recsys_rl.pair_state import PAIR_STATE_FEATURES
+from recsys_rl.signals import FEED_SIGNALS, LIVE_SIGNALS, PAIR_SIGNALS
 from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 MANIFEST = "manifest.json"
 #: Version the pipelines write. Version 2 added the ``deterministic`` column (1 where serving logged the
 #: policy's mode instead of a draw, so that ``log_propensity`` is no behaviour propensity) and the
 #: manifest's per-surface ``deterministic`` count.
-DATASET_SCHEMA_VERSION = 2
+#: Version 3 added the ``user_author`` surface (its shards, manifest section and pair-histories file).
+DATASET_SCHEMA_VERSION = 3
 #: Versions readers accept. A version-1 dataset has no ``deterministic`` column: it was built from
 #: version-1 decision records, which cannot say, and its decisions are all read as sampled.
-READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
-STATE_FEATURES = {"feed": FEED_STATE_FEATURES, "live_allocation": LIVE_STATE_FEATURES}
+READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
+#: The surface of user-author pair transitions (issue 22): one row per interaction of a pair.
+USER_AUTHOR = "user_author"
+#: Every surface a dataset holds, with its reward vector's signals in order.
+DATASET_SIGNALS: dict[str, tuple[str, ...]] = {
+    "feed": FEED_SIGNALS,
+    "live_allocation": LIVE_SIGNALS,
+    USER_AUTHOR: PAIR_SIGNALS,
+}
+STATE_FEATURES = {
+    "feed": FEED_STATE_FEATURES,
+    "live_allocation": LIVE_STATE_FEATURES,
+    USER_AUTHOR: PAIR_STATE_FEATURES,
+}

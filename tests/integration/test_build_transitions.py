@@ -91,6 +91,12 @@ def test_a_simulated_day_becomes_the_simulators_transitions(simulated_topics, in
     assert feed.loc[expected_ids, "done"].astype(bool).tolist() == log.feed.done.tolist()
     assert feed["session_id"].nunique() == log.sessions
     assert (result.dataset_dir / "features").is_dir()
+    # the user-author surface: one step per feedback event, each pair's last one truncated at the cut-off
+    section = manifest["surfaces"]["user_author"]
+    pairs = _rows(result.dataset_dir, "user_author")
+    assert section["rows"] == len(pairs) == report.written[sim_config.feedback_topic]
+    assert section["pairs"] == len(pairs.groupby(["user_id", "author_id"])) == section["truncated"]
+    assert pairs.groupby(["user_id", "author_id"])["pair_step"].max().add(1).sum() == len(pairs)
 
 
 def test_rerun_after_a_crash_before_the_commit_loses_and_duplicates_nothing(
@@ -381,3 +387,19 @@ def test_sessions_open_at_the_cut_off_are_carried_to_the_next_run_and_built_whol
         assert both.index.tolist() == one.index.tolist()  # every decision once, none lost at the cut
         pd.testing.assert_frame_equal(both[columns], one[columns])
         assert [list(s) for s in both["next_state"]] == [list(s) for s in one["next_state"]]
+    # user-author pairs go on from the first run's histories: the same steps, states and rewards as
+    # one run's, and the same histories at the end; only a pair's step at the first cut-off is cut short
+    key = ["user_id", "author_id", "pair_step"]
+    first_pairs = _rows(first.dataset_dir, "user_author")
+    both = pd.concat([first_pairs, _rows(second.dataset_dir, "user_author")]).set_index(key).sort_index()
+    one = _rows(whole.dataset_dir, "user_author").set_index(key).sort_index()
+    assert both.index.tolist() == one.index.tolist()
+    columns = [c for c in one.columns if c.startswith("reward_")] + ["event_time_ms"]
+    pd.testing.assert_frame_equal(both[columns], one[columns])
+    assert [list(s) for s in both["state"]] == [list(s) for s in one["state"]]
+    cut_short = both["truncated"].astype(bool) & ~one["truncated"].astype(bool)
+    assert cut_short.sum() > 0 and cut_short.sum() == first_pairs["truncated"].sum() - (
+        first_pairs.set_index(key).index.isin(one[one["truncated"].astype(bool)].index).sum()
+    )
+    histories = "pair-histories.jsonl"
+    assert (second.dataset_dir / histories).read_bytes() == (whole.dataset_dir / histories).read_bytes()

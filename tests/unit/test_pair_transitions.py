@@ -3,14 +3,17 @@ approximation at the cut-off, and histories that carry a pair across runs."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recsys_rl.pipelines.user_author import DAY_MS, PairHistory, pair_transitions
+from recsys_rl.pair_state import PairHistory
+from recsys_rl.pipelines.user_author import PairRecord, histories_of, history_line, pair_transitions
 from recsys_rl.signals import PAIR_SIGNALS
+from recsys_rl.state import DAY_MS
 
 HOUR_MS = DAY_MS // 24
 BASE = 10 * DAY_MS  # the run starts on day 10
@@ -48,9 +51,10 @@ def test_a_hand_computed_week_of_two_pairs():
         _fact("b", "b1", BASE + DAY_MS),
         _fact("a", "a2", BASE + 2 * HOUR_MS, click=1, follow=1),
     ]
+    b_before = PairHistory(views=2, clicks=1, last_time_ms=BASE - 2 * DAY_MS)
     prior = {
-        "b": PairHistory(views=2, clicks=1, last_time_ms=BASE - 2 * DAY_MS),
-        "c": PairHistory(views=1, last_time_ms=BASE - DAY_MS),
+        "b": PairRecord(b_before, b_before),
+        "c": PairRecord(running=PairHistory(views=1, last_time_ms=BASE)),
     }
     cut_off = BASE + 5 * DAY_MS
     rows, histories = pair_transitions("u", facts, cut_off, prior)
@@ -62,10 +66,12 @@ def test_a_hand_computed_week_of_two_pairs():
     # the first meeting: no history, no return
     assert a1["state"] == _state(0, 0, 0, 0, 0, first=1.0)
     assert a1["reward"] == [1.0, 0.0, 0.0, 0.0]
-    assert a1["next_state"] == _state(1, 1, 0, 0, 1 / 24) == a2["state"]
+    # an hour later, the same day: its state is the same, since the day is not over (what serving knows)
+    assert a1["next_state"] == _state(0, 0, 0, 0, 0, first=1.0) == a2["state"]
     assert a1["gap_days"] == pytest.approx(1 / 24) and not a1["truncated"]
-    # same day again: a follow, but not a return
+    # a follow, but not a return
     assert a2["reward"] == [1.0, 1.0, 0.0, 0.0]
+    # three days on, day 10 has settled: both meetings and the follow are in the state
     assert a2["next_state"] == _state(2, 2, 1, 0, 3 - 1 / 24) == a3["state"]
     assert a2["next_event_time_ms"] == BASE + 3 * DAY_MS + HOUR_MS
     # three days later: the gift and a return; no later meeting, so the state at the cut-off stands in
@@ -76,13 +82,19 @@ def test_a_hand_computed_week_of_two_pairs():
     # b's history before the run counts, and its meeting on day 11 is a return after two days away
     assert b1["state"] == _state(2, 1, 0, 0, 3) and b1["reward"] == [0.0, 0.0, 0.0, 1.0]
     assert b1["next_state"] == _state(3, 1, 0, 0, 4) and b1["truncated"]
+    a_day_10 = PairHistory(views=2, clicks=2, followed=True, last_time_ms=BASE + 2 * HOUR_MS)
     a_last = BASE + 3 * DAY_MS + HOUR_MS
     assert histories == {
-        "a": PairHistory(views=3, clicks=2, followed=True, gifts=5.0, last_time_ms=a_last),
-        "b": PairHistory(views=3, clicks=1, last_time_ms=BASE + DAY_MS),
+        "a": PairRecord(
+            a_day_10, PairHistory(views=3, clicks=2, followed=True, gifts=5.0, last_time_ms=a_last)
+        ),
+        "b": PairRecord(b_before, PairHistory(views=3, clicks=1, last_time_ms=BASE + DAY_MS)),
         "c": prior["c"],  # not met in this run: carried unchanged
     }
     assert len(PAIR_SIGNALS) == len(a1["reward"])
+    # the records go to the next run through a JSON line and come back whole
+    line = json.loads(json.dumps(history_line("u", histories)))
+    assert line["user_id"] == "u" and histories_of(line["pairs"]) == histories
 
 
 def test_a_fact_after_the_cut_off_is_refused_naming_the_user():
@@ -106,8 +118,9 @@ _facts = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(facts=_facts, split=st.integers(0, 6 * DAY_MS))
 def test_two_runs_chained_by_their_histories_are_one_run(facts, split):
-    """Cutting the facts into two runs at ``split`` (the second run starting from the first's histories)
-    gives the whole run's rows, except that the first run's last step per pair is truncated there."""
+    """Cutting the facts into two runs at ``split`` (the second run starting from the first's records)
+    gives the whole run's rows, except that the first run's last step per pair is truncated there; a
+    split in the middle of a day included."""
     cut_off = BASE + 7 * DAY_MS
     whole, whole_histories = pair_transitions("u", facts, cut_off)
     early = [f for f in facts if f["event_time_ms"] < BASE + split]

@@ -12,6 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from recsys_rl import contracts
+from recsys_rl.dataset_contract import DATASET_SIGNALS, USER_AUTHOR
 from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
@@ -137,6 +138,10 @@ def test_every_record_gets_exactly_one_fate(records):
     decisions = sum(1 for r in records if r.topic == DECISIONS)
     surfaces = (contracts.decode_decision(r.value).surface for r in records if r.topic == DECISIONS)
     expected.update(Counter(f"built:{contracts.SURFACE_NAMES[surface]}" for surface in surfaces))
+    # every feedback event used is one interaction of a user-author pair: the good ones, and the new view
+    # sent as JSON among the bad
+    interactions = len(records) - decisions + 1
+    expected[f"built:{USER_AUTHOR}"] = interactions
     with BeamTestPipeline() as p:
         out = (
             p | beam.Create(batches(records + bad)) | KafkaToTransitions(DECISIONS, FEEDBACK, EpisodeConfig())
@@ -144,7 +149,7 @@ def test_every_record_gets_exactly_one_fate(records):
         assert_that(out["fates"], equal_to(list(expected.items())), label="fates")
         assert_that(
             out["transitions"] | beam.Map(len) | beam.CombineGlobally(sum),
-            equal_to([decisions]),
+            equal_to([decisions + interactions]),
             label="transitions",
         )
         reasons = out["dead_letters"] | beam.Map(lambda d: d["reason"])
@@ -200,7 +205,7 @@ def test_shards_are_byte_identical_whatever_the_input_order_and_runner_mode(reco
     assert first == second
     assert sorted(first) == sorted(
         f"transitions-{s}-{i:05d}-of-00003.{ext}"
-        for s in ("feed", "live_allocation")
+        for s in DATASET_SIGNALS
         for i in range(3)
         for ext in ("tfrecord", "parquet")
     )
@@ -223,7 +228,7 @@ def test_every_shard_gets_its_files_however_few_rows_there_are(records, tmp_path
     files = _write([rows], tmp_path)
     names = [
         f"transitions-{s}-{i:05d}-of-00003.{ext}"
-        for s in ("feed", "live_allocation")
+        for s in DATASET_SIGNALS
         for i in range(3)
         for ext in ("tfrecord", "parquet")
     ]

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from recsys_rl import contracts, signals
-from recsys_rl.pipelines.episodes import SURFACE_SIGNALS
+from recsys_rl.dataset_contract import DATASET_SIGNALS, USER_AUTHOR
 from recsys_rl.pipelines.transition_io import (
+    LAYOUTS,
     parquet_schema,
     parquet_table,
     parquet_values,
@@ -89,6 +90,43 @@ def test_parquet_rows_name_each_reward_and_keep_every_value():
     assert parquet_table("feed", []).num_rows == 0
 
 
+def test_a_pair_row_keeps_its_own_fields_in_both_formats():
+    import tensorflow as tf
+
+    row = {
+        "surface": USER_AUTHOR,
+        "user_id": "u1",
+        "author_id": "a7",
+        "item_id": "v3",
+        "item_type": "live",
+        "pair_step": 4,
+        "event_time_ms": 1_767_225_600_000,
+        "next_event_time_ms": -1,
+        "truncated": True,
+        "state": [0.5, 1.0],
+        "next_state": [0.75, 1.0],
+        "gap_days": 2.5,
+        "reward": [1.0, 0.0, 5.0, 1.0],
+    }
+    [parquet_row] = parquet_table(USER_AUTHOR, [parquet_values(row)]).to_pylist()
+    assert parquet_row == {
+        **{k: v for k, v in row.items() if k != "reward"},
+        "truncated": 1,
+        **{f"reward_{s}": v for s, v in zip(signals.PAIR_SIGNALS, row["reward"], strict=True)},
+    }
+    spec = {
+        "author_id": tf.io.FixedLenFeature([], tf.string),
+        "truncated": tf.io.FixedLenFeature([], tf.int64),
+        "next_state": tf.io.FixedLenFeature([2], tf.float32),
+        "gap_days": tf.io.FixedLenFeature([], tf.float32),
+        "reward/author_return": tf.io.FixedLenFeature([], tf.float32),
+    }
+    parsed = tf.io.parse_single_example(to_example(row), spec)
+    assert parsed["author_id"].numpy() == b"a7" and int(parsed["truncated"]) == 1
+    assert float(parsed["gap_days"]) == 2.5 and float(parsed["reward/author_return"]) == 1.0
+    np.testing.assert_allclose(parsed["next_state"].numpy(), [0.75, 1.0])
+
+
 def test_shards_are_stable_and_in_range():
     assert shard_of("u1/5", 4) == shard_of("u1/5", 4)
     assert {shard_of(f"u{i}/1", 4) for i in range(200)} == {0, 1, 2, 3}
@@ -98,32 +136,24 @@ def _reference_example(row: dict) -> bytes:
     """The Example built through the protobuf API: what the hand-written wire format must equal."""
     example = contracts.TFExample()
     feature = example.features.feature
-    strings = ("request_id", "user_id", "session_id", "surface", "policy_version", "features_missing_reason")
-    for name in strings:
+    layout = LAYOUTS[row["surface"]]
+    for name in layout.strings:
         feature[name].bytes_list.value.append(row[name].encode("utf-8"))
-    ints = (
-        "step",
-        "event_time_ms",
-        "next_event_time_ms",
-        "user_group",
-        "features_missing",
-        "deterministic",
-        "done",
-    )
-    for name in (*ints, "feedback_count"):
+    for name in layout.ints:
         feature[name].int64_list.value.append(int(row[name]))
-    for name in ("state", "next_state", "action"):
+    for name in layout.float_lists:
         feature[name].float_list.value.extend(row[name])
-    feature["log_propensity"].float_list.value.append(row["log_propensity"])
-    for signal, value in zip(SURFACE_SIGNALS[row["surface"]], row["reward"], strict=True):
+    for name in layout.floats:
+        feature[name].float_list.value.append(row[name])
+    for signal, value in zip(DATASET_SIGNALS[row["surface"]], row["reward"], strict=True):
         feature[f"reward/{signal}"].float_list.value.append(value)
     return example.SerializeToString(deterministic=True)
 
 
 def _random_row(rng: random.Random) -> dict:
-    """Rows that reach every branch: long and non-ASCII strings, negative and 64-bit ints, empty lists,
-    floats that round, underflow or overflow float32, NaN and infinities."""
-    surface = rng.choice(list(SURFACE_SIGNALS))
+    """Rows of every surface that reach every branch: long and non-ASCII strings, negative and 64-bit
+    ints, empty lists, floats that round, underflow or overflow float32, NaN and infinities."""
+    surface = rng.choice(list(DATASET_SIGNALS))
     size = rng.choice([0, 1, 14, 17, 40])
 
     def floats(count: int) -> list[float]:
@@ -132,6 +162,22 @@ def _random_row(rng: random.Random) -> dict:
             for _ in range(count)
         ]
 
+    if surface == USER_AUTHOR:
+        return {
+            "surface": surface,
+            "user_id": rng.choice(["u1", "x" * 200, "é✓"]),
+            "author_id": rng.choice(["a7", "", "a" * 150]),
+            "item_id": rng.choice(["", "v1", "v" * rng.randint(100, 300)]),
+            "item_type": rng.choice(["video", "live"]),
+            "pair_step": rng.randint(0, 2 ** rng.randint(1, 40)),
+            "event_time_ms": rng.choice([0, 127, 128, 1_767_225_600_000, 2**62, -(2**63)]),
+            "next_event_time_ms": rng.choice([-1, 1_767_225_600_000]),
+            "truncated": rng.choice([True, False]),
+            "state": floats(size),
+            "next_state": floats(size),
+            "gap_days": floats(1)[0],
+            "reward": floats(len(DATASET_SIGNALS[surface])),
+        }
     return {
         "request_id": rng.choice(["", "sim0-r0000000001", "é✓", "r" * rng.randint(100, 300)]),
         "user_id": rng.choice(["u1", "x" * 200]),
@@ -151,7 +197,7 @@ def _random_row(rng: random.Random) -> dict:
         "next_state": floats(size),
         "action": floats(rng.choice([0, 1, 7, 40])),
         "log_propensity": floats(1)[0],
-        "reward": floats(len(SURFACE_SIGNALS[surface])),
+        "reward": floats(len(DATASET_SIGNALS[surface])),
     }
 
 
