@@ -122,10 +122,13 @@ def split_bench_runner(argv: list[str]) -> tuple[str | None, list[str]]:
     return runner, rest
 
 
-def build_config(bootstrap_servers: str, sim: SimulateConfig, root: str) -> BuildTransitionsConfig:
+def build_config(
+    bootstrap_servers: str, sim: SimulateConfig, root: str, user_author_surface: bool = False
+) -> BuildTransitionsConfig:
     """The bench's build, into a new dataset root under ``root``: the version is a digest of the inputs,
     so the same root would already hold this dataset from the previous repeat and be reused, not built."""
     return BuildTransitionsConfig(
+        user_author_surface=user_author_surface,
         bootstrap_servers=bootstrap_servers,
         group="bench",
         out=f"{root}/{uuid.uuid4().hex}",
@@ -238,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     runner, argv = split_bench_runner(sys.argv[1:] if argv is None else list(argv))
     parser = bench_parser(__doc__, "pipeline")
     parser.add_argument("--broker", choices=("embedded", "local-kafka"), default="embedded")
+    parser.add_argument(
+        "--user-author-surface",
+        action="store_true",
+        help="build the user-author surface too (the target is for the default build, without it)",
+    )
     parser.epilog = "--runner flink: time Flink (LocalFlink, parallelism 2) beside the in-process runner"
     args, beam_args = parser.parse_known_args(argv)
     if runner == FLINK and args.out == parser.get_default("out"):
@@ -266,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with tempfile.TemporaryDirectory() as root:
                 pipeline = repeat_rate(
-                    lambda: timed_build(build_config(broker.bootstrap_servers, sim, root), beam_args)[0],
+                    lambda: timed_build(
+                        build_config(broker.bootstrap_servers, sim, root, args.user_author_surface), beam_args
+                    )[0],
                     settings["repeats"],
                 )
     config = {
@@ -280,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         "build": {
             name: getattr(BuildTransitionsConfig, name)
             for name in ("num_shards", "max_records_per_chunk", "join_window_s", "session_gap_s")
-        },
+        }
+        | {"user_author_surface": args.user_author_surface},
     }
     if runner == FLINK:
         result = flink_result(args, config, load_before, pipeline, in_process, raw, flink_details)

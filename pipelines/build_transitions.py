@@ -84,6 +84,9 @@ class BuildTransitionsConfig:
     # hold back sessions still open at the cut-off and build them in the group's next run, with the
     # feedback that comes after it (``pipelines.carry``): what scheduled runs over a live stream need
     carry_open_sessions: bool = False
+    # build the user-author surface too (``pipelines.user_author``); turn it on from the group's first
+    # run: a pair's history starts with the first run that builds it
+    user_author_surface: bool = False
 
     def __post_init__(self) -> None:
         for name in ("bootstrap_servers", "group", "out"):
@@ -120,6 +123,7 @@ class BuildTransitionsConfig:
             "session_gap_ms": self.episode_config().session_gap_ms,
             "num_shards": self.num_shards,
             "carry_open_sessions": self.carry_open_sessions,
+            "user_author_surface": self.user_author_surface,
         }
 
 
@@ -159,7 +163,9 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Locati
 
     ranges = [dataclasses.asdict(r) for r in plan.ranges]
     # what the run before carried over is built here, whether or not this run carries in turn
-    carried_from = _previous_carry(out, plan) if config.start == "committed" else None
+    carried_from = (
+        _previous_carry(out, plan, config.user_author_surface) if config.start == "committed" else None
+    )
     inputs = {"ranges": ranges, **({"carried_from": carried_from} if carried_from else {})}
     paths = DatasetPaths(out, dataset_version(inputs, config.output_settings()))
     orphaned = []
@@ -191,8 +197,9 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Locati
                 staging_dir=str(paths.staging),
                 carry=config.carry_open_sessions,
                 carried_in=read_carried(out / carried_from["dataset"] / CARRIED_FILE) if carried_from else (),
+                user_author=config.user_author_surface,
                 histories_in=list(read_histories(out / carried_from["dataset"] / HISTORIES_FILE))
-                if carried_from
+                if carried_from and config.user_author_surface
                 else (),
             )
         fill_dead_letters(paths.staging, config.bootstrap_servers)
@@ -216,10 +223,10 @@ def _build(config: BuildTransitionsConfig, options: PipelineOptions, out: Locati
     return BuildResult(plan, paths.final, manifest, reused, published, committed, orphaned)
 
 
-def _previous_carry(out: Location, plan: ReplayPlan) -> dict[str, str] | None:
+def _previous_carry(out: Location, plan: ReplayPlan, pairs: bool) -> dict[str, str] | None:
     """The group's dataset that this plan continues (its ranges end where this plan's start), if it
-    carried open sessions over: its name and its carried file's digest, and its pair histories' digest
-    where it has them (datasets before schema version 3 do not), which go into this dataset's version,
+    carried open sessions over: its name and its carried file's digest, and with ``pairs`` its pair
+    histories' digest where it has them (not every dataset does), which go into this dataset's version,
     so a rerun after a crash reads the same carried events and histories and writes the same bytes."""
     starts = {(r.topic, r.partition): r.start for r in plan.ranges}
     for dataset in sorted(p for p in out.iterdir() if not p.name.startswith(".")):
@@ -229,7 +236,7 @@ def _previous_carry(out: Location, plan: ReplayPlan) -> dict[str, str] | None:
         ends = {(r["topic"], r["partition"]): r["end"] for r in inputs.get("ranges", [])}
         if inputs.get("group") == plan.group and ends == starts:
             found = {"dataset": dataset.name, "sha256": sha256_of(dataset / CARRIED_FILE)}
-            if (dataset / HISTORIES_FILE).is_file():
+            if pairs and (dataset / HISTORIES_FILE).is_file():
                 found["pair_histories_sha256"] = sha256_of(dataset / HISTORIES_FILE)
             return found
     return None

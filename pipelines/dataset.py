@@ -30,6 +30,7 @@ from recsys_rl.dataset_contract import (
     MANIFEST,
     STATE_FEATURES,
     USER_AUTHOR,
+    dataset_surfaces,
 )
 from recsys_rl.errors import OperationalError
 from recsys_rl.pipelines.transition_io import PARQUET_SUFFIX, TFRECORD_SUFFIX
@@ -208,7 +209,8 @@ def finalize(paths: DatasetPaths, inputs: Mapping[str, Any], settings: Mapping[s
             f"staged output kept at {staging} for inspection"
         )
     surfaces = {}
-    for surface, signal_names in DATASET_SIGNALS.items():
+    for surface in dataset_surfaces(bool(settings.get("user_author_surface"))):
+        signal_names = DATASET_SIGNALS[surface]
         shards = [staging / name for name in files if name.startswith(f"transitions-{surface}-")]
         parquet_shards = [p for p in shards if p.suffix == PARQUET_SUFFIX]
         # the columns the manifest counts, each shard read once: from an object store, a read costs

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import operator
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from recsys_rl.dataset_contract import DATASET_SIGNALS, USER_AUTHOR
+from recsys_rl.dataset_contract import DATASET_SIGNALS, REQUEST_SURFACES, USER_AUTHOR
 from recsys_rl.pipelines.episodes import float32_bytes
 from recsys_rl.pipelines.whole_files import parquet_file, tfrecord_file
 
@@ -256,16 +257,17 @@ class ShardTransitions(beam.PTransform):
     """Lists of transitions (dicts) -> (file name, file bytes) elements: TFRecord and Parquet per shard.
 
     Rows come in lists (a user's, say) and go to the shuffle as one element per shard of the list:
-    every element costs the runner microseconds, whatever it holds. Every shard of every surface is
-    produced, empty ones too, so a dataset's layout depends only on ``num_shards`` and never on what
-    the data happened to contain.
+    every element costs the runner microseconds, whatever it holds. Every shard of every one of
+    ``surfaces`` is produced, empty ones too, so a dataset's layout depends only on them and
+    ``num_shards`` and never on what the data happened to contain.
     """
 
-    def __init__(self, num_shards: int) -> None:
+    def __init__(self, num_shards: int, surfaces: Sequence[str] = REQUEST_SURFACES) -> None:
         super().__init__()
         if num_shards < 1:
             raise ValueError(f"num_shards should be at least 1, but is {num_shards}")
         self._num_shards = num_shards
+        self._surfaces = tuple(surfaces)
 
     def expand(self, row_lists):
         n = self._num_shards
@@ -282,7 +284,7 @@ class ShardTransitions(beam.PTransform):
             row_lists.pipeline
             | "EveryShard"
             >> beam.Create(
-                [(surface, shard) for surface in DATASET_SIGNALS for shard in range(n)], reshuffle=False
+                [(surface, shard) for surface in self._surfaces for shard in range(n)], reshuffle=False
             )
             | "EmptyShardFiles"
             >> beam.FlatMap(

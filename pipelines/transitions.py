@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
 from recsys_rl.atomic_json import jsonl_file
+from recsys_rl.dataset_contract import dataset_surfaces
 from recsys_rl.pipelines.carry import CARRIED_FILE, carried_lines, count_events
 from recsys_rl.pipelines.dataset import (
     ACCOUNTING_FILE,
@@ -111,10 +112,12 @@ class BuildEpisodes(beam.DoFn):
     run, each pair starting from its history of the runs before.
     """
 
-    def __init__(self, config: EpisodeConfig, *, carry: bool = False) -> None:
-        """``carry``: hold back sessions still open at the cut-off (``pipelines.carry``)."""
+    def __init__(self, config: EpisodeConfig, *, carry: bool = False, pairs: bool = False) -> None:
+        """``carry``: hold back sessions still open at the cut-off (``pipelines.carry``); ``pairs``: build
+        the user-author surface."""
         self._config = config
         self._carry = carry
+        self._pairs = pairs
 
     def process(self, element, latest_ms: int | None = None):
         """``latest_ms``: the run's cut-off in event time (None when it read no valid event)."""
@@ -129,13 +132,15 @@ class BuildEpisodes(beam.DoFn):
         built = build_user_episodes(user_id, events, self._config, open_after)
         for line in carried_lines(user_id, built.carried):
             yield TaggedOutput(CARRIED, line)
-        # a run whose records were all dead letters has no cut-off: its carried-in sessions end by theirs
-        cut_off = (
-            latest_ms
-            if latest_ms is not None
-            else max((f["event_time_ms"] for f in built.view_facts), default=0)
-        )
-        pair_rows, histories = pair_transitions(user_id, built.view_facts, cut_off, prior)
+        pair_rows, histories = [], {}
+        if self._pairs:
+            # a run whose records were all dead letters has no cut-off: its carried-in sessions end by theirs
+            cut_off = (
+                latest_ms
+                if latest_ms is not None
+                else max((f["event_time_ms"] for f in built.view_facts), default=0)
+            )
+            pair_rows, histories = pair_transitions(user_id, built.view_facts, cut_off, prior)
         for rows in (built.transitions, pair_rows):
             if rows:
                 yield rows
@@ -169,18 +174,21 @@ class KafkaToTransitions(beam.PTransform):
         *,
         carry: bool = False,
         carried_in: Sequence[tuple] = (),
+        pairs: bool = False,
         histories_in: Sequence[tuple] = (),
     ) -> None:
         """``carry``: hold back sessions still open at the cut-off (``pipelines.carry``), which come out as
         ``carried`` file lines; ``carried_in``: the previous run's, as (user id, (kind, events));
-        ``histories_in``: the previous run's pair histories, as ``user_author.read_histories`` gives."""
+        ``pairs``: build the user-author surface too, each pair starting from ``histories_in``, the
+        previous run's pair histories as ``user_author.read_histories`` gives them."""
         super().__init__()
         self._decisions_topic = decisions_topic
         self._feedback_topic = feedback_topic
         self._config = config
         self._carry = carry
         self._carried_in = list(carried_in)
-        self._histories_in = list(histories_in)
+        self._pairs = pairs
+        self._histories_in = list(histories_in) if pairs else []
 
     def expand(self, batches):
         decoded = batches | "Decode" >> beam.ParDo(
@@ -198,7 +206,7 @@ class KafkaToTransitions(beam.PTransform):
             | "GroupByUser" >> beam.GroupByKey()
             | "BuildEpisodes"
             >> beam.ParDo(
-                BuildEpisodes(self._config, carry=self._carry),
+                BuildEpisodes(self._config, carry=self._carry, pairs=self._pairs),
                 latest_ms=beam.pvalue.AsSingleton(latest, default_value=None),
             ).with_outputs(VIEW_FACTS, DEAD_LETTERS, FATES, CARRIED, HISTORIES, main="transitions")
         )
@@ -226,15 +234,19 @@ class RunReportFiles(beam.PTransform):
     """(dead letters, fate counts, carried lines, pair-history lines) -> the dead-letter, accounting,
     carried and pair-history files, as (file name, JSON lines).
 
-    Every file exists whatever the run met (an empty dead-letter file says there were none). One
-    shuffle keyed by file name gathers them, lighter for a runner than a global combine per file.
+    Every file exists whatever the run met (an empty dead-letter file says there were none), the
+    pair-history file when the run builds the user-author surface (``pairs``). One shuffle keyed by
+    file name gathers them, lighter for a runner than a global combine per file.
     """
+
+    def __init__(self, *, pairs: bool = False) -> None:
+        super().__init__()
+        self._pairs = pairs
 
     def expand(self, pcolls):
         dead_letters, fates, carried, histories = pcolls
-        every_file = [
-            (name, None) for name in (DEAD_LETTER_FILE, ACCOUNTING_FILE, CARRIED_FILE, HISTORIES_FILE)
-        ]
+        names = [DEAD_LETTER_FILE, ACCOUNTING_FILE, CARRIED_FILE] + [HISTORIES_FILE] * self._pairs
+        every_file = [(name, None) for name in names]
         return (
             (
                 dead_letters | "KeyLetters" >> beam.Map(lambda letter: (DEAD_LETTER_FILE, letter)),
@@ -295,9 +307,14 @@ def build_pipeline(
     staging_dir: str,
     carry: bool = False,
     carried_in: Sequence[tuple] = (),
+    user_author: bool = False,
     histories_in: Sequence[tuple] = (),
 ) -> None:
     """Attach the whole Kafka -> dataset pipeline to ``pipeline``, writing into ``staging_dir``.
+
+    ``user_author``: build the user-author surface too (``pipelines.user_author``), its pairs starting
+    from ``histories_in``. It is asked for, not built always: it makes a row per feedback event, about
+    three times the decisions' rows, and more than doubles the pipeline's cost (``bench/pipeline.py``).
 
     Every file, the Feast offline store's under ``features/`` included, goes through one writer:
     each writer adds stages that cost a fixed ~0.2 s of an embedded run.
@@ -309,11 +326,14 @@ def build_pipeline(
         episode_config,
         carry=carry,
         carried_in=carried_in,
+        pairs=user_author,
         histories_in=histories_in,
     )
-    transition_files = out["transitions"] | "Shard" >> ShardTransitions(num_shards)
+    transition_files = out["transitions"] | "Shard" >> ShardTransitions(
+        num_shards, dataset_surfaces(user_author)
+    )
     report = (out["dead_letters"], out["fates"], out["carried"], out["pair_histories"])
-    report_files = report | "RunReport" >> RunReportFiles()
+    report_files = report | "RunReport" >> RunReportFiles(pairs=user_author)
     feature_files = (
         out["view_facts"]
         | "FeatureAggregates" >> FeatureAggregateFiles(batched=True)

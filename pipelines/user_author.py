@@ -32,15 +32,13 @@ the pair's return (this interaction comes on a later day than the pair's previou
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from recsys_rl.dataset_contract import USER_AUTHOR
 from recsys_rl.pair_state import PairHistory
-from recsys_rl.signals import PAIR_SIGNALS
 from recsys_rl.state import DAY_MS
 from recsys_rl.storage import Location
 
@@ -51,13 +49,12 @@ HISTORIES_FILE = "pair-histories.jsonl"
 PAIR_HISTORIES = 2
 
 
-@dataclass(frozen=True)
-class PairRecord:
+class PairRecord(NamedTuple):
     """A pair's history twice: ``settled``, through the day before its last interaction's (what a state on
     that day is built from), and ``running``, through its last interaction."""
 
-    settled: PairHistory = field(default_factory=PairHistory)
-    running: PairHistory = field(default_factory=PairHistory)
+    settled: PairHistory = PairHistory()
+    running: PairHistory = PairHistory()
 
     def on_day_of(self, time_ms: int) -> PairRecord:
         """The record as a meeting at ``time_ms`` sees it: on a later day, the running totals have settled."""
@@ -139,13 +136,7 @@ def _rewards(fact: Mapping, before: PairHistory) -> list[float]:
     returned = before.last_time_ms is not None and (
         fact["event_time_ms"] // DAY_MS > before.last_time_ms // DAY_MS
     )
-    values = {
-        "click": float(fact["click"] > 0),
-        "follow": float(fact["follow"] > 0),
-        "gift": float(fact["gift"]),
-        "author_return": float(returned),
-    }
-    return [values[name] for name in PAIR_SIGNALS]
+    return [float(fact["click"] > 0), float(fact["follow"] > 0), float(fact["gift"]), float(returned)]
 
 
 def history_line(user_id: str, records: Mapping[str, PairRecord]) -> dict:
@@ -153,8 +144,7 @@ def history_line(user_id: str, records: Mapping[str, PairRecord]) -> dict:
     bytes: each pair as [author id, settled, running], each history as [views, clicks, followed, gifts,
     last interaction ms]."""
     pairs = [
-        [author, dataclasses.astuple(records[author].settled), dataclasses.astuple(records[author].running)]
-        for author in sorted(records)
+        [author, list(records[author].settled), list(records[author].running)] for author in sorted(records)
     ]
     return {"user_id": user_id, "pairs": pairs}
 

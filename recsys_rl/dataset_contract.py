@@ -27,6 +27,15 @@ DATASET_SIGNALS: dict[str, tuple[str, ...]] = {
     "live_allocation": LIVE_SIGNALS,
     USER_AUTHOR: PAIR_SIGNALS,
 }
+#: The surfaces every dataset holds; ``USER_AUTHOR`` is built on request (``dataset_surfaces``).
+REQUEST_SURFACES: tuple[str, ...] = ("feed", "live_allocation")
+
+
+def dataset_surfaces(user_author: bool) -> tuple[str, ...]:
+    """The surfaces of a dataset built with or without the user-author surface."""
+    return (*REQUEST_SURFACES, USER_AUTHOR) if user_author else REQUEST_SURFACES
+
+
 STATE_FEATURES = {
     "feed": FEED_STATE_FEATURES,
     "live_allocation": LIVE_STATE_FEATURES,

@@ -51,6 +51,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help="hold back sessions still open at the cut-off for the group's next run (scheduled runs)",
     )
     p.add_argument(
+        "--user-author-surface",
+        action="store_true",
+        default=None,
+        help="also build the user-author surface: one transition per interaction of a user-author pair",
+    )
+    p.add_argument(
         "--no-commit",
         dest="commit",
         action="store_false",
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         "num_shards",
         "max_records_per_chunk",
         "carry_open_sessions",
+        "user_author_surface",
         "commit",
     )
     config = load_config(BuildTransitionsConfig, args.config, {k: getattr(args, k) for k in fields})

@@ -63,7 +63,7 @@ def in_memory_build(apache_kafka, simulated_topics, tmp_path_factory):
     start: the reference that the tests below compare other ways of building against."""
     sim_config, _, _ = simulated_topics
     out = tmp_path_factory.mktemp("in-memory")
-    return build_transitions(_config(apache_kafka, sim_config, out, commit=False))
+    return build_transitions(_config(apache_kafka, sim_config, out, commit=False, user_author_surface=True))
 
 
 def _rows(dataset, surface) -> pd.DataFrame:
@@ -120,6 +120,9 @@ def test_rerun_after_a_crash_before_the_commit_loses_and_duplicates_nothing(
     assert read_manifest(first_dir)["sha256"] == first_hashes
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == [first_dir.name]
     assert rerun.manifest["surfaces"]["feed"]["rows"] == log.feed.request.size
+    # the user-author surface is built only when asked for
+    assert "user_author" not in rerun.manifest["surfaces"]
+    assert not (first_dir / "pair-histories.jsonl").exists()
     # the group now sits at the end: nothing left to read, nothing read twice
     assert (
         plan_replay(
@@ -186,7 +189,7 @@ def test_a_dataset_written_to_s3_by_worker_processes_is_the_in_memory_one_byte_f
     sim_config, _, _ = simulated_topics
     local = in_memory_build
     out = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:8]}/transitions/"  # a trailing slash is fine
-    config = _config(apache_kafka, sim_config, out, commit=False)
+    config = _config(apache_kafka, sim_config, out, commit=False, user_author_surface=True)
     workers = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
     remote = build_transitions(config, [*s3_server.pipeline_args, *workers])
 
@@ -233,6 +236,7 @@ def test_cli_builds_and_reports_the_accounting(apache_kafka, simulated_topics, t
             "--num-shards",
             "1",
             "--carry-open-sessions",
+            "--user-author-surface",
             "--runner=DirectRunner",
         ],
         capture_output=True,
@@ -249,6 +253,8 @@ def test_cli_builds_and_reports_the_accounting(apache_kafka, simulated_topics, t
     read, used, carried = map(int, line.groups())
     assert read == total == used + carried and carried > 0
     assert "offsets committed" in result.stdout
+    pairs = re.search(r"user_author\s+(\d+) transitions", result.stdout)
+    assert pairs is not None and 0 < int(pairs.group(1)) <= report.written[sim_config.feedback_topic]
 
 
 def _dead_letters_in(broker, topic: str) -> list[bytes]:
@@ -369,12 +375,16 @@ def test_sessions_open_at_the_cut_off_are_carried_to_the_next_run_and_built_whol
             for topic, key, value, timestamp_ms in part:
                 producer.send(topic, key, value, timestamp_ms)
 
-    split = _config(apache_kafka, sim_config, tmp_path / "split", carry_open_sessions=True)
+    split = _config(
+        apache_kafka, sim_config, tmp_path / "split", carry_open_sessions=True, user_author_surface=True
+    )
     produce([m for m in messages if m[3] < cut_ms])
     first = build_transitions(split)
     produce([m for m in messages if m[3] >= cut_ms])
     second = build_transitions(dataclasses.replace(split, carry_open_sessions=False))  # the last run
-    whole = build_transitions(_config(apache_kafka, sim_config, tmp_path / "whole", start="earliest"))
+    whole = build_transitions(
+        _config(apache_kafka, sim_config, tmp_path / "whole", start="earliest", user_author_surface=True)
+    )
 
     carried = first.manifest["accounting"]["carried"]
     assert carried > 0 and second.manifest["accounting"]["released"] == carried

@@ -91,7 +91,7 @@ def test_a_hand_computed_week_of_two_pairs():
         "b": PairRecord(b_before, PairHistory(views=3, clicks=1, last_time_ms=BASE + DAY_MS)),
         "c": prior["c"],  # not met in this run: carried unchanged
     }
-    assert len(PAIR_SIGNALS) == len(a1["reward"])
+    assert PAIR_SIGNALS == ("click", "follow", "gift", "author_return")  # the order rewards are written in
     # the records go to the next run through a JSON line and come back whole
     line = json.loads(json.dumps(history_line("u", histories)))
     assert line["user_id"] == "u" and histories_of(line["pairs"]) == histories

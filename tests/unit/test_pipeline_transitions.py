@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from recsys_rl import contracts
-from recsys_rl.dataset_contract import DATASET_SIGNALS, USER_AUTHOR
+from recsys_rl.dataset_contract import USER_AUTHOR
 from recsys_rl.pipelines.episodes import (
     DECISION,
     EVENT_TYPES,
@@ -131,7 +131,8 @@ def records():
     return simulated_records()
 
 
-def test_every_record_gets_exactly_one_fate(records):
+@pytest.mark.parametrize("pairs", [False, True], ids=["request-surfaces", "with-user-author"])
+def test_every_record_gets_exactly_one_fate(records, pairs):
     bad, expected_bad = malformed_records(records)
     expected = expected_bad + Counter({"used": len(records)})
     expected["read"] = len(records) + len(bad)
@@ -140,11 +141,14 @@ def test_every_record_gets_exactly_one_fate(records):
     expected.update(Counter(f"built:{contracts.SURFACE_NAMES[surface]}" for surface in surfaces))
     # every feedback event used is one interaction of a user-author pair: the good ones, and the new view
     # sent as JSON among the bad
-    interactions = len(records) - decisions + 1
-    expected[f"built:{USER_AUTHOR}"] = interactions
+    interactions = (len(records) - decisions + 1) if pairs else 0
+    if pairs:
+        expected[f"built:{USER_AUTHOR}"] = interactions
     with BeamTestPipeline() as p:
         out = (
-            p | beam.Create(batches(records + bad)) | KafkaToTransitions(DECISIONS, FEEDBACK, EpisodeConfig())
+            p
+            | beam.Create(batches(records + bad))
+            | KafkaToTransitions(DECISIONS, FEEDBACK, EpisodeConfig(), pairs=pairs)
         )
         assert_that(out["fates"], equal_to(list(expected.items())), label="fates")
         assert_that(
@@ -205,7 +209,7 @@ def test_shards_are_byte_identical_whatever_the_input_order_and_runner_mode(reco
     assert first == second
     assert sorted(first) == sorted(
         f"transitions-{s}-{i:05d}-of-00003.{ext}"
-        for s in DATASET_SIGNALS
+        for s in ("feed", "live_allocation")
         for i in range(3)
         for ext in ("tfrecord", "parquet")
     )
@@ -228,7 +232,7 @@ def test_every_shard_gets_its_files_however_few_rows_there_are(records, tmp_path
     files = _write([rows], tmp_path)
     names = [
         f"transitions-{s}-{i:05d}-of-00003.{ext}"
-        for s in DATASET_SIGNALS
+        for s in ("feed", "live_allocation")
         for i in range(3)
         for ext in ("tfrecord", "parquet")
     ]
