@@ -20,12 +20,16 @@ from recsys_rl.kafka import ReadError
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.kafka.reader import read_range
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
+from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
 from recsys_rl.pipelines.dataset import read_manifest, verify
 from recsys_rl.pipelines.kafka_source import plan_replay
+from recsys_rl.signals import PAIR_SIGNALS
 from recsys_rl.sim.events import EventIds
 from recsys_rl.sim.simulate import SimulateConfig, day_messages, run_simulation, simulated_days
 from recsys_rl.storage import ObjectPath
+from recsys_rl.training.agents.data import open_dataset
+from recsys_rl.training.pair_value import PairTransitions
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +101,11 @@ def test_a_simulated_day_becomes_the_simulators_transitions(simulated_topics, in
     assert section["rows"] == len(pairs) == report.written[sim_config.feedback_topic]
     assert section["pairs"] == len(pairs.groupby(["user_id", "author_id"])) == section["truncated"]
     assert pairs.groupby(["user_id", "author_id"])["pair_step"].max().add(1).sum() == len(pairs)
+    # and the pair critic's reader takes the surface as it is
+    data = PairTransitions.from_dataset(open_dataset(result.dataset_dir, "user_author"))
+    assert data.states.shape == (len(pairs), len(PAIR_STATE_FEATURES))
+    reward_columns = [f"reward_{s}" for s in PAIR_SIGNALS]
+    np.testing.assert_allclose(data.rewards.sum(axis=0), pairs[reward_columns].sum().to_numpy(), rtol=1e-6)
 
 
 def test_rerun_after_a_crash_before_the_commit_loses_and_duplicates_nothing(

@@ -60,6 +60,12 @@ def test_critic_loss_is_huber_per_head_on_both_branches():
     _close(per_head, [head_0, head_1])
 
 
+def test_critic_loss_without_huber_is_half_the_squared_error_per_head():
+    q = _t([[0.0, 0.0], [0.0, 0.0]])
+    targets = _t([[0.5, 3.0], [-2.0, 0.1]])
+    _close(losses.critic_loss(q, targets, huber=False), [(0.125 + 2.0) / 2, (4.5 + 0.005) / 2])
+
+
 def test_critic_loss_branches_meet_at_unit_error_and_do_not_train_the_targets():
     q = tf.Variable([[1.0], [-1.0]])
     targets = tf.Variable([[0.0], [0.0]])

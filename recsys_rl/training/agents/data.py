@@ -18,15 +18,18 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 from tf_agents.trajectories import policy_step, time_step, trajectory
 
-from recsys_rl import signals
 from recsys_rl.atomic_json import read_json_file
-from recsys_rl.dataset_contract import MANIFEST, READABLE_DATASET_SCHEMA_VERSIONS, STATE_FEATURES
+from recsys_rl.dataset_contract import (
+    DATASET_SIGNALS,
+    MANIFEST,
+    READABLE_DATASET_SCHEMA_VERSIONS,
+    STATE_FEATURES,
+)
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
 
 FEED = "feed"
-SURFACE_SIGNALS = {FEED: signals.FEED_SIGNALS, "live_allocation": signals.LIVE_SIGNALS}
 #: A feed action is one fusion-weight logit per prediction; an allocation is one insert flag.
 ACTION_SIZES = {FEED: len(FEED_ACTION_NAMES), "live_allocation": 1}
 
@@ -45,7 +48,7 @@ class TransitionDataset:
 
     @property
     def signals(self) -> tuple[str, ...]:
-        return SURFACE_SIGNALS[self.surface]
+        return DATASET_SIGNALS[self.surface]
 
     @property
     def rows(self) -> int:
@@ -71,7 +74,7 @@ def open_dataset(
     section = manifest.get("surfaces", {}).get(surface)
     if section is None:
         raise DatasetMismatchError(f"{path} has no {surface!r} surface")
-    for key, expected in (("signals", SURFACE_SIGNALS[surface]), ("feature_names", STATE_FEATURES[surface])):
+    for key, expected in (("signals", DATASET_SIGNALS[surface]), ("feature_names", STATE_FEATURES[surface])):
         if tuple(section.get(key, ())) != tuple(expected):
             raise DatasetMismatchError(
                 f"{path}: {surface} {key} are {section.get(key)}, but this trainer expects {list(expected)}"

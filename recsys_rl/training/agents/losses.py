@@ -19,12 +19,19 @@ def td_targets(rewards: tf.Tensor, continues: tf.Tensor, gammas: tf.Tensor, next
     return rewards + gammas[None, :] * continues[:, None] * next_q
 
 
-def critic_loss(q: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
-    """Huber TD loss per head (S,): each head learns on its own error, whatever the others' scale."""
+def critic_loss(q: tf.Tensor, targets: tf.Tensor, huber: bool = True) -> tf.Tensor:
+    """TD loss per head (S,): each head learns on its own error, whatever the others' scale.
+
+    Huber (delta 1) by default; ``huber=False`` gives the squared error. Past delta, Huber's gradient is
+    the error's sign only, so where targets spread wider than that it fits something between their mean
+    and their median: a value that sits on the median of a stochastic next state is biased (a sparse
+    signal's reward, in units of its standard deviation, is many units on the rare rows that have it).
+    """
     error = q - tf.stop_gradient(targets)
+    if not huber:
+        return tf.reduce_mean(0.5 * tf.square(error), axis=0)
     absolute = tf.abs(error)
-    huber = tf.where(absolute <= 1.0, 0.5 * tf.square(error), absolute - 0.5)
-    return tf.reduce_mean(huber, axis=0)
+    return tf.reduce_mean(tf.where(absolute <= 1.0, 0.5 * tf.square(error), absolute - 0.5), axis=0)
 
 
 def closed_form_log_weights(
