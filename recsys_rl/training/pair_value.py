@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorflow as tf
@@ -61,11 +62,14 @@ class PairValueConfig:
 
 @dataclass(frozen=True)
 class PairTransitions:
-    """The surface's rows as arrays: states and next states (N, D), rewards (N, S) in PAIR_SIGNALS order."""
+    """The surface's rows as arrays: states and next states (N, D), rewards (N, S) in PAIR_SIGNALS order,
+    and where each row is in its pair's chain: the pair (N,) as a code and the step (N,)."""
 
     states: np.ndarray
     next_states: np.ndarray
     rewards: np.ndarray
+    pairs: np.ndarray
+    steps: np.ndarray
 
     @classmethod
     def from_dataset(cls, dataset: TransitionDataset) -> PairTransitions:
@@ -81,8 +85,34 @@ class PairTransitions:
             flat = [np.asarray(t.column(column).combine_chunks().flatten(), np.float32) for t in tables]
             return np.concatenate(flat).reshape(-1, width)
 
-        rewards = [np.concatenate([t.column(f"reward_{s}").to_numpy() for t in tables]) for s in PAIR_SIGNALS]
-        return cls(matrix("state"), matrix("next_state"), np.stack(rewards, axis=1).astype(np.float32))
+        def column(name: str) -> np.ndarray:
+            return np.concatenate([t.column(name).to_numpy(zero_copy_only=False) for t in tables])
+
+        rewards = np.stack([column(f"reward_{s}") for s in PAIR_SIGNALS], axis=1).astype(np.float32)
+        pairs, _ = pd.factorize(pd.Series(column("user_id")) + "\x00" + pd.Series(column("author_id")))
+        return cls(matrix("state"), matrix("next_state"), rewards, pairs, column("pair_step"))
+
+
+def monte_carlo_returns(data: PairTransitions, discounts: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's discounted return over the rest of its pair's chain in the data (N, S), and how many
+    meetings of the chain follow it there (N,).
+
+    The returns are censored: a chain's meetings after the data's end are missing, so a return is the
+    value's Monte-Carlo estimate only where the discount has all but vanished over the meetings that
+    follow (few left: compare on rows with many).
+    """
+    order = np.lexsort((data.steps, data.pairs))
+    gammas = np.asarray(discounts, np.float64)
+    returns = np.zeros(data.rewards.shape, np.float64)
+    following = np.zeros(len(order), np.int64)
+    later, later_count, later_pair = np.zeros(len(gammas)), 0, None
+    for row in order[::-1]:
+        if data.pairs[row] != later_pair:
+            later, later_count, later_pair = np.zeros(len(gammas)), -1, data.pairs[row]
+        returns[row] = data.rewards[row] + gammas * later
+        following[row] = later_count = later_count + 1
+        later = returns[row]
+    return returns, following
 
 
 class PairValue:

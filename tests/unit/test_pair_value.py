@@ -9,7 +9,12 @@ from recsys_rl.dataset_contract import USER_AUTHOR
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.pipelines.transition_io import parquet_table, parquet_values
 from recsys_rl.signals import PAIR_SIGNALS
-from recsys_rl.training.pair_value import PairTransitions, PairValueConfig, train_pair_value
+from recsys_rl.training.pair_value import (
+    PairTransitions,
+    PairValueConfig,
+    monte_carlo_returns,
+    train_pair_value,
+)
 
 GAMMA = 0.8
 STAY = 0.75
@@ -28,7 +33,7 @@ def _world(rows: int, seed: int = 0) -> PairTransitions:
     next_states = rng.normal(size=states.shape).astype(np.float32)
     next_states[:, 2] = stays
     rewards = np.where(loyal[:, None], LOYAL_REWARD, 0.0).astype(np.float32)
-    return PairTransitions(states, next_states, rewards)
+    return PairTransitions(states, next_states, rewards, pairs=np.arange(rows), steps=np.zeros(rows, int))
 
 
 @pytest.mark.parametrize("critic", ["mtcl", "independent"])
@@ -71,6 +76,27 @@ def test_rows_come_from_the_surfaces_parquet_shards():
     assert data.states.shape == (3, len(PAIR_STATE_FEATURES)) and data.rewards.shape == (3, len(PAIR_SIGNALS))
     np.testing.assert_array_equal(data.next_states[:, 0], [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(data.rewards[:, PAIR_SIGNALS.index("gift")], [0.0, 1.0, 2.0])
+    assert data.pairs.tolist() == [0, 0, 0] and data.steps.tolist() == [0, 1, 2]
+
+
+def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order():
+    # pair 7: three meetings; pair 3: one; rows shuffled
+    rewards = np.array(
+        [[0, 0, 2, 1], [1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0]], np.float32
+    )  # pair 7 step 2, pair 3 step 0, pair 7 step 1, pair 7 step 0
+    data = PairTransitions(
+        np.zeros((4, 6)),
+        np.zeros((4, 6)),
+        rewards,
+        pairs=np.array([7, 3, 7, 7]),
+        steps=np.array([2, 0, 1, 0]),
+    )
+    returns, following = monte_carlo_returns(data, (0.5, 0.5, 0.5, 0.1))
+    step_2 = [0, 0, 2, 1]
+    step_1 = [1 + 0.5 * 0, 1 + 0.5 * 0, 0 + 0.5 * 2, 0 + 0.1 * 1]
+    step_0 = [1 + 0.5 * step_1[0], 0 + 0.5 * step_1[1], 0 + 0.5 * step_1[2], 0 + 0.1 * step_1[3]]
+    np.testing.assert_allclose(returns, [step_2, [1, 0, 0, 0], step_1, step_0])
+    assert following.tolist() == [0, 0, 1, 2]
 
 
 @pytest.mark.parametrize(
