@@ -23,6 +23,7 @@ def simulated_dataset(
     days: int = 1,
     seed: int = 0,
     pipeline_args: Sequence[str] = (),
+    user_author_surface: bool = False,
 ) -> BuildResult:
     """Simulate ``users`` for ``days`` into fresh topics on the broker and build one dataset under ``out``.
 
@@ -48,6 +49,7 @@ def simulated_dataset(
             dead_letter_topic="",
             start="earliest",
             commit=False,
+            user_author_surface=user_author_surface,
         ),
         pipeline_args,
     )
