@@ -44,8 +44,9 @@ class RowLayout:
     shard_by: str  # rows that share its value share a shard
     order: tuple[str, ...]  # a shard's rows are sorted by these
 
-    @property
+    @functools.cached_property
     def repeated_strings(self) -> tuple[str, ...]:
+        """The string fields but ``unique``: read for every row, so made once."""
         return tuple(name for name in self.strings if name != self.unique)
 
 
@@ -199,7 +200,7 @@ def _example(row: dict, layout: RowLayout, lists: list[bytes]) -> bytes:
         entries[name] = _repeated_int_entry(name, int(row[name]))
     for name, packed in zip(layout.float_lists, lists, strict=True):
         entries[name] = _float_entry_prefix(name, len(packed) // 4) + packed
-    scalars = float32_bytes([*(row[name] for name in layout.floats), *row["reward"]])
+    scalars = float32_bytes([*map(row.__getitem__, layout.floats), *row["reward"]])
     for i, (name, prefix) in enumerate(_scalar_float_prefixes(surface)):
         entries[name] = prefix + scalars[4 * i : 4 * i + 4]
     return _message(_TAG_1, b"".join([entries[name] for name in _example_keys(surface)]))

@@ -70,8 +70,11 @@ class DecodeEvents(beam.DoFn):
     plain tuples, which Beam's default coder writes field by field (a NamedTuple would be pickled).
     """
 
-    def __init__(self, decisions_topic: str, feedback_topic: str) -> None:
+    def __init__(self, decisions_topic: str, feedback_topic: str, *, latest: bool = False) -> None:
+        """``latest``: also emit each batch's latest event time (``LATEST``), which carrying and the
+        user-author surface need."""
         self._topics = {decisions_topic: DECISION, feedback_topic: FEEDBACK}
+        self._latest = latest
 
     def process(self, batch: KafkaBatch):
         yield TaggedOutput(FATES, ("read", batch.size))
@@ -95,7 +98,7 @@ class DecodeEvents(beam.DoFn):
                 by_user[user_id].append(fields)
         for user_id, events in by_user.items():
             yield user_id, (kind, events)
-        if by_user:  # the batch's latest event time, for the run's cut-off
+        if self._latest and by_user:
             time_field = _EVENT_TIME[kind]
             yield TaggedOutput(LATEST, max(e[time_field] for events in by_user.values() for e in events))
         for reason, count in rejected.items():
@@ -191,8 +194,9 @@ class KafkaToTransitions(beam.PTransform):
         self._histories_in = list(histories_in) if pairs else []
 
     def expand(self, batches):
+        cut_off = self._carry or self._pairs
         decoded = batches | "Decode" >> beam.ParDo(
-            DecodeEvents(self._decisions_topic, self._feedback_topic)
+            DecodeEvents(self._decisions_topic, self._feedback_topic, latest=cut_off)
         ).with_outputs(DEAD_LETTERS, FATES, LATEST, main="events")
         pipeline = batches.pipeline
         released = [("released", n)] if (n := count_events(self._carried_in)) else []
@@ -200,14 +204,16 @@ class KafkaToTransitions(beam.PTransform):
             decoded.events,
             pipeline | "CarriedIn" >> beam.Create(self._carried_in + self._histories_in, reshuffle=False),
         ) | "WithCarried" >> beam.Flatten()
-        latest = decoded[LATEST] | "CutOff" >> beam.CombineGlobally(max).without_defaults()
+        side = {}
+        if cut_off:  # only when needed: the side input is one more stage (bench/pipeline.py: 2-5% slower)
+            latest = decoded[LATEST] | "CutOff" >> beam.CombineGlobally(max).without_defaults()
+            side["latest_ms"] = beam.pvalue.AsSingleton(latest, default_value=None)
         built = (
             events
             | "GroupByUser" >> beam.GroupByKey()
             | "BuildEpisodes"
             >> beam.ParDo(
-                BuildEpisodes(self._config, carry=self._carry, pairs=self._pairs),
-                latest_ms=beam.pvalue.AsSingleton(latest, default_value=None),
+                BuildEpisodes(self._config, carry=self._carry, pairs=self._pairs), **side
             ).with_outputs(VIEW_FACTS, DEAD_LETTERS, FATES, CARRIED, HISTORIES, main="transitions")
         )
         fates = (
