@@ -171,7 +171,7 @@ def train_pair_value(data: PairTransitions, config: PairValueConfig) -> PairValu
     weights = tf.constant(config.task_weights, tf.float32)
     scaled_rewards = data.rewards / reward_std
 
-    @tf.function
+    @tf.function(autograph=False)  # plain Python control flow only; autograph would rewrite TF-Agents' too
     def step(states, next_states, rewards):
         targets = td_targets(rewards, tf.ones_like(rewards[:, 0]), gammas, _values(target, next_states))
         with tf.GradientTape() as tape:
