@@ -135,10 +135,9 @@ def _values(network: MultiTaskCriticNetwork, states: tf.Tensor) -> tf.Tensor:
 def train_pair_value(data: PairTransitions, config: PairValueConfig) -> PairValue:
     """TD(0) per head on minibatches drawn with replacement, rewards in units of each signal's std.
 
-    The loss is the squared TD error, not Huber: a pair's next meeting is a gamble (it may lapse), and
-    the value is the expectation over it, which Huber's loss misses, pulled towards the median, where
-    targets spread past its delta (``losses.critic_loss``; in the tests' hand-built world it learnt 3.8
-    where the value is 2.5)."""
+    The loss is the squared TD error (``losses.critic_loss``): a pair's next meeting is a gamble (it may
+    lapse), and the value is the expectation over it; Huber's loss, which the critics used before, learnt
+    3.8 where the value is 2.5 in the tests' hand-built world."""
     tf.random.set_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     reward_std = np.maximum(data.rewards.std(axis=0), 1e-3).astype(np.float32)
@@ -175,7 +174,7 @@ def train_pair_value(data: PairTransitions, config: PairValueConfig) -> PairValu
     def step(states, next_states, rewards):
         targets = td_targets(rewards, tf.ones_like(rewards[:, 0]), gammas, _values(target, next_states))
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(weights * critic_loss(_values(online, states), targets, huber=False))
+            loss = tf.reduce_sum(weights * critic_loss(_values(online, states), targets))
         optimizer.apply_gradients(
             zip(tape.gradient(loss, online.trainable_variables), online.trainable_variables, strict=True)
         )

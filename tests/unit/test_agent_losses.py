@@ -48,33 +48,25 @@ def test_td_targets_use_each_signals_gamma_and_stop_at_done():
     )
 
 
-def test_critic_loss_is_huber_per_head_on_both_branches():
+def test_critic_loss_is_half_the_squared_error_per_head_large_errors_included():
     q = _t([[0.0, 0.0], [0.0, 0.0]])
     targets = _t([[0.5, 3.0], [-2.0, 0.1]])  # errors q - target: [[-0.5, -3], [2, -0.1]]
 
     per_head = losses.critic_loss(q, targets)
 
-    head_0 = (0.5 * 0.5**2 + (2.0 - 0.5)) / 2  # quadratic, linear -> (0.125 + 1.5) / 2 = 0.8125
-    head_1 = ((3.0 - 0.5) + 0.5 * 0.1**2) / 2  # linear, quadratic -> (2.5 + 0.005) / 2 = 1.2525
     assert per_head.shape == (2,)
-    _close(per_head, [head_0, head_1])
+    _close(per_head, [(0.125 + 2.0) / 2, (4.5 + 0.005) / 2])  # a Huber loss would give 0.8125, 1.2525
 
 
-def test_critic_loss_without_huber_is_half_the_squared_error_per_head():
-    q = _t([[0.0, 0.0], [0.0, 0.0]])
-    targets = _t([[0.5, 3.0], [-2.0, 0.1]])
-    _close(losses.critic_loss(q, targets, huber=False), [(0.125 + 2.0) / 2, (4.5 + 0.005) / 2])
-
-
-def test_critic_loss_branches_meet_at_unit_error_and_do_not_train_the_targets():
+def test_critic_loss_does_not_train_the_targets():
     q = tf.Variable([[1.0], [-1.0]])
     targets = tf.Variable([[0.0], [0.0]])
     with tf.GradientTape() as tape:
         loss = losses.critic_loss(q, targets)
     grad_q, grad_targets = tape.gradient(loss, [q, targets])
 
-    _close(loss, [0.5])  # 0.5 * 1^2 == |1| - 0.5
-    _close(grad_q, [[0.5], [-0.5]])  # d/dq of mean Huber: error / B on the quadratic side
+    _close(loss, [0.5])
+    _close(grad_q, [[0.5], [-0.5]])  # d/dq of the mean half squared error: error / B
     assert grad_targets is None  # targets are detached: the critic chases them, never moves them
 
 
@@ -296,8 +288,8 @@ def test_slow_multipliers_are_never_trained_by_an_optimizer():
 
 def test_critic_loss_is_on_q_minus_the_target():
     q = _t([[2.0, -1.0]])
-    targets = _t([[0.5, -1.2]])  # errors 1.5 (linear side) and 0.2 (quadratic side); q + target: 2.5, -2.2
-    _close(losses.critic_loss(q, targets), [1.5 - 0.5, 0.5 * 0.2**2])
+    targets = _t([[0.5, -1.2]])  # errors 1.5 and 0.2; q + target would be 2.5 and -2.2
+    _close(losses.critic_loss(q, targets), [0.5 * 1.5**2, 0.5 * 0.2**2])
 
 
 def test_closed_form_log_weights_take_an_integer_behaviour_lambda():

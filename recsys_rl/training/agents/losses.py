@@ -19,19 +19,17 @@ def td_targets(rewards: tf.Tensor, continues: tf.Tensor, gammas: tf.Tensor, next
     return rewards + gammas[None, :] * continues[:, None] * next_q
 
 
-def critic_loss(q: tf.Tensor, targets: tf.Tensor, huber: bool = True) -> tf.Tensor:
-    """TD loss per head (S,): each head learns on its own error, whatever the others' scale.
+def critic_loss(q: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    """Squared TD loss per head (S,): each head learns on its own error, whatever the others' scale.
 
-    Huber (delta 1) by default; ``huber=False`` gives the squared error. Past delta, Huber's gradient is
-    the error's sign only, so where targets spread wider than that it fits something between their mean
-    and their median: a value that sits on the median of a stochastic next state is biased (a sparse
-    signal's reward, in units of its standard deviation, is many units on the rare rows that have it).
+    Squared, not Huber: a value is an expectation, and past Huber's delta the gradient is the error's
+    sign only, which fits the targets' median where they spread wider. A sparse signal's reward, in units
+    of its standard deviation, is many units on the rare rows that have it and 0 on the rest, so Huber
+    fitted its heads near 0: on a simulated day, behaviour-policy TD with Huber put the mean Q of follow,
+    comment, share and hate at 7-15% of their Monte-Carlo returns (like 36%) and watch time and click at
+    131-135%; with the squared error 91-133% for all but follow (25%), 103-104% for the dense two.
     """
-    error = q - tf.stop_gradient(targets)
-    if not huber:
-        return tf.reduce_mean(0.5 * tf.square(error), axis=0)
-    absolute = tf.abs(error)
-    return tf.reduce_mean(tf.where(absolute <= 1.0, 0.5 * tf.square(error), absolute - 0.5), axis=0)
+    return tf.reduce_mean(0.5 * tf.square(q - tf.stop_gradient(targets)), axis=0)
 
 
 def closed_form_log_weights(
