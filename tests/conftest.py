@@ -207,7 +207,8 @@ FEED_DATASET_SEED = 0
 
 @pytest.fixture(scope="session")
 def feed_dataset(embedded_kafka: Broker, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A transition dataset built the production way: simulated traffic -> Kafka -> the Beam pipeline."""
+    """A transition dataset built the production way: simulated traffic -> Kafka -> the Beam pipeline,
+    with every surface (the user-author one too, for the pair critics)."""
     from recsys_rl.pipelines.simulated import simulated_dataset
 
     result = simulated_dataset(
@@ -215,6 +216,7 @@ def feed_dataset(embedded_kafka: Broker, tmp_path_factory: pytest.TempPathFactor
         tmp_path_factory.mktemp("feed-dataset"),
         users=FEED_DATASET_USERS,
         seed=FEED_DATASET_SEED,
+        user_author_surface=True,
     )
     return result.dataset_dir
 

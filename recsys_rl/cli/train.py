@@ -15,21 +15,24 @@ from recsys_rl.cli.options import (
 )
 from recsys_rl.config import ConfigError, load_config
 from recsys_rl.logs import progress_logger, quiet_native_imports
-from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS, surface_of
+from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS, USER_AUTHOR, surface_of
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser(
         "train",
-        help="train a feed or live-allocation agent on a transition dataset into a run directory",
-        description="Train a feed-ranking agent or a live-allocation agent (sl-mgac and its variants; the "
-        "algorithm picks the dataset's surface) offline on one transition dataset (a version directory "
+        help="train a feed, live-allocation or user-author agent on a transition dataset into a run "
+        "directory",
+        description="Train a feed-ranking agent, a live-allocation agent (sl-mgac and its variants) or a "
+        "user-author value (ua-mtcl, ua-independent; the dataset needs its user_author surface, from "
+        "build-transitions --user-author-surface) offline on one transition dataset (the algorithm picks "
+        "the surface; a version directory "
         "with manifest.json) and export its policy. The run directory holds the resolved config, the "
         "input manifest, metrics (JSON lines and TensorBoard), checkpoints, the exported policy and, "
         "last, manifest.json. Started again with the same config, a run resumes from its last checkpoint; "
         "a finished run is left as it is; a different config for the same directory is refused. Any "
-        "TrainConfig key, including the nested 'agent' (feed) and 'allocation' (live) settings, can come "
-        "from --config.",
+        "TrainConfig key, including the nested 'agent' (feed), 'allocation' (live) and 'pair' (user-author) "
+        "settings, can come from --config.",
     )
     add_config_option(p)
     p.add_argument("--algo", choices=list(ALL_ALGORITHMS), help="algorithm (default tscac)")
@@ -90,9 +93,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  dataset {manifest['dataset']['path']} (version {manifest['dataset']['version']})")
     metrics = " ".join(f"{name}={value:.6g}" for name, value in sorted(manifest["final_metrics"].items()))
     print(f"  final metrics: {metrics or 'none logged'}")
-    _warn_if_thin_support(
-        result.run_dir / manifest["policy"]["path"], config.data, surface_of(manifest["algo"])
-    )
+    if (surface := surface_of(manifest["algo"])) != USER_AUTHOR:  # a pair value takes no logged decision
+        _warn_if_thin_support(result.run_dir / manifest["policy"]["path"], config.data, surface)
     return 0
 
 

@@ -5,9 +5,10 @@ Multi-task critic learning (MTCL, RLIV-UA): one trunk shared by every head, and 
 click -> follow -> gift -> author_return, each later head also reading the values of the heads before it
 (``MultiTaskCriticNetwork``'s funnel, detached). The dense click signal then shapes the features the
 sparse heads learn from, through the shared trunk, and hands them its value as an input; each head keeps
-its own discount and TD loss. ``critic="independent"`` gives every signal its own trunk and no funnel:
-the comparison the benchmark makes. The paper's exact head wiring was not reachable (only its abstract
-was); the stacking above is our design, to be justified by that comparison.
+its own discount and TD loss. ``train --algo ua-independent`` gives every signal its own trunk and
+no funnel: the comparison the benchmark makes (``ua-mtcl`` is the above). The paper's exact head
+wiring was not reachable (only its abstract was); the stacking above is our design, to be justified by
+that comparison.
 
 The critic is a state value: the surface logs no action of its own (the policy acts through one more term
 in the ranking score, whose value this estimates), so the network's action input is empty. No row ends a
@@ -24,32 +25,41 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorflow as tf
+import tensorflow_probability as tfp
+from tf_agents.agents import tf_agent
+from tf_agents.policies import tf_policy
+from tf_agents.trajectories import policy_step, time_step, trajectory
+from tf_agents.utils import common
 
 from recsys_rl import signals
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.signals import PAIR_SIGNALS
-from recsys_rl.training.agents.data import TransitionDataset
+from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context
+from recsys_rl.training.agents.data import TransitionDataset, TransitionStatistics
 from recsys_rl.training.agents.losses import critic_loss, td_targets
 from recsys_rl.training.agents.networks import MultiTaskCriticNetwork
+from recsys_rl.training.agents.specs import (
+    LOG_PROPENSITY_KEY,
+    pair_time_step_spec,
+    pair_transition_spec,
+    pair_values_spec,
+)
 
-CRITICS = ("mtcl", "independent")
+#: How the heads get their features, by ``train --algo``: MTCL's shared trunk and funnel, or a trunk each.
+CRITICS = {"ua-mtcl": "mtcl", "ua-independent": "independent"}
 
 
 @dataclass(frozen=True)
 class PairValueConfig:
-    critic: str = "mtcl"  # "mtcl" (shared trunk, funnel heads) or "independent" (own trunks, no funnel)
-    steps: int = 2_000
-    batch_size: int = 256
+    """The pair critic's settings (``TrainConfig.pair``); the algorithm picks the heads' wiring."""
+
     learning_rate: float = 1e-3
     target_update: float = 0.01  # Polyak rate of the target network the TD targets bootstrap from
     discounts: tuple[float, ...] = signals.discounts(PAIR_SIGNALS)  # per meeting of the pair
     task_weights: tuple[float, ...] = (1.0,) * len(PAIR_SIGNALS)  # each head's share of the loss
     hidden: tuple[int, ...] = (64, 64)
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.critic not in CRITICS:
-            raise ValueError(f"critic should be one of {list(CRITICS)}, but is {self.critic!r}")
         for name in ("discounts", "task_weights"):
             if len(getattr(self, name)) != len(PAIR_SIGNALS):
                 raise ValueError(
@@ -58,6 +68,125 @@ class PairValueConfig:
                 )
         if not all(0.0 <= g < 1.0 for g in self.discounts):
             raise ValueError(f"discounts should be in [0, 1), but are {self.discounts}")
+        if any(w < 0 for w in self.task_weights):
+            raise ValueError(f"task_weights should be >= 0, but are {self.task_weights}")
+        if not 0 < self.target_update <= 1:
+            raise ValueError(f"target_update should be in (0, 1], but is {self.target_update}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate should be positive, but is {self.learning_rate}")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden should list positive layer sizes, but is {self.hidden}")
+
+
+def _values(network: MultiTaskCriticNetwork, states: tf.Tensor, training: bool = False) -> tf.Tensor:
+    """Each head's value (B, S) of states (B, D), in reward-std units: the action input is empty."""
+    return network((states, tf.zeros_like(states[:, :0])), training=training)[0]
+
+
+class PairValuePolicy(tf_policy.TFPolicy):
+    """What the trained critic serves: a pair's state -> each pair signal's value in its own units.
+
+    A TF-Agents policy so that ``PolicySaver`` exports it like every other policy; its "action" is the
+    value vector, deterministic, and the ranking term that combines them is serving's (issue 22)."""
+
+    def __init__(self, critic: MultiTaskCriticNetwork, reward_std: np.ndarray) -> None:
+        super().__init__(pair_time_step_spec(), pair_values_spec(), clip=False)
+        self._critic = critic
+        self._reward_std = tf.constant(reward_std, tf.float32)
+
+    def values(self, states) -> tf.Tensor:
+        """(N, D) pair states -> (N, S) values, in each signal's units."""
+        return _values(self._critic, tf.convert_to_tensor(states, tf.float32)) * self._reward_std
+
+    def _variables(self):
+        return self._critic.variables
+
+    def _distribution(self, time_step, policy_state):
+        values = self.values(time_step.observation)
+        return policy_step.PolicyStep(tfp.distributions.Deterministic(values), policy_state, ())
+
+
+class PairValueAgent(tf_agent.TFAgent):
+    """TD(0) per head on the user-author surface, rewards in units of each signal's std, a Polyak target.
+
+    The loss is the squared TD error (``losses.critic_loss``): a pair's next meeting is a gamble (it may
+    lapse), and the value is the expectation over it; Huber's loss learnt 3.8 where the value is 2.5 in
+    the tests' hand-built world. ``mtcl``: one trunk and the funnel click -> follow -> gift ->
+    author_return; ``independent``: a trunk per head, no funnel (the benchmark's comparison)."""
+
+    def __init__(
+        self,
+        stats: TransitionStatistics,
+        config: PairValueConfig,
+        *,
+        critic: str = "mtcl",
+        train_step_counter: tf.Variable | None = None,
+    ) -> None:
+        if critic not in CRITICS.values():
+            raise ValueError(f"critic should be one of {sorted(CRITICS.values())}, but is {critic!r}")
+        tf.Module.__init__(self, name=f"PairValue_{critic}")
+        self._config = config
+        self._reward_scale = tf.constant(1.0 / stats.reward_std, tf.float32)
+        self._gammas = tf.constant(config.discounts, tf.float32)
+        self._task_weights = tf.constant(config.task_weights, tf.float32)
+        shared = critic == "mtcl"
+        self._critic = MultiTaskCriticNetwork(
+            (pair_time_step_spec().observation, tf.TensorSpec([0], tf.float32)),
+            PAIR_SIGNALS,
+            state_mean=stats.state_mean,
+            state_std=stats.state_std,
+            hidden=config.hidden,
+            funnel=PAIR_SIGNALS if shared else (),
+            shared_trunk=shared,
+            name="pair_critic",
+        )
+        self._critic.create_variables()
+        self._target = self._critic.copy(name="target_pair_critic")
+        self._target.create_variables()
+        common.soft_variables_update(self._critic.variables, self._target.variables, 1.0)
+        self._optimizer = tf.keras.optimizers.Adam(config.learning_rate)
+        policy = PairValuePolicy(self._critic, stats.reward_std)
+        super().__init__(
+            pair_time_step_spec(),
+            pair_values_spec(),
+            policy,
+            policy,
+            train_sequence_length=None,
+            training_data_spec=pair_transition_spec(),
+            train_step_counter=train_step_counter
+            or tf.Variable(
+                0, dtype=tf.int64, name="train_step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+            ),
+        )
+
+    @property
+    def config(self) -> PairValueConfig:
+        return self._config
+
+    def train_kwargs(self, step: int) -> dict:
+        return {}
+
+    def _train(self, experience: trajectory.Transition, weights=None) -> tf_agent.LossInfo:
+        rewards = experience.next_time_step.reward * self._reward_scale[None, :]
+        next_values = _values(self._target, experience.next_time_step.observation)
+        targets = td_targets(rewards, experience.next_time_step.discount, self._gammas, next_values)
+        with tf.GradientTape() as tape:
+            per_head = critic_loss(_values(self._critic, experience.time_step.observation, True), targets)
+            total = tf.reduce_sum(self._task_weights * per_head)
+        FeedAgent._apply(total, tape, self._critic.trainable_variables, self._optimizer)
+        tau = self._config.target_update
+        _in_cross_replica_context(
+            lambda: common.soft_variables_update(self._critic.variables, self._target.variables, tau)
+        )
+        self.train_step_counter.assign_add(1)
+        extra = {f"td_{name}": per_head[i] for i, name in enumerate(PAIR_SIGNALS)}
+        return tf_agent.LossInfo(loss=total, extra=extra)
+
+    def _initialize(self):
+        return tf.no_op()
+
+    def _loss(self, experience, weights=None, training=False):
+        raise NotImplementedError("the pair critic reports its losses from train(); there is no loss()")
 
 
 @dataclass(frozen=True)
@@ -115,74 +244,55 @@ def monte_carlo_returns(data: PairTransitions, discounts: Sequence[float]) -> tu
     return returns, following
 
 
-class PairValue:
-    """A trained pair critic: ``values(states)`` gives each signal's value, in that signal's units."""
-
-    def __init__(self, network: MultiTaskCriticNetwork, reward_std: np.ndarray) -> None:
-        self.network = network
-        self.reward_std = reward_std
-
-    def values(self, states: np.ndarray) -> np.ndarray:
-        """(N, D) pair states -> (N, S) values."""
-        return _values(self.network, tf.constant(states, tf.float32)).numpy() * self.reward_std
-
-
-def _values(network: MultiTaskCriticNetwork, states: tf.Tensor) -> tf.Tensor:
-    no_action = tf.zeros_like(states[:, :0])
-    return network((states, no_action))[0]
-
-
-def train_pair_value(data: PairTransitions, config: PairValueConfig) -> PairValue:
-    """TD(0) per head on minibatches drawn with replacement, rewards in units of each signal's std.
-
-    The loss is the squared TD error (``losses.critic_loss``): a pair's next meeting is a gamble (it may
-    lapse), and the value is the expectation over it; Huber's loss, which the critics used before, learnt
-    3.8 where the value is 2.5 in the tests' hand-built world."""
-    tf.random.set_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
-    reward_std = np.maximum(data.rewards.std(axis=0), 1e-3).astype(np.float32)
+def statistics_of(data: PairTransitions, floor: float = 1e-3) -> TransitionStatistics:
+    """The moments ``data.transition_statistics`` takes from a dataset's shards, from arrays."""
     state_std = data.states.std(axis=0)
-    spec = (
-        tf.TensorSpec([len(PAIR_STATE_FEATURES)], tf.float32),
-        tf.TensorSpec([0], tf.float32),
+    return TransitionStatistics(
+        state_mean=data.states.mean(axis=0),
+        state_std=np.where(state_std < floor, 1.0, state_std),
+        reward_mean=data.rewards.mean(axis=0),
+        reward_std=np.maximum(data.rewards.std(axis=0), floor),
+        action_mean=np.zeros(0),
+        rows=len(data.states),
     )
-    shared = config.critic == "mtcl"
 
-    def network(name: str) -> MultiTaskCriticNetwork:
-        critic = MultiTaskCriticNetwork(
-            spec,
-            PAIR_SIGNALS,
-            state_mean=data.states.mean(axis=0),
-            state_std=np.where(state_std < 1e-3, 1.0, state_std),
-            hidden=config.hidden,
-            funnel=PAIR_SIGNALS if shared else (),
-            shared_trunk=shared,
-            name=name,
-        )
-        critic.create_variables()
-        return critic
 
-    online, target = network("pair_critic"), network("pair_critic_target")
-    for mine, theirs in zip(target.variables, online.variables, strict=True):
-        mine.assign(theirs)
-    optimizer = tf.keras.optimizers.Adam(config.learning_rate)
-    gammas = tf.constant(config.discounts, tf.float32)
-    weights = tf.constant(config.task_weights, tf.float32)
-    scaled_rewards = data.rewards / reward_std
+def train_pair_value(
+    data: PairTransitions,
+    config: PairValueConfig,
+    *,
+    critic: str = "mtcl",
+    steps: int = 2_000,
+    batch_size: int = 256,
+    seed: int = 0,
+) -> PairValuePolicy:
+    """The agent trained in process on arrays, minibatches drawn with replacement: for comparisons that
+    hold rows out (the benchmark's MTCL against independent heads), where ``recsys-rl train`` reads a
+    whole dataset."""
+    tf.keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    agent = PairValueAgent(statistics_of(data), config, critic=critic)
+    step = common.function(agent.train, autograph=False)
+    for _ in range(steps):
+        rows = rng.integers(0, len(data.states), batch_size)
+        step(_as_transition(data, rows))
+    return agent.policy
 
-    @tf.function(autograph=False)  # plain Python control flow only; autograph would rewrite TF-Agents' too
-    def step(states, next_states, rewards):
-        targets = td_targets(rewards, tf.ones_like(rewards[:, 0]), gammas, _values(target, next_states))
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(weights * critic_loss(_values(online, states), targets))
-        optimizer.apply_gradients(
-            zip(tape.gradient(loss, online.trainable_variables), online.trainable_variables, strict=True)
-        )
-        for mine, theirs in zip(target.variables, online.variables, strict=True):
-            mine.assign(mine + config.target_update * (theirs - mine))
-        return loss
 
-    for _ in range(config.steps):
-        rows = rng.integers(0, len(data.states), config.batch_size)
-        step(data.states[rows], data.next_states[rows], scaled_rewards[rows])
-    return PairValue(online, reward_std)
+def _as_transition(data: PairTransitions, rows: np.ndarray) -> trajectory.Transition:
+    """Rows of ``data`` as the batch ``read_transitions`` gives: no row ends its pair."""
+    n = len(rows)
+    ones = tf.ones([n], tf.float32)
+    current = time_step.TimeStep(
+        step_type=tf.fill([n], time_step.StepType.MID),
+        reward=tf.zeros([n, len(PAIR_SIGNALS)], tf.float32),
+        discount=ones,
+        observation=tf.constant(data.states[rows]),
+    )
+    following = current._replace(
+        reward=tf.constant(data.rewards[rows]), observation=tf.constant(data.next_states[rows])
+    )
+    action = policy_step.PolicyStep(
+        tf.zeros([n, 0], tf.float32), (), {LOG_PROPENSITY_KEY: tf.zeros([n], tf.float32)}
+    )
+    return trajectory.Transition(current, action, following)

@@ -4,7 +4,9 @@ Its command-line side is ``recsys_rl.cli.train``; this module does the work.
 
 The algorithm decides the surface (``recsys_rl.training.agents.algorithms.surface_of``): feed agents read the
 dataset's ``feed`` transitions and export a feed policy, allocation agents (SL-MGAC and its variants)
-read its ``live_allocation`` transitions and export an allocation policy; the rest is the same.
+read its ``live_allocation`` transitions and export an allocation policy, and the user-author critics
+(``ua-mtcl``, ``ua-independent``) read its ``user_author`` transitions and export the pair values that
+serving's ranking term reads; the rest is the same.
 
 A run directory holds everything needed to trust, resume and ship the run:
 
@@ -49,7 +51,13 @@ from tf_agents.utils import common
 from recsys_rl.atomic_json import write_json_atomic
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
-from recsys_rl.training.agents.algorithms import ALL_ALGORITHMS, FEED, surface_of
+from recsys_rl.training.agents.algorithms import (
+    ALL_ALGORITHMS,
+    FEED,
+    LIVE_ALLOCATION,
+    USER_AUTHOR,
+    surface_of,
+)
 from recsys_rl.training.agents.allocation import AllocationConfig
 from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import (
@@ -58,9 +66,14 @@ from recsys_rl.training.agents.data import (
     read_transitions,
     transition_statistics,
 )
-from recsys_rl.training.agents.factory import build_agent, build_allocation_agent
-from recsys_rl.training.agents.policy_io import export_allocation_policy, export_policy
+from recsys_rl.training.agents.factory import build_agent, build_allocation_agent, build_pair_value_agent
+from recsys_rl.training.agents.policy_io import (
+    export_allocation_policy,
+    export_pair_value_policy,
+    export_policy,
+)
 from recsys_rl.training.hparams import write_hparams
+from recsys_rl.training.pair_value import PairValueConfig
 
 RUN_MANIFEST = "manifest.json"
 RUN_SCHEMA_VERSION = 1
@@ -91,6 +104,7 @@ class TrainConfig:
     devices: tuple[str, ...] = ()
     agent: AgentConfig = field(default_factory=AgentConfig)  # feed agents
     allocation: AllocationConfig = field(default_factory=AllocationConfig)  # live-allocation agents
+    pair: PairValueConfig = field(default_factory=PairValueConfig)  # user-author critics
 
     def __post_init__(self) -> None:
         if self.algo not in ALL_ALGORITHMS:
@@ -116,8 +130,14 @@ class TrainConfig:
         """The config as the run directory records it: only the agent section of the algorithm's surface
         (so a feed run's record is what it was before allocation agents existed)."""
         data = json.loads(json.dumps(dataclasses.asdict(self)))  # tuples as lists, like the YAML
-        del data["allocation" if self.surface == FEED else "agent"]
+        for surface, section in _AGENT_SECTIONS.items():
+            if surface != self.surface:
+                del data[section]
         return data
+
+
+#: Each surface's agent section of ``TrainConfig``.
+_AGENT_SECTIONS = {FEED: "agent", LIVE_ALLOCATION: "allocation", USER_AUTHOR: "pair"}
 
 
 @dataclass(frozen=True)
@@ -273,7 +293,11 @@ def _train(config: TrainConfig, dataset, workers: Workers, out_dir: Path, progre
         "algo": config.algo,
         "version": f"{config.algo}-{dataset.manifest['version']}-s{config.seed}",
     }
-    exporter = export_policy if config.surface == FEED else export_allocation_policy
+    exporter = {
+        FEED: export_policy,
+        LIVE_ALLOCATION: export_allocation_policy,
+        USER_AUTHOR: export_pair_value_policy,
+    }[config.surface]
     policy_manifest = exporter(agent, out_dir / "policy", policy_meta)
     manifest = {
         "schema_version": RUN_SCHEMA_VERSION,
@@ -297,6 +321,8 @@ def _train(config: TrainConfig, dataset, workers: Workers, out_dir: Path, progre
 def _new_agent(config: TrainConfig, stats: TransitionStatistics):
     if config.surface == FEED:
         return build_agent(config.algo, stats, config.agent, stage_one_steps=config.stage_one_steps)
+    if config.surface == USER_AUTHOR:
+        return build_pair_value_agent(config.algo, stats, config.pair)
     return build_allocation_agent(config.algo, stats, config.allocation)
 
 

@@ -20,7 +20,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from recsys_rl import signals
-from recsys_rl.dataset_contract import MANIFEST
+from recsys_rl.dataset_contract import MANIFEST, USER_AUTHOR
 from recsys_rl.state import FEED_STATE_FEATURES
 from recsys_rl.training.agents.data import (
     DatasetMismatchError,
@@ -147,6 +147,36 @@ def test_the_same_seed_gives_the_same_batches_and_another_seed_others(feed_datas
         tf.nest.map_structure(np.testing.assert_array_equal, batch, repeated)
     for batch, reseeded in zip(first, other, strict=True):
         assert not np.array_equal(batch.time_step.observation, reseeded.time_step.observation)
+
+
+def test_pair_rows_arrive_once_as_transitions_that_never_end_and_carry_no_action(feed_dataset):
+    dataset = open_dataset(feed_dataset, USER_AUTHOR)
+    manifest = json.loads((feed_dataset / MANIFEST).read_text())
+    shards = [feed_dataset / name for name in manifest["surfaces"][USER_AUTHOR]["parquet_shards"]]
+    rows = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+    batch = _all_rows_once(dataset)
+
+    # a permutation of the rows: match each by its state, next state and rewards
+    def keys(states, next_states, rewards) -> list[bytes]:
+        return [
+            np.asarray(a, np.float32).tobytes() + np.asarray(b, np.float32).tobytes() + r.tobytes()
+            for a, b, r in zip(states, next_states, rewards, strict=True)
+        ]
+
+    rewards = rows[[f"reward_{s}" for s in signals.PAIR_SIGNALS]].to_numpy(np.float32)
+    read = batch.next_time_step.reward.numpy()
+    assert sorted(
+        keys(batch.time_step.observation.numpy(), batch.next_time_step.observation.numpy(), read)
+    ) == (sorted(keys(rows["state"], rows["next_state"], rewards)))
+    assert read[:, signals.PAIR_SIGNALS.index("click")].std() > 0
+    np.testing.assert_array_equal(batch.next_time_step.discount.numpy(), 1.0)  # no row ends a pair
+    assert not (batch.next_time_step.step_type.numpy() == ts.StepType.LAST).any()
+    first = (batch.time_step.step_type.numpy() == ts.StepType.FIRST).sum()
+    assert first == (rows["pair_step"] == 0).sum() > 0
+    assert batch.action_step.action.shape == (dataset.rows, 0)
+    stats = transition_statistics(dataset)
+    assert stats.action_mean.shape == (0,) and stats.rows == len(rows)
+    np.testing.assert_allclose(stats.reward_mean, rewards.mean(axis=0), rtol=1e-6)
 
 
 def test_transition_statistics_match_numpy_over_the_parquet_shards(feed_dataset, feed_rows):

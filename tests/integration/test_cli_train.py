@@ -67,7 +67,10 @@ def test_train_help_lists_the_algorithms():
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "{tscac,tscac-dpg,bc,rcpo,rcpo-mc,ac-main,sl-mgac,sl-mgac-nosl,ac-single-group}" in result.stdout
+    assert (
+        "{tscac,tscac-dpg,bc,rcpo,rcpo-mc,ac-main,sl-mgac,sl-mgac-nosl,ac-single-group,ua-mtcl,ua-independent}"
+        in result.stdout
+    )
 
 
 def test_train_reports_the_run_and_logs_progress(bc_run):
@@ -111,6 +114,29 @@ def test_run_directory_holds_config_inputs_metrics_checkpoints_and_policy(bc_run
     assert policy["algo"] == "bc" and policy["train_step"] == STEPS
     assert manifest["steps"] == STEPS and manifest["policy"]["sha256"] == policy["sha256"]
     assert manifest["final_metrics"] == {k: v for k, v in metrics[-1].items() if k != "step"}
+
+
+def test_a_user_author_value_trains_on_the_pair_surface_and_records_only_its_own_section(
+    feed_dataset, tmp_path, capsys
+):
+    config = tmp_path / "pair.yaml"
+    config.write_text(yaml.safe_dump({"log_every": 10, "pair": {"hidden": [16], "learning_rate": 0.002}}))
+    run = tmp_path / "ua"
+    args = ["train", "--algo", "ua-independent", "--data", str(feed_dataset), "--out", str(run)]
+    result = _cli(capsys, *args, "--config", str(config), "--steps", "20", "--batch-size", "64")
+
+    assert result.code == 0, result.err
+    assert f"run {run}: ua-independent, 20 steps (trained from scratch)" in result.out
+    assert "final metrics: loss=" in result.out and "td_follow=" in result.out
+    assert "support on its training data" not in result.out  # a pair value takes no logged decision
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert recorded["pair"]["hidden"] == [16] and recorded["pair"]["learning_rate"] == 0.002
+    assert "agent" not in recorded and "allocation" not in recorded
+    policy = json.loads((run / "policy" / "policy.json").read_text())
+    assert policy["kind"] == "pair_value" and policy["surface"] == "user_author"
+    assert policy["version"].startswith("ua-independent-") and policy["train_step"] == 20
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["surface"] == "user_author"
 
 
 def test_the_same_command_again_reports_the_run_complete(bc_run, feed_dataset, settings_file, capsys):

@@ -11,12 +11,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
 
+from recsys_rl.dataset_contract import USER_AUTHOR
 from recsys_rl.kafka.broker import free_port
 from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import open_dataset, read_transitions, transition_statistics
-from recsys_rl.training.agents.factory import build_agent
-from recsys_rl.training.agents.policy_io import PolicyLoadError, export_policy, load_feed_policy, numpy_actor
+from recsys_rl.training.agents.factory import build_agent, build_pair_value_agent
+from recsys_rl.training.agents.policy_io import (
+    PolicyLoadError,
+    export_pair_value_policy,
+    export_policy,
+    load_feed_policy,
+    load_pair_value_policy,
+    numpy_actor,
+)
+from recsys_rl.training.pair_value import PairValueConfig
 from recsys_rl.training.train import TrainConfig, TrainingDivergedError, train
 
 pytestmark = pytest.mark.integration
@@ -35,6 +45,7 @@ def _config(dataset: Path, out: Path, **overrides) -> TrainConfig:
         "log_every": 10,
         "shuffle_buffer": 4096,
         "agent": SMALL,
+        "pair": PairValueConfig(hidden=(16,)),
         **overrides,
     }
     return TrainConfig(**settings)
@@ -136,6 +147,32 @@ class _Killed(Exception):
     pass
 
 
+def test_an_exported_pair_value_reloads_with_the_critics_values(feed_dataset: Path, tmp_path: Path):
+    dataset = open_dataset(feed_dataset, USER_AUTHOR)
+    agent = build_pair_value_agent("ua-mtcl", transition_statistics(dataset), PairValueConfig(hidden=(16,)))
+    step = tf.function(agent.train, autograph=False)
+    batches = iter(read_transitions(dataset, 128, seed=0))
+    first_states = next(batches).time_step.observation
+    before = agent.policy.values(first_states).numpy()
+    for _ in range(5):
+        step(next(batches))
+    export_pair_value_policy(agent, tmp_path / "policy", {"version": "pair-v1"})
+    saved = load_pair_value_policy(tmp_path / "policy")
+    states = next(batches).time_step.observation.numpy()
+
+    expected = agent.policy.values(states).numpy()
+    assert expected.shape == (128, 4)
+    assert not np.allclose(agent.policy.values(first_states).numpy(), before)  # the steps trained it
+    np.testing.assert_allclose(saved.values(states), expected, rtol=1e-6, atol=1e-6)
+    # PolicySaver's own entry point serves the same values as the policy's action
+    time_step = ts.restart(tf.constant(states), batch_size=128, reward_spec=tf.TensorSpec([4], tf.float32))
+    np.testing.assert_allclose(saved.model.action(time_step, ()).action.numpy(), expected, atol=1e-6)
+    assert saved.manifest["signals"] == ["click", "follow", "gift", "author_return"]
+    assert saved.version == "pair-v1"
+    with pytest.raises(PolicyLoadError, match="not a feed_policy"):
+        load_feed_policy(tmp_path / "policy")
+
+
 def _kill_at(step: int):
     def progress(event: str, fields: dict) -> None:
         if event == "step" and fields["step"] == step:
@@ -152,10 +189,13 @@ def _weights(run: Path) -> list[np.ndarray]:
     return [reader.get_tensor(n) for n in names]
 
 
-def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_run_ends(feed_dataset: Path, tmp_path: Path):
-    straight = train(_config(feed_dataset, tmp_path / "straight"))
+@pytest.mark.parametrize("algo", ["tscac", "ua-mtcl"])
+def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_run_ends(
+    feed_dataset: Path, tmp_path: Path, algo: str
+):
+    straight = train(_config(feed_dataset, tmp_path / "straight", algo=algo))
 
-    interrupted = _config(feed_dataset, tmp_path / "interrupted")
+    interrupted = _config(feed_dataset, tmp_path / "interrupted", algo=algo)
     with pytest.raises(_Killed):
         train(interrupted, _kill_at(30))  # killed before its step-30 checkpoint: steps 21-30 are redone
     assert not (tmp_path / "interrupted" / "manifest.json").exists()

@@ -38,10 +38,10 @@ def _world(rows: int, seed: int = 0) -> PairTransitions:
 
 @pytest.mark.parametrize("critic", ["mtcl", "independent"])
 def test_each_head_learns_its_discounted_value_and_never_treats_a_row_as_the_end(critic):
-    config = PairValueConfig(critic=critic, steps=1500, discounts=(GAMMA,) * 4, hidden=(32, 32), seed=3)
-    value = train_pair_value(_world(4000), config)
+    config = PairValueConfig(discounts=(GAMMA,) * 4, hidden=(32, 32))
+    value = train_pair_value(_world(4000), config, critic=critic, steps=1500, seed=3)
     probe = _world(200, seed=1)
-    values = value.values(probe.states)
+    values = value.values(probe.states).numpy()
     loyal = probe.states[:, 2] == 1.0
     expected = LOYAL_REWARD / (1.0 - GAMMA * STAY)  # 2.5, 0, 1.25, 2.5: bootstrapping every row
     np.testing.assert_allclose(values[loyal].mean(axis=0), expected, rtol=0.15, atol=0.2)
@@ -102,8 +102,9 @@ def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"critic": "shared"}, "critic should be one of"),
         ({"discounts": (0.9,)}, "one value per signal"),
+        ({"task_weights": (1.0, -1.0, 1.0, 1.0)}, "task_weights should be >= 0"),
+        ({"target_update": 0.0}, r"target_update should be in \(0, 1\]"),
         ({"discounts": (1.0, 0.9, 0.9, 0.9)}, r"in \[0, 1\)"),
     ],
 )

@@ -6,6 +6,8 @@ Kept free of TensorFlow so that the command line can list them without paying fo
 
 from __future__ import annotations
 
+from recsys_rl.dataset_contract import USER_AUTHOR
+
 FEED = "feed"
 LIVE_ALLOCATION = "live_allocation"
 
@@ -27,12 +29,21 @@ ALLOCATION_ALGORITHMS: dict[str, str] = {
     "ac-single-group": "live allocation: SL-MGAC's actor-critic without group routing",
 }
 
+#: User-author pair values (issue 22), learnt on a dataset's user_author surface.
+PAIR_VALUE_ALGORITHMS: dict[str, str] = {
+    "ua-mtcl": "user-author value: multi-task critic, one trunk and funnel heads click -> follow -> gift -> "
+    "author_return",
+    "ua-independent": "user-author value: a trunk per signal and no funnel (MTCL's comparison)",
+}
+
 #: Everything ``recsys-rl train --algo`` accepts.
-ALL_ALGORITHMS: dict[str, str] = {**ALGORITHMS, **ALLOCATION_ALGORITHMS}
+ALL_ALGORITHMS: dict[str, str] = {**ALGORITHMS, **ALLOCATION_ALGORITHMS, **PAIR_VALUE_ALGORITHMS}
 
 
 def surface_of(algorithm: str) -> str:
-    """``feed`` or ``live_allocation``: which decisions the algorithm's policy makes."""
+    """``feed``, ``live_allocation`` or ``user_author``: which decisions the algorithm's policy informs."""
     if algorithm not in ALL_ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALL_ALGORITHMS)}")
+    if algorithm in PAIR_VALUE_ALGORITHMS:
+        return USER_AUTHOR
     return LIVE_ALLOCATION if algorithm in ALLOCATION_ALGORITHMS else FEED

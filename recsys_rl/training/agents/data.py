@@ -24,14 +24,16 @@ from recsys_rl.dataset_contract import (
     MANIFEST,
     READABLE_DATASET_SCHEMA_VERSIONS,
     STATE_FEATURES,
+    USER_AUTHOR,
 )
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
 
 FEED = "feed"
-#: A feed action is one fusion-weight logit per prediction; an allocation is one insert flag.
-ACTION_SIZES = {FEED: len(FEED_ACTION_NAMES), "live_allocation": 1}
+#: A feed action is one fusion-weight logit per prediction; an allocation is one insert flag; a pair's
+#: meeting logs no action (its value acts through a ranking term; ``recsys_rl.training.pair_value``).
+ACTION_SIZES = {FEED: len(FEED_ACTION_NAMES), "live_allocation": 1, USER_AUTHOR: 0}
 
 
 class DatasetMismatchError(OperationalError):
@@ -140,7 +142,8 @@ def transition_statistics(dataset: TransitionDataset, floor: float = 1e-3) -> Tr
         [np.concatenate([t.column(f"reward_{s}").to_numpy() for t in tables]) for s in dataset.signals],
         axis=1,
     )
-    actions = matrix("action", ACTION_SIZES[dataset.surface])
+    width = ACTION_SIZES[dataset.surface]
+    actions = matrix("action", width) if width else np.zeros((len(states), 0))
     return TransitionStatistics(
         state_mean=states.mean(axis=0),
         state_std=np.where(states.std(axis=0) < floor, 1.0, states.std(axis=0)),
@@ -156,16 +159,37 @@ def _feature_spec(dataset: TransitionDataset) -> dict[str, tf.io.FixedLenFeature
     spec = {
         "state": tf.io.FixedLenFeature([state_size], tf.float32),
         "next_state": tf.io.FixedLenFeature([state_size], tf.float32),
-        "action": tf.io.FixedLenFeature([ACTION_SIZES[dataset.surface]], tf.float32),
-        "log_propensity": tf.io.FixedLenFeature([], tf.float32),
-        "step": tf.io.FixedLenFeature([], tf.int64),
-        "done": tf.io.FixedLenFeature([], tf.int64),
     }
+    if dataset.surface == USER_AUTHOR:
+        spec["pair_step"] = tf.io.FixedLenFeature([], tf.int64)
+    else:
+        spec.update(
+            action=tf.io.FixedLenFeature([ACTION_SIZES[dataset.surface]], tf.float32),
+            log_propensity=tf.io.FixedLenFeature([], tf.float32),
+            step=tf.io.FixedLenFeature([], tf.int64),
+            done=tf.io.FixedLenFeature([], tf.int64),
+        )
     spec.update({f"reward/{s}": tf.io.FixedLenFeature([], tf.float32) for s in dataset.signals})
     return spec
 
 
+def _pair_row_as_request_row(parsed: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """A pair row with the fields of a request row. It has no action, propensity or end: no row ends a
+    pair (its last one before the cut-off bootstraps from the cut-off's stand-in state,
+    ``pipelines.user_author``), so those are empty, zero and never; its ``pair_step`` is the step."""
+    batch = tf.shape(parsed["pair_step"])[0]
+    return {
+        **parsed,
+        "step": parsed["pair_step"],
+        "done": tf.zeros([batch], tf.int64),
+        "action": tf.zeros([batch, 0], tf.float32),
+        "log_propensity": tf.zeros([batch], tf.float32),
+    }
+
+
 def _to_transition(parsed: dict[str, tf.Tensor], signal_names: tuple[str, ...]) -> trajectory.Transition:
+    if "pair_step" in parsed:
+        parsed = _pair_row_as_request_row(parsed)
     done = tf.cast(parsed["done"], tf.bool)
     batch = tf.shape(done)[0]
     first = tf.equal(parsed["step"], 0)

@@ -10,6 +10,7 @@ from recsys_rl.training.agents.base import AgentConfig, FeedAgent
 from recsys_rl.training.agents.baselines import BehaviourCloningAgent, RCPOAgent
 from recsys_rl.training.agents.data import TransitionStatistics
 from recsys_rl.training.agents.tscac import TSCACAgent
+from recsys_rl.training.pair_value import CRITICS, PairValueAgent, PairValueConfig
 
 
 def build_agent(
@@ -57,3 +58,16 @@ def build_allocation_agent(
         train_step_counter=train_step_counter,
         name=names[algorithm],
     )
+
+
+def build_pair_value_agent(
+    algorithm: str,
+    stats: TransitionStatistics,
+    config: PairValueConfig,
+    *,
+    train_step_counter: tf.Variable | None = None,
+) -> PairValueAgent:
+    """The user-author critic, with MTCL's or independent heads (``recsys_rl.training.pair_value``)."""
+    if algorithm not in CRITICS:
+        raise ValueError(f"{algorithm!r} is not a user-author algorithm; those are {sorted(CRITICS)}")
+    return PairValueAgent(stats, config, critic=CRITICS[algorithm], train_step_counter=train_step_counter)

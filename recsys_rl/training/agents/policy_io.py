@@ -13,6 +13,9 @@ SavedModel carries three functions on raw state batches:
   log-density of the drawn action, so a served decision is reproducible and its propensity exact;
 * ``log_probability({"observation", "action"})``: log-density of given actions, for OPE.
 
+A user-author value (``recsys_rl.training.pair_value``) carries ``values({"observation"})``: each pair
+signal's value (N, S) of pair states (N, D), in the signal's units; PolicySaver's ``action`` gives the same.
+
 An allocation policy (a Bernoulli insert flag, ``recsys_rl.training.agents.allocation``) carries instead:
 
 * ``insert_probability({"observation"})``: the probability of inserting the live candidate;
@@ -46,16 +49,18 @@ from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.gaussian import log_density
+from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.registry.policy_files import POLICY_MANIFEST, file_digests, mismatched_policy_files
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 from recsys_rl.training.agents.base import FeedAgent
 
 if TYPE_CHECKING:
     from recsys_rl.training.agents.allocation import SLMGACAgent
+    from recsys_rl.training.pair_value import PairValueAgent
 
 POLICY_SCHEMA_VERSION = 1
 #: The manifest's ``kind`` of each surface's policies.
-POLICY_KINDS = {"feed": "feed_policy", "live_allocation": "allocation_policy"}
+POLICY_KINDS = {"feed": "feed_policy", "live_allocation": "allocation_policy", "user_author": "pair_value"}
 
 
 class PolicyLoadError(OperationalError):
@@ -382,3 +387,44 @@ def load_allocation_policy(
     directory = Path(directory)
     manifest, model = _open_policy(directory, POLICY_KINDS["live_allocation"], LIVE_STATE_FEATURES, verify)
     return SavedAllocationPolicy(directory, manifest, model, sample)
+
+
+# -- user-author values ---------------------------------------------------------------------------------
+
+
+def export_pair_value_policy(
+    agent: PairValueAgent, directory: str | Path, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """Save a user-author critic's values into ``directory`` (replacing an older export atomically)."""
+    policy = agent.policy
+    observation_spec = tf.TensorSpec([len(PAIR_STATE_FEATURES)], tf.float32, name="observation")
+    saver = policy_saver.PolicySaver(policy, batch_size=None, train_step=agent.train_step_counter)
+    saver.register_function(
+        "values", lambda inputs: policy.values(inputs["observation"]), {"observation": observation_spec}
+    )
+    manifest = {
+        "schema_version": POLICY_SCHEMA_VERSION,
+        "kind": POLICY_KINDS["user_author"],
+        "surface": "user_author",
+        "feature_names": list(PAIR_STATE_FEATURES),
+        "signals": list(signals.PAIR_SIGNALS),
+        "discounts": list(agent.config.discounts),
+        "train_step": int(agent.train_step_counter.numpy()),
+        **metadata,
+    }
+    return _save(saver, Path(directory), manifest)
+
+
+@dataclass
+class SavedPairValue(_SavedPolicy):
+    """A loaded user-author value with numpy in and out."""
+
+    def values(self, states: np.ndarray) -> np.ndarray:
+        """(N, D) pair states -> (N, S) values in ``manifest["signals"]`` order, in their units."""
+        return self.model.values({"observation": _f32(states)}).numpy().astype(np.float64)
+
+
+def load_pair_value_policy(directory: str | Path, *, verify: bool = True) -> SavedPairValue:
+    directory = Path(directory)
+    manifest, model = _open_policy(directory, POLICY_KINDS["user_author"], PAIR_STATE_FEATURES, verify)
+    return SavedPairValue(directory, manifest, model)

@@ -1,4 +1,4 @@
-"""TF-Agents specs of both surfaces: what a policy observes, what it emits and what training reads.
+"""TF-Agents specs of every surface: what a policy observes, what it emits and what training reads.
 
 Training reads logged transitions, not environment trajectories, so the agents' ``training_data_spec``
 is TF-Agents' own ``Transition`` (time step, action step, next time step) with the reward vector and the
@@ -15,6 +15,7 @@ from tf_agents.trajectories import policy_step, time_step, trajectory
 
 from recsys_rl import signals
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 #: Fusion-weight logits beyond this magnitude mean a weight below e^-8 or above e^8 "typical units":
@@ -71,4 +72,32 @@ def allocation_transition_spec() -> trajectory.Transition:
         time_step=live_time_step_spec(),
         action_step=policy_step.PolicyStep(action=allocation_action_spec(), state=(), info=info),
         next_time_step=live_time_step_spec(),
+    )
+
+
+# -- user-author pairs (issue 22) ------------------------------------------------------------------------
+# The pair surface logs no action (the value acts through one more ranking term, not a logged choice), so
+# its training data carries an empty action and a zero log-propensity, and the policy's "action" is what
+# serving reads: each pair signal's value of the pair's state, in that signal's units.
+
+
+def pair_observation_spec() -> tf.TensorSpec:
+    return tf.TensorSpec((len(PAIR_STATE_FEATURES),), tf.float32, name="state")
+
+
+def pair_values_spec() -> tf.TensorSpec:
+    return tf.TensorSpec((len(signals.PAIR_SIGNALS),), tf.float32, name="pair_values")
+
+
+def pair_time_step_spec() -> time_step.TimeStep:
+    reward = tf.TensorSpec((len(signals.PAIR_SIGNALS),), tf.float32, name="reward")
+    return time_step.time_step_spec(pair_observation_spec(), reward_spec=reward)
+
+
+def pair_transition_spec() -> trajectory.Transition:
+    info = {LOG_PROPENSITY_KEY: tf.TensorSpec((), tf.float32, name=LOG_PROPENSITY_KEY)}
+    return trajectory.Transition(
+        time_step=pair_time_step_spec(),
+        action_step=policy_step.PolicyStep(action=tf.TensorSpec((0,), tf.float32), state=(), info=info),
+        next_time_step=pair_time_step_spec(),
     )
