@@ -103,6 +103,8 @@ class VideoResponseProbs:
         rates = (model.like_rate, model.follow_rate, model.comment_rate, model.share_rate)
         for i, rate in enumerate(rates):
             np.minimum((rate * user_factors[i])[:, None] * shared * factors[i], 0.9, out=table[_RATES + i])
+        if followed is not None:  # a user cannot follow an author twice: the button reads "following"
+            table[_RATES + _INTERACTIONS.index("follow")][followed] = 0.0
         hate = np.exp(model.hate_bait * bait - model.hate_appeal * appeal) * factors[-1]
         np.minimum((model.hate_rate * user_factors[-1])[:, None] * hate, 0.9, out=table[_HATE])
         return cls(table)

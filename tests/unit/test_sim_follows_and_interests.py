@@ -66,6 +66,7 @@ def test_followers_meet_their_authors_again_and_like_them_better():
     for _ in range(2):
         sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy())
     assert len(sim.follows) > 0
+    followed_before = sim.follows._keys.copy()  # user * n_authors + author, followed before the day
     day = sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy())
     authors = sim.world.videos.author[day.feed.candidates]
     followed = sim.follows.follows(day.feed.user[:, None], authors)
@@ -79,6 +80,16 @@ def test_followers_meet_their_authors_again_and_like_them_better():
     plain = VideoResponseProbs.of(sim.world, model, users, videos, followed=np.zeros(videos.shape, bool))
     fan = VideoResponseProbs.of(sim.world, model, users, videos, followed=np.ones(videos.shape, bool))
     assert np.all(fan.click > plain.click) and np.all(fan.watch_fraction > plain.watch_fraction)
+    # and never follow them again: a follow of a followed author would count a button that is not there
+    assert np.all(fan.interaction["follow"] == 0) and np.all(plain.interaction["follow"] > 0)
+    assert np.all(fan.interaction["like"] > plain.interaction["like"])  # the other interactions stay
+    videos = ~day.views.is_live
+    keys = day.views.user[videos] * sim.config.n_authors + sim.world.videos.author[day.views.item[videos]]
+    follow_column = day.views.signals[videos, 3]
+    assert follow_column[~np.isin(keys, followed_before)].any()
+    assert (
+        np.isin(keys, followed_before).sum() > 100 and not follow_column[np.isin(keys, followed_before)].any()
+    )
 
 
 def test_interests_step_toward_what_was_watched_and_keep_every_topic_reachable():
