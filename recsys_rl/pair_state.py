@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import numpy as np
+
 from recsys_rl.state import DAY_MS
 
 #: The pair's state, in order: what the pair's history says just before a step.
@@ -59,3 +61,21 @@ class PairHistory(NamedTuple):
             self.gifts + float(fact["gift"]),
             int(fact["event_time_ms"]),
         )
+
+
+def pair_states(
+    views: np.ndarray,
+    clicks: np.ndarray,
+    followed: np.ndarray,
+    gifts: np.ndarray,
+    last_time_ms: np.ndarray,
+    at_ms: np.ndarray,
+) -> np.ndarray:
+    """``PairHistory.state`` of many pairs at once (..., D): the same function over arrays of any shapes
+    that broadcast, ``last_time_ms`` negative for a pair that never met. For a ranker that scores every
+    candidate's pair on a page; the pipeline builds one row at a time, where numpy's call costs more."""
+    first = last_time_ms < 0
+    days = np.where(first, 0.0, np.maximum(0, at_ms - last_time_ms) / DAY_MS)
+    shape = np.broadcast_shapes(*(np.shape(a) for a in (views, clicks, followed, gifts, last_time_ms, at_ms)))
+    columns = (np.log1p(views), np.log1p(clicks), followed, np.log1p(gifts), np.log1p(days), first)
+    return np.stack([np.broadcast_to(np.asarray(c, np.float64), shape) for c in columns], axis=-1)

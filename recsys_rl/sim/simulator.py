@@ -33,6 +33,7 @@ from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
 from recsys_rl.sim.draws import KeyedDraws, Purpose
 from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
+from recsys_rl.sim.pair_table import PairTable
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs, take_in_rows
 from recsys_rl.sim.retention import remembered_satisfaction, return_probability
@@ -72,6 +73,10 @@ class PageContext:
     day's log will give the row, the session context, the candidates with their predictions and, for a
     live-allocation decision, the live candidate. A policy opts in by defining ``act_in_context``.
 
+    A feed policy may also add a term of its own to each candidate's fusion score, as the user-author
+    value does (issue 22), by defining ``candidate_scores(context) -> (n, C)``; its context then carries
+    each candidate's pair state.
+
     ``request`` is what the request message's context says (its time is the one the day's log holds).
     """
 
@@ -81,6 +86,9 @@ class PageContext:
     request: RequestContexts
     candidates: np.ndarray  # (n, C) video ids; for live rows: (n, 1) live ids
     predictions: np.ndarray  # (n, C, K) upstream predictions of each candidate
+    # (n, C, len(PAIR_STATE_FEATURES)) the state of each candidate's user-author pair, as the feature
+    # store serves it; filled only for a feed policy that scores candidates itself (``candidate_scores``)
+    pair_states: np.ndarray | None = None
 
     def rows(self, index: np.ndarray, candidates: np.ndarray, predictions: np.ndarray) -> PageContext:
         """The context of a subset of rows, with other candidates (the live one of each row)."""
@@ -204,6 +212,17 @@ class DayLog:
     sessions: int
 
 
+def _pair_meetings(views: ViewLog, world: World) -> tuple[np.ndarray, ...]:
+    """A day's views as ``PairTable.add_day`` counts them: user, the item's author, time, click, follow
+    and gift of each (a live stream's author for a live view)."""
+    is_live = views.is_live
+    authors = np.empty(views.item.size, np.int64)
+    authors[is_live] = world.lives.author[views.item[is_live]]
+    authors[~is_live] = world.videos.author[views.item[~is_live]]
+    columns = [VIEW_SIGNAL_COLUMNS.index(name) for name in ("click", "follow", "gift")]
+    return (views.user, authors, views.time_ms, *views.signals[:, columns].T)
+
+
 def _concat(cls, parts: list[dict[str, np.ndarray]]):
     """Build a log dataclass from per-page column dicts."""
     return cls(**{f.name: np.concatenate([p[f.name] for p in parts]) for f in fields(cls)})
@@ -212,9 +231,12 @@ def _concat(cls, parts: list[dict[str, np.ndarray]]):
 class Simulator:
     """A seeded world plus what the feature store knows of its users; ``run_day`` advances it by one day."""
 
-    def __init__(self, config: SimConfig, seed: int, episode_seed: int = 0) -> None:
+    def __init__(
+        self, config: SimConfig, seed: int, episode_seed: int = 0, *, track_pairs: bool = False
+    ) -> None:
         """``seed`` fixes the world; ``episode_seed`` the users' draws on it, so that ground truth can
-        replay the world of a logged run with episodes independent of the logged ones.
+        replay the world of a logged run with episodes independent of the logged ones. ``track_pairs``
+        keeps every user-author pair's history, which a feed policy with ``candidate_scores`` needs.
 
         They come from distinct spawn keys of one ``SeedSequence``: the world is child 0, the users' draws
         of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out) and the
@@ -232,6 +254,9 @@ class Simulator:
         # the platform's user table holds every account's group from the start (see events.write_user_table)
         self.store = SimulatedFeatureStore(self.world.users.group)
         self.follows = FollowGraph(config.n_authors, self.world.videos.author)
+        # the feature store's user-author pairs (issue 22): each pair's history through the last day;
+        # kept only when asked for, since counting them costs about a tenth of a day's simulation
+        self.pairs = PairTable(config.n_authors) if track_pairs else None
         self.day = 0
         self._next_request = 0
         self._next_session = 0
@@ -316,6 +341,8 @@ class Simulator:
             cfg.interest_floor,
         )
         self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
+        if self.pairs is not None:
+            self.pairs.add_day(*_pair_meetings(views, self.world))
         log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
         self.day += 1
         return log
@@ -463,7 +490,17 @@ class Simulator:
 
         context = dataclasses.replace(context, candidates=candidates, predictions=predictions)
         action, log_propensity = _act(feed_policy, state, self.rng, context)
-        ranked_cols = top_k(fusion_scores(predictions, action), size)
+        scores = fusion_scores(predictions, action)
+        if (candidate_scores := getattr(feed_policy, "candidate_scores", None)) is not None:
+            if self.pairs is None:
+                raise ValueError(
+                    f"feed policy {feed_policy.version} scores candidates by their user-author pairs: "
+                    "run it on a Simulator(..., track_pairs=True)"
+                )
+            at_ms = context.request.time_ms[:, None]
+            pairs = self.pairs.states(users[:, None], world.videos.author[candidates], at_ms)
+            scores = scores + candidate_scores(dataclasses.replace(context, pair_states=pairs))
+        ranked_cols = top_k(scores, size)
 
         # live allocation for requests that have a live candidate
         live_rows = np.flatnonzero(draws.uniform(rows, Purpose.LIVE_OFFERED) < cfg.live_availability)

@@ -126,6 +126,7 @@ class PairValueAgent(tf_agent.TFAgent):
             raise ValueError(f"critic should be one of {sorted(CRITICS.values())}, but is {critic!r}")
         tf.Module.__init__(self, name=f"PairValue_{critic}")
         self._config = config
+        self._reward_std = np.asarray(stats.reward_std, np.float32)
         self._reward_scale = tf.constant(1.0 / stats.reward_std, tf.float32)
         self._gammas = tf.constant(config.discounts, tf.float32)
         self._task_weights = tf.constant(config.task_weights, tf.float32)
@@ -162,6 +163,11 @@ class PairValueAgent(tf_agent.TFAgent):
     @property
     def config(self) -> PairValueConfig:
         return self._config
+
+    @property
+    def reward_std(self) -> np.ndarray:
+        """Each signal's reward std in the training data: the unit of the critic's raw outputs."""
+        return self._reward_std
 
     def train_kwargs(self, step: int) -> dict:
         return {}

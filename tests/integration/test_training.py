@@ -169,6 +169,9 @@ def test_an_exported_pair_value_reloads_with_the_critics_values(feed_dataset: Pa
     np.testing.assert_allclose(saved.model.action(time_step, ()).action.numpy(), expected, atol=1e-6)
     assert saved.manifest["signals"] == ["click", "follow", "gift", "author_return"]
     assert saved.version == "pair-v1"
+    np.testing.assert_allclose(
+        saved.manifest["reward_std"], transition_statistics(dataset).reward_std, rtol=1e-6
+    )
     with pytest.raises(PolicyLoadError, match="not a feed_policy"):
         load_feed_policy(tmp_path / "policy")
 

@@ -409,6 +409,7 @@ def export_pair_value_policy(
         "feature_names": list(PAIR_STATE_FEATURES),
         "signals": list(signals.PAIR_SIGNALS),
         "discounts": list(agent.config.discounts),
+        "reward_std": agent.reward_std.tolist(),  # a ranking term combines the values in these units
         "train_step": int(agent.train_step_counter.numpy()),
         **metadata,
     }

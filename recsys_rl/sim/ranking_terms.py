@@ -1,0 +1,81 @@
+"""A feed policy with one more term in each candidate's ranking score (issue 22), for the simulator.
+
+The user-author value enters the ranking as a term of its own beside the fusion of the candidate's
+predictions: score = fusion(predictions, action) + weight * term(candidate). ``TermRanking`` wraps any
+feed policy (its fusion action, and so its propensity, unchanged) with such a term; the simulator adds
+``candidate_scores`` to the fusion scores (``Simulator._run_page``). Two terms:
+
+* ``PairValueTerm``: the trained user-author critic's values of the candidate's pair state, combined
+  per signal in reward-std units (the critic's own scale, so a weight of 1 on a signal means "one
+  typical meeting's worth");
+* ``FollowProbabilityTerm``: the candidate's predicted follow probability in typical units, the
+  supervised follow boost the benchmark holds the user-author value against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from recsys_rl import signals
+from recsys_rl.fusion import FEED_ACTION_NAMES, PREDICTION_SCALE
+from recsys_rl.sim.behaviour import FeedPolicy
+from recsys_rl.sim.simulator import PageContext
+
+_FOLLOW = FEED_ACTION_NAMES.index("follow")
+
+
+@dataclass(frozen=True)
+class FollowProbabilityTerm:
+    """Each candidate's predicted follow probability, in units of a typical view's (fusion's scale)."""
+
+    name: str = "follow-boost"
+
+    def __call__(self, context: PageContext) -> np.ndarray:
+        return context.predictions[..., _FOLLOW] / PREDICTION_SCALE[_FOLLOW]
+
+
+@dataclass(frozen=True)
+class PairValueTerm:
+    """``values`` (pair states (N, D) -> (N, S) values in signal units, ``signals.PAIR_SIGNALS``) combined
+    as sum_s coefficients_s * value_s / reward_std_s over each candidate's pair."""
+
+    values: Callable[[np.ndarray], np.ndarray]
+    reward_std: np.ndarray  # (S,) the critic's reward scale, from its training data
+    coefficients: Sequence[float] = (1.0,) * len(signals.PAIR_SIGNALS)
+    name: str = "user-author"
+
+    def __post_init__(self) -> None:
+        for name in ("reward_std", "coefficients"):
+            if np.shape(getattr(self, name)) != (len(signals.PAIR_SIGNALS),):
+                raise ValueError(
+                    f"PairValueTerm.{name} should have one value per signal {list(signals.PAIR_SIGNALS)}, "
+                    f"but is {getattr(self, name)}"
+                )
+
+    def __call__(self, context: PageContext) -> np.ndarray:
+        states = context.pair_states
+        values = self.values(states.reshape(-1, states.shape[-1]))
+        per_signal = np.asarray(self.coefficients) / np.asarray(self.reward_std)
+        return (values @ per_signal).reshape(states.shape[:-1])
+
+
+@dataclass(frozen=True)
+class TermRanking:
+    """``base``'s fusion action, and ``weight * term`` added to each candidate's score."""
+
+    base: FeedPolicy
+    term: Callable[[PageContext], np.ndarray]
+    weight: float
+
+    @property
+    def version(self) -> str:
+        return f"{self.base.version}+{self.weight:g}*{getattr(self.term, 'name', 'term')}"
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return self.base.act(states, rng)
+
+    def candidate_scores(self, context: PageContext) -> np.ndarray:
+        return self.weight * self.term(context)
