@@ -22,6 +22,9 @@ from recsys_rl.kafka import open_broker
 from recsys_rl.pipelines.simulated import simulated_dataset
 from recsys_rl.training.train import TrainConfig, train
 
+#: TrainConfig's agent sections, given to ``train_runs`` as mappings of their fields.
+_AGENT_SECTIONS = ("agent", "allocation", "pair")
+
 #: The first evaluation world: the training logs use --seed, the evaluation worlds EVAL_WORLD + --seed + i,
 #: so that no policy is judged on the world it was trained on.
 EVAL_WORLD = 2_000
@@ -42,12 +45,20 @@ class TrainedRuns:
 
 
 @contextmanager
-def logged_dataset(work: str | Path, *, users: int, days: int, seed: int):
+def logged_dataset(work: str | Path, *, users: int, days: int, seed: int, user_author_surface: bool = False):
     """The behaviour policies' logs of ``users`` x ``days`` on world ``seed``, built by the pipeline on an
-    embedded broker; the build result (dataset directory and manifest) while the broker is up."""
+    embedded broker (with the user-author surface when asked); the build result (dataset directory and
+    manifest) while the broker is up."""
     started = time.perf_counter()
     with open_broker(None, "embedded") as broker:
-        built = simulated_dataset(broker.bootstrap_servers, f"{work}/data", users=users, days=days, seed=seed)
+        built = simulated_dataset(
+            broker.bootstrap_servers,
+            f"{work}/data",
+            users=users,
+            days=days,
+            seed=seed,
+            user_author_surface=user_author_surface,
+        )
         print(f"dataset built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         yield built
 
@@ -58,24 +69,26 @@ def train_runs(
     runs: Mapping[str, Mapping[str, Any]],
     seeds: Sequence[int],
 ) -> TrainedRuns:
-    """Train every run (a label and its TrainConfig fields, ``agent`` as a mapping of AgentConfig
-    fields, ``seeds`` to train fewer than all) once per seed on ``dataset_dir``; seeds outermost."""
+    """Train every run (a label and its TrainConfig fields, an agent section such as ``agent`` or
+    ``pair`` as a mapping of its fields, ``seeds`` to train fewer than all) once per seed on
+    ``dataset_dir``; seeds outermost."""
     out = TrainedRuns({k: [] for k in runs}, {k: [] for k in runs}, {k: [] for k in runs})
     for seed in seeds:
         for label, fields_ in runs.items():
             settings = dict(fields_)
             if seed not in settings.pop("seeds", seeds):
                 continue
+            sections = {k: v for k, v in settings.items() if k in _AGENT_SECTIONS}
             config = TrainConfig(
                 data=str(dataset_dir),
                 out=str(Path(work) / f"{label}-s{seed}"),
                 seed=seed,
-                **{k: v for k, v in settings.items() if k != "agent"},
+                **{k: v for k, v in settings.items() if k not in sections},
             )
-            if "agent" in settings:
-                config = dataclasses.replace(
-                    config, agent=dataclasses.replace(config.agent, **settings["agent"])
-                )
+            config = dataclasses.replace(
+                config,
+                **{k: dataclasses.replace(getattr(config, k), **v) for k, v in sections.items()},
+            )
             started = time.perf_counter()
             result = train(config)
             out.train_seconds[label].append(time.perf_counter() - started)

@@ -1,0 +1,409 @@
+"""Benchmark: the user-author value as a ranking term, against TSCAC alone and a follow boost (issue 22).
+
+Logs of the behaviour policy go the production way (simulator -> embedded Kafka -> the Beam pipeline, with
+the user-author surface) into one dataset. On it, per training seed: TSCAC (the feed policy), and the pair
+critic (``train --algo ua-mtcl``). Two questions:
+
+1. **Does MTCL learn the sparse heads better than independent heads?** Both critics train in process on
+   the pairs of the dataset but a held-out fifth; each head's prediction error is measured against the
+   held-out rows' Monte-Carlo returns along their pairs' chains. A return is censored at the log's end,
+   so the comparison runs at a per-meeting discount of ``COMPARISON_DISCOUNT`` on rows with at least
+   ``MIN_LATER_MEETINGS`` later meetings, where the missing tail weighs at most 0.5^5 = 3% (at the
+   registry's 0.9 it would weigh 59%, and the comparison would reward the critic that predicts less).
+2. **Does the pair value, as one more term in the ranking score, bring follows without costing the
+   rest?** Two user-author terms: every head's value in reward-std units, and the follow head's alone.
+   On a tuning world, each term's weight is chosen from a grid (the most follows with no signal broken
+   against TSCAC alone); the headline user-author term is the one of the two with more follows there.
+   Then on one evaluation world per seed, for ``eval_days`` days: TSCAC alone, TSCAC + each term, TSCAC
+   + the follow-probability boost, on the same episode draws.
+   Every figure is per user over the days from expected responses (the multi-day objective, return
+   included), paired against TSCAC alone, pooled over the seeds' worlds. The author side: authors who
+   gained followers, and the Gini coefficient of video impressions over all authors.
+
+    python bench/user_author.py --full --docs docs/user_author.md
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
+
+# isort: split
+import numpy as np
+from common import bench_parser, git_commit, rounded, write_result
+from trained import evaluation_worlds, logged_dataset, train_runs
+
+from recsys_rl import signals
+from recsys_rl.dataset_contract import USER_AUTHOR
+from recsys_rl.sim.behaviour import FeedPolicy, behaviour_allocation_policy
+from recsys_rl.sim.ground_truth import PolicyValues, evaluate_logs, run_days
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.ranking_terms import FollowProbabilityTerm, PairValueTerm, TermRanking
+from recsys_rl.sim.sim_eval import compare_values
+from recsys_rl.sim.world import World
+from recsys_rl.training.agents.data import open_dataset
+from recsys_rl.training.agents.policy_io import load_feed_policy, load_pair_value_policy
+from recsys_rl.training.pair_value import (
+    PairTransitions,
+    PairValueConfig,
+    monte_carlo_returns,
+    train_pair_value,
+)
+
+SPARSE_HEADS = ("follow", "gift", "author_return")
+COMPARISON_DISCOUNT = 0.5
+MIN_LATER_MEETINGS = 5
+HELD_OUT_SHARE = 0.2
+#: The weight grids the tuning world chooses from: the user-author term is in the critic's reward-std
+#: units per meeting, the boost in a typical view's follow probability (fusion's units).
+WEIGHTS = {
+    "user-author": (0.1, 0.3, 1.0, 3.0),
+    # a follow head's value differs by hundredths of a reward std between pairs: larger weights
+    "user-author-follow": (1.0, 3.0, 10.0, 30.0),
+    "follow-boost": (0.1, 0.3, 1.0, 3.0),
+}
+#: Each user-author term's coefficients on the heads (PAIR_SIGNALS order), in reward-std units.
+HEADS = {"user-author": (1.0, 1.0, 1.0, 1.0), "user-author-follow": (0.0, 1.0, 0.0, 0.0)}
+#: The tuning world: TUNE_WORLD + --seed, neither the training world nor an evaluation world.
+TUNE_WORLD = 1_500
+MODES: dict[str, dict[str, Any]] = {
+    # CI smoke run: the whole path, too small for any verdict to mean anything
+    "quick": {
+        "users": 300,
+        "days": 2,
+        "steps": 60,
+        "critic_steps": 100,
+        "seeds": (0,),
+        "eval_users": 400,
+        "eval_days": 2,
+    },
+    "full": {
+        "users": 3_000,
+        "days": 7,
+        "steps": 1_500,
+        "critic_steps": 3_000,
+        "seeds": (0, 1, 2, 3, 4),
+        "eval_users": 20_000,
+        "eval_days": 7,
+    },
+}
+
+
+# -- 1. MTCL against independent heads ---------------------------------------------------------------------
+
+
+def critic_errors(data: PairTransitions, steps: int, seed: int) -> dict[str, Any]:
+    """Each critic's RMSE per head on the held-out pairs' rows with enough later meetings."""
+    discounts = (COMPARISON_DISCOUNT,) * len(signals.PAIR_SIGNALS)
+    returns, later = monte_carlo_returns(data, discounts)
+    held_pairs = np.random.default_rng(seed).random(data.pairs.max() + 1) < HELD_OUT_SHARE
+    held = held_pairs[data.pairs]
+    train = PairTransitions(*(a[~held] for a in dataclasses.astuple(data)))
+    scored = held & (later >= MIN_LATER_MEETINGS)
+    config = PairValueConfig(discounts=discounts)
+    out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(scored.sum())}
+    for critic in ("mtcl", "independent"):
+        policy = train_pair_value(train, config, critic=critic, steps=steps, batch_size=512, seed=seed)
+        predicted = policy.values(data.states[scored]).numpy()
+        rmse = np.sqrt(((predicted - returns[scored]) ** 2).mean(axis=0))
+        out[critic] = dict(zip(signals.PAIR_SIGNALS, map(float, rmse), strict=True))
+    out["reduction"] = {
+        s: 1.0 - out["mtcl"][s] / out["independent"][s] if out["independent"][s] > 0 else None
+        for s in signals.PAIR_SIGNALS
+    }
+    return out
+
+
+# -- 2. the ranking term ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One policy's run on one world: its per-user values and the author side."""
+
+    values: PolicyValues
+    impressions: np.ndarray  # (n_authors,) video impressions per author
+    authors_followed: int  # authors who gained at least one follower
+
+
+def run(policy: FeedPolicy, *, users: int, days: int, world: int) -> Outcome:
+    config = SimConfig(n_users=users)
+    started = time.perf_counter()
+    logs = run_days(config, policy, behaviour_allocation_policy(), seed=world, days=days)
+    author = World.generate(config, np.random.default_rng(np.random.SeedSequence(world, spawn_key=(0,))))
+    served = np.concatenate([d.feed.served for d in logs])
+    live_slot = np.concatenate([d.feed.live_slot for d in logs])
+    videos = served[np.arange(served.shape[1]) != live_slot[:, None]]
+    impressions = np.bincount(author.videos.author[videos], minlength=config.n_authors)
+    follows = [d.views.item[~d.views.is_live & (d.views.signals[:, 3] > 0)] for d in logs]
+    followed_authors = np.unique(author.videos.author[np.concatenate(follows)])
+    print(f"ran {policy.version} on world {world} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return Outcome(evaluate_logs(logs, users), impressions, int(followed_authors.size))
+
+
+def gini(counts: np.ndarray) -> float:
+    """The Gini coefficient of ``counts`` over all its entries (0: even; near 1: all on one)."""
+    ordered = np.sort(counts.astype(np.float64))
+    n, total = ordered.size, ordered.sum()
+    if total == 0:
+        return 0.0
+    return float((2.0 * np.arange(1, n + 1) - n - 1) @ ordered / (n * total))
+
+
+def holds(report: dict[str, Any]) -> bool:
+    """Nothing broken against the reference: every constraint, and watch time not significantly lower."""
+    watch_high = report["signals"][signals.FEED_MAIN_SIGNAL]["interval"][1]
+    return report["constraints_satisfied"] and (watch_high is None or watch_high >= 0.0)
+
+
+def choose_weight(
+    tscac: FeedPolicy, reference: PolicyValues, term, weights, *, users: int, days: int, world: int
+) -> dict[str, Any]:
+    """The grid weight with the most follows that breaks nothing against TSCAC alone (``reference``, on
+    ``world``); the smallest weight when none holds."""
+    tried = []
+    for weight in weights:
+        report = compare_values(
+            reference, run(TermRanking(tscac, term, weight), users=users, days=days, world=world).values
+        )
+        tried.append(
+            {"weight": weight, "follow_lift": report["signals"]["follow"]["lift"], "holds": holds(report)}
+        )
+    holding = [t for t in tried if t["holds"]]
+    chosen = (
+        max(holding, key=lambda t: t["follow_lift"] or 0.0)
+        if holding
+        else min(tried, key=lambda t: t["weight"])
+    )
+    return {"weight": chosen["weight"], "held_on_tuning_world": bool(holding), "tried": tried}
+
+
+def headline_term(weights: dict[str, dict[str, Any]]) -> str:
+    """The user-author term with the most follows on the tuning world among those that held there (the
+    all-heads term when neither did): chosen before the evaluation worlds are run."""
+
+    def tuned(name: str) -> float:
+        chosen = next(t for t in weights[name]["tried"] if t["weight"] == weights[name]["weight"])
+        return chosen["follow_lift"] or 0.0 if weights[name]["held_on_tuning_world"] else -math.inf
+
+    return max(HEADS, key=lambda name: (tuned(name), name == "user-author"))
+
+
+def pooled(values: list[PolicyValues]) -> PolicyValues:
+    """Several worlds' values as one population: their users side by side, paired with themselves."""
+    return dataclasses.replace(
+        values[0],
+        per_user=np.concatenate([v.per_user for v in values]),
+        return_rate=statistics.fmean(v.return_rate for v in values),
+        episodes=sum(v.episodes for v in values),
+    )
+
+
+def term_summary(reference: list[Outcome], outcomes: list[Outcome]) -> dict[str, Any]:
+    """Per seed and pooled: every signal's lift over TSCAC alone with its paired interval, the verdicts,
+    and the author side."""
+    per_seed = [compare_values(r.values, o.values) for r, o in zip(reference, outcomes, strict=True)]
+    report = compare_values(pooled([r.values for r in reference]), pooled([o.values for o in outcomes]))
+    follow = report["signals"]["follow"]
+    reference_follows = follow["behaviour"]["mean"]
+    gini_delta = [
+        100 * (gini(o.impressions) - gini(r.impressions)) for r, o in zip(reference, outcomes, strict=True)
+    ]
+    return {
+        "pooled": report,
+        "follow_lift": follow["lift"],
+        "follow_lift_interval": [
+            x / reference_follows if x is not None else None for x in follow["interval"]
+        ],
+        "follow_lift_per_seed": [r["signals"]["follow"]["lift"] for r in per_seed],
+        "holds_per_seed": [holds(r) for r in per_seed],
+        "holds_pooled": holds(report),
+        "return_rate": statistics.fmean(o.values.return_rate for o in outcomes),
+        "authors_followed": statistics.fmean(o.authors_followed for o in outcomes),
+        "authors_followed_reference": statistics.fmean(r.authors_followed for r in reference),
+        "gini": statistics.fmean(gini(o.impressions) for o in outcomes),
+        "gini_reference": statistics.fmean(gini(r.impressions) for r in reference),
+        "gini_delta_points": statistics.fmean(gini_delta),
+        "gini_delta_points_per_seed": gini_delta,
+    }
+
+
+def mean_and_stderr(values: list[float]) -> dict[str, float | None]:
+    mean = statistics.fmean(values)
+    stderr = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+    return {"mean": mean, "stderr": stderr}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    config, terms, mtcl = result["config"], result["terms"], result["mtcl"]
+    lines = [
+        "# The user-author value in the simulator",
+        "",
+        f"Written by `python bench/user_author.py --{result['mode']} --docs docs/user_author.md` "
+        "at commit "
+        f"`{result['commit']}` in {result['wall_s'] / 60:.0f} min.",
+        f"Logs: {config['users']} users x {config['days']} days of the behaviour policy ({config['pair_rows']} "
+        f"pair transitions over {config['pairs']} pairs, {config['feed_rows']} feed transitions); TSCAC "
+        f"{config['steps']} steps, pair critics {config['critic_steps']} steps; training seeds "
+        f"{config['seeds']}. Evaluation: one world of {config['eval_users']} users per seed for "
+        f"{config['eval_days']} days, never used for training or tuning.",
+        "",
+        "## MTCL against independent heads",
+        "",
+        f"RMSE of each head against held-out Monte-Carlo returns (discount {COMPARISON_DISCOUNT} per meeting, "
+        f"rows with at least {MIN_LATER_MEETINGS} later meetings: {mtcl['scored_rows']} rows), and MTCL's "
+        "reduction of it, mean ± standard error over seeds:",
+        "",
+        "| head | MTCL | independent | reduction |",
+        "|---|---|---|---|",
+    ]
+    for s in signals.PAIR_SIGNALS:
+        row = mtcl["per_head"][s]
+        lines.append(
+            f"| {s} | {row['mtcl']:.4g} | {row['independent']:.4g} | "
+            f"{100 * row['reduction']['mean']:+.1f}% ± {100 * (row['reduction']['stderr'] or 0):.1f} |"
+        )
+    lines += [
+        "",
+        f"`mtcl_error_reduction` (mean over the sparse heads {', '.join(SPARSE_HEADS)}): "
+        f"{100 * result['mtcl_error_reduction']:+.1f}% (target: at least +10%).",
+        "",
+        "## The ranking term",
+        "",
+        "Against TSCAC alone, pooled over the seeds' worlds (paired per user): lift of each signal's "
+        "per-user total over the days, and whether anything broke (paired 95% interval).",
+        "",
+        "| term | weight | "
+        + " | ".join(signals.FEED_SIGNALS)
+        + " | holds | authors followed | Gini delta |",
+        "|---|---|" + "---|" * (len(signals.FEED_SIGNALS) + 3),
+    ]
+    for name, t in terms.items():
+        lifts = [t["pooled"]["signals"][s]["lift"] for s in signals.FEED_SIGNALS]
+        cells = [f"{100 * v:+.2f}%" if v is not None else "n/a" for v in lifts]
+        lines.append(
+            f"| {name} | {t['weight']['weight']:g} | " + " | ".join(cells) + f" | {t['holds_pooled']} | "
+            f"{t['authors_followed']:.0f} (TSCAC {t['authors_followed_reference']:.0f}) | "
+            f"{t['gini_delta_points']:+.2f} |"
+        )
+    headline = result["headline_term"]
+    low, high = terms[headline]["follow_lift_interval"]
+    lines += [
+        "",
+        f"- headline term (chosen on the tuning world): {headline}",
+        f"- `follow_lift_over_tscac`: {100 * result['follow_lift_over_tscac']:+.2f}% "
+        f"(95% interval {100 * (low or 0):+.2f}% to {100 * (high or 0):+.2f}%; target +5% with nothing broken)",
+        f"- `author_gini_delta`: {result['author_gini_delta']:+.2f} points (target: at most +2)",
+        f"- follow lift per seed: {rounded(terms[headline]['follow_lift_per_seed'], 4)}",
+        f"- the boost's follow lift: {100 * terms['follow-boost']['follow_lift']:+.2f}%",
+        "",
+        "Weights chosen on the tuning world: "
+        + "; ".join(f"{n}: {rounded(t['weight']['tried'], 4)}" for n, t in terms.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, "user_author")
+    parser.add_argument("--docs", help="also write the tables as Markdown to this file")
+    args = parser.parse_args(argv)
+    settings = MODES[args.mode]
+    started = time.perf_counter()
+    commit = git_commit()
+    seeds = settings["seeds"]
+    runs = {
+        "tscac": {"algo": "tscac", "steps": settings["steps"]},
+        "ua-mtcl": {"algo": "ua-mtcl", "steps": settings["critic_steps"]},
+    }
+    with tempfile.TemporaryDirectory() as work:
+        with logged_dataset(
+            work, users=settings["users"], days=settings["days"], seed=args.seed, user_author_surface=True
+        ) as built:
+            trained = train_runs(built.dataset_dir, work, runs, seeds)
+            pairs = PairTransitions.from_dataset(open_dataset(built.dataset_dir, USER_AUTHOR))
+        errors = [critic_errors(pairs, settings["critic_steps"], seed) for seed in seeds]
+        tscac = [load_feed_policy(d, numpy=True) for d in trained.policy_dirs["tscac"]]
+        values = [load_pair_value_policy(d) for d in trained.policy_dirs["ua-mtcl"]]
+        terms = {
+            name: [PairValueTerm(v.values, np.asarray(v.manifest["reward_std"]), heads, name) for v in values]
+            for name, heads in HEADS.items()
+        }
+        terms["follow-boost"] = [FollowProbabilityTerm() for _ in seeds]
+        size = {"users": settings["eval_users"], "days": settings["eval_days"]}
+        tune = TUNE_WORLD + args.seed
+        tuning_reference = run(tscac[0], world=tune, **size).values
+        weights = {
+            name: choose_weight(tscac[0], tuning_reference, per_seed[0], WEIGHTS[name], world=tune, **size)
+            for name, per_seed in terms.items()
+        }
+        worlds = evaluation_worlds(args.seed, len(seeds))
+        reference = [run(p, world=w, **size) for p, w in zip(tscac, worlds, strict=True)]
+        summaries = {
+            name: {
+                "weight": weights[name],
+                **term_summary(
+                    reference,
+                    [
+                        run(TermRanking(p, term, weights[name]["weight"]), world=w, **size)
+                        for p, term, w in zip(tscac, per_seed, worlds, strict=True)
+                    ],
+                ),
+            }
+            for name, per_seed in terms.items()
+        }
+    per_head = {
+        s: {
+            "mtcl": statistics.fmean(e["mtcl"][s] for e in errors),
+            "independent": statistics.fmean(e["independent"][s] for e in errors),
+            "reduction": mean_and_stderr([e["reduction"][s] or 0.0 for e in errors]),
+        }
+        for s in signals.PAIR_SIGNALS
+    }
+    result: dict[str, Any] = {
+        "benchmark": "user_author",
+        "commit": commit,
+        "mode": args.mode,
+        "seed": args.seed,
+        "config": {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+            "weights": WEIGHTS,
+            "tune_world": TUNE_WORLD + args.seed,
+            "eval_world_seeds": worlds,
+            "pair_rows": int(len(pairs.states)),
+            "pairs": int(pairs.pairs.max() + 1),
+            "feed_rows": built.manifest["surfaces"]["feed"]["rows"],
+            "dataset_version": built.manifest["version"],
+        },
+        "mtcl": {"per_seed": errors, "per_head": per_head, "scored_rows": errors[0]["scored_rows"]},
+        "mtcl_error_reduction": statistics.fmean(per_head[s]["reduction"]["mean"] for s in SPARSE_HEADS),
+        "terms": summaries,
+        "headline_term": (headline := headline_term(weights)),
+        "follow_lift_over_tscac": summaries[headline]["follow_lift"],
+        "author_gini_delta": summaries[headline]["gini_delta_points"],
+        "train_seconds": trained.train_seconds,
+    }
+    result["wall_s"] = time.perf_counter() - started
+    write_result(args.out, result)
+    if args.docs:
+        Path(args.docs).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.docs).write_text(markdown(result))
+    print(
+        f"user-author ({headline}): follows {100 * result['follow_lift_over_tscac']:+.2f}% over TSCAC "
+        f"(holds {summaries[headline]['holds_pooled']}), boost "
+        f"{100 * summaries['follow-boost']['follow_lift']:+.2f}%; "
+        f"MTCL error reduction {100 * result['mtcl_error_reduction']:+.1f}%; Gini delta "
+        f"{result['author_gini_delta']:+.2f} points; {result['wall_s']:.0f} s; wrote {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
