@@ -248,18 +248,19 @@ def markdown(result: dict[str, Any]) -> str:
         "# The user-author value in the simulator",
         "",
         f"Written by `python bench/user_author.py --{result['mode']} --docs docs/user_author.md` "
-        "at commit "
-        f"`{result['commit']}` in {result['wall_s'] / 60:.0f} min.",
-        f"Logs: {config['users']} users x {config['days']} days of the behaviour policy ({config['pair_rows']} "
-        f"pair transitions over {config['pairs']} pairs, {config['feed_rows']} feed transitions); TSCAC "
+        f"at commit `{result['commit']}` in {result['wall_s'] / 60:.0f} min.",
+        f"Logs: {config['users']} users x {config['days']} days of the behaviour policy "
+        f"({config['pair_rows']} pair transitions over {config['pairs']} pairs, "
+        f"{config['feed_rows']} feed transitions); TSCAC "
         f"{config['steps']} steps, pair critics {config['critic_steps']} steps; training seeds "
         f"{config['seeds']}. Evaluation: one world of {config['eval_users']} users per seed for "
         f"{config['eval_days']} days, never used for training or tuning.",
         "",
         "## MTCL against independent heads",
         "",
-        f"RMSE of each head against held-out Monte-Carlo returns (discount {COMPARISON_DISCOUNT} per meeting, "
-        f"rows with at least {MIN_LATER_MEETINGS} later meetings: {mtcl['scored_rows']} rows), and MTCL's "
+        "RMSE of each head against held-out Monte-Carlo returns "
+        f"(discount {COMPARISON_DISCOUNT} per meeting, rows with at least {MIN_LATER_MEETINGS} later "
+        f"meetings: {mtcl['scored_rows']} rows), and MTCL's "
         "reduction of it, mean ± standard error over seeds:",
         "",
         "| head | MTCL | independent | reduction |",
@@ -300,7 +301,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"- headline term (chosen on the tuning world): {headline}",
         f"- `follow_lift_over_tscac`: {100 * result['follow_lift_over_tscac']:+.2f}% "
-        f"(95% interval {100 * (low or 0):+.2f}% to {100 * (high or 0):+.2f}%; target +5% with nothing broken)",
+        f"(95% interval {100 * (low or 0):+.2f}% to {100 * (high or 0):+.2f}%; "
+        "target +5% with nothing broken)",
         f"- `author_gini_delta`: {result['author_gini_delta']:+.2f} points (target: at most +2)",
         f"- follow lift per seed: {rounded(terms[headline]['follow_lift_per_seed'], 4)}",
         f"- the boost's follow lift: {100 * terms['follow-boost']['follow_lift']:+.2f}%",
@@ -377,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             "weights": WEIGHTS,
             "tune_world": TUNE_WORLD + args.seed,
             "eval_world_seeds": worlds,
-            "pair_rows": int(len(pairs.states)),
+            "pair_rows": len(pairs.states),
             "pairs": int(pairs.pairs.max() + 1),
             "feed_rows": built.manifest["surfaces"]["feed"]["rows"],
             "dataset_version": built.manifest["version"],
