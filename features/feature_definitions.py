@@ -21,6 +21,7 @@ from recsys_rl.feature_tables import (
     ITEM_STATS,
     TIMESTAMP_COLUMN,
     USER_ACTIVITY,
+    USER_AUTHOR_HISTORY,
     USER_ENGAGEMENT,
     FeatureTable,
 )
@@ -40,6 +41,7 @@ _PRODUCERS = {
     USER_ACTIVITY.name: "the platform's user table (simulated: recsys_rl.feature_tables.write_user_activity)",
     ITEM_STATS.name: _AGGREGATES,
     AUTHOR_STATS.name: _AGGREGATES,
+    USER_AUTHOR_HISTORY.name: "recsys_rl.pipelines.transitions.PairHistoryFiles (--user-author-surface)",
 }
 
 
@@ -82,15 +84,23 @@ user_engagement_daily = _daily_source(USER_ENGAGEMENT)
 user_table = _source("user_table", USER_TABLE, "the platform's user table: each account's activity group")
 item_stats_daily = _daily_source(ITEM_STATS)
 author_stats_daily = _daily_source(AUTHOR_STATS)
+# A directory: one Parquet file per transition run, each pair's running totals (cumulative, not per day).
+user_author_histories = _source(
+    "user_author_histories",
+    OFFLINE_ROOT / USER_AUTHOR_HISTORY.name,
+    "each user-author pair's history through its last interaction, one file per transition run",
+)
 
 # --- Feature views ------------------------------------------------------------------------------------
 
 
-def _view(table: FeatureTable, entity: Entity, source: FileSource, ttl_days: int, what: str) -> FeatureView:
+def _view(
+    table: FeatureTable, entity: Entity | list[Entity], source: FileSource, ttl_days: int, what: str
+) -> FeatureView:
     # online: serving reads them; the ttl says how old a row may be and still describe the entity
     return FeatureView(
         name=table.name,
-        entities=[entity],
+        entities=entity if isinstance(entity, list) else [entity],
         ttl=timedelta(days=ttl_days),
         schema=_fields(table),
         online=True,
@@ -128,6 +138,18 @@ author_stats_view = _view(
     author_stats_daily,
     7,
     "views of an author's items and the follow rate over the author's last finished day",
+)
+
+# A user-author pair's history (issue 22), keyed by both: the pair's state at request time
+# (recsys_rl.pair_state) is built from it and the time since its last interaction. A year's ttl: a pair's
+# history is all of it, however long ago they last met; that gap is a feature, not staleness. Written only
+# by runs with the user-author surface: without its directory the view is left out (feature_store.repo).
+user_author_history_view = _view(
+    USER_AUTHOR_HISTORY,
+    [user, author],
+    user_author_histories,
+    365,
+    "a user-author pair's interactions, clicks, follow and gifts so far, and its last interaction's time",
 )
 
 # --- Feature services: what one model version reads; add _v2 rather than change these ----------------

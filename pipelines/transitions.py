@@ -6,6 +6,7 @@ Stages:
   -> ShardTransitions -> WriteWholeFiles     (TFRecord + Parquet shards)
   -> RunReportFiles                          (dead letters, accounting: JSON lines, same writer)
   -> FeatureAggregateFiles                   (Feast offline store under the dataset, same writer)
+  -> PairHistoryFiles                        (with the user-author surface: the pairs' Feast rows)
   -> FileInventory                           (name, size and sha256 of every file above, same writer)
 Kafka and file IO happen only in :func:`build_pipeline`; the composites take and give PCollections, so
 they are tested with ``beam.Create`` and ``assert_that``.
@@ -17,11 +18,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
 from recsys_rl.atomic_json import jsonl_file
 from recsys_rl.dataset_contract import dataset_surfaces
+from recsys_rl.feature_tables import PARQUET_SUFFIX, TIMESTAMP_COLUMN, USER_AUTHOR_HISTORY
 from recsys_rl.pipelines.carry import CARRIED_FILE, carried_lines, count_events
 from recsys_rl.pipelines.dataset import (
     ACCOUNTING_FILE,
@@ -41,17 +44,19 @@ from recsys_rl.pipelines.episodes import (
     decode_event,
 )
 from recsys_rl.pipelines.event_validation import Rejection
-from recsys_rl.pipelines.feature_aggregates import FeatureAggregateFiles
+from recsys_rl.pipelines.feature_aggregates import FeatureAggregateFiles, day_end
 from recsys_rl.pipelines.kafka_source import KafkaBatch, ReadKafkaReplay, ReplayPlan
 from recsys_rl.pipelines.transition_io import ShardTransitions
 from recsys_rl.pipelines.user_author import (
     HISTORIES_FILE,
     PAIR_HISTORIES,
+    feature_rows,
     histories_of,
     history_line,
     pair_transitions,
 )
-from recsys_rl.pipelines.whole_files import WriteWholeFiles
+from recsys_rl.pipelines.whole_files import WriteWholeFiles, parquet_file
+from recsys_rl.state import DAY_MS
 
 DEAD_LETTERS = "dead_letters"
 VIEW_FACTS = "view_facts"
@@ -59,6 +64,7 @@ FATES = "fates"
 LATEST = "latest"  # the latest event time of each batch: the run's cut-off, in event time
 CARRIED = "carried"
 HISTORIES = "pair_histories"
+PAIR_FEATURES = "pair_features"
 _EVENT_TIME = {kind: event_type._fields.index("event_time_ms") for kind, event_type in EVENT_TYPES.items()}
 
 
@@ -151,6 +157,9 @@ class BuildEpisodes(beam.DoFn):
                     yield TaggedOutput(FATES, (f"{BUILT_PREFIX}{surface}", count))
         if histories:
             yield TaggedOutput(HISTORIES, history_line(user_id, histories))
+        if pair_rows:
+            met = {row["author_id"] for row in pair_rows}
+            yield TaggedOutput(PAIR_FEATURES, (cut_off, feature_rows(user_id, met, histories)))
         if built.view_facts:
             yield TaggedOutput(VIEW_FACTS, built.view_facts)
         for letter in built.dead_letters:
@@ -160,13 +169,14 @@ class BuildEpisodes(beam.DoFn):
 
 
 class KafkaToTransitions(beam.PTransform):
-    """KafkaBatches -> {"transitions", "view_facts", "dead_letters", "fates"} PCollections.
+    """KafkaBatches -> {"transitions", "view_facts", "dead_letters", "fates", ...} PCollections.
 
     ``transitions`` and ``view_facts`` hold lists (one user's rows or facts). ``fates`` holds (fate,
     count) pairs summed over the whole input: ``read``, ``used``, and ``filtered:<reason>`` /
     ``dead_letter:<reason>``; the accounting equation is checked on them. ``built:<surface>`` counts
     the transitions made, which the dataset's files must hold. ``carried`` and ``pair_histories`` hold
-    the lines of the files the group's next run starts from.
+    the lines of the files the group's next run starts from; ``pair_features`` the feature store's rows
+    of the pairs met in the run, as (run cut-off, one user's rows).
     """
 
     def __init__(
@@ -214,7 +224,9 @@ class KafkaToTransitions(beam.PTransform):
             | "BuildEpisodes"
             >> beam.ParDo(
                 BuildEpisodes(self._config, carry=self._carry, pairs=self._pairs), **side
-            ).with_outputs(VIEW_FACTS, DEAD_LETTERS, FATES, CARRIED, HISTORIES, main="transitions")
+            ).with_outputs(
+                VIEW_FACTS, DEAD_LETTERS, FATES, CARRIED, HISTORIES, PAIR_FEATURES, main="transitions"
+            )
         )
         fates = (
             (
@@ -233,6 +245,7 @@ class KafkaToTransitions(beam.PTransform):
             "fates": fates,
             "carried": built[CARRIED],
             "pair_histories": built[HISTORIES],
+            "pair_features": built[PAIR_FEATURES],
         }
 
 
@@ -277,6 +290,27 @@ def _report_file(element: tuple[str, Iterable]) -> tuple[str, bytes]:
     if name == HISTORIES_FILE:
         return name, jsonl_file(sorted(present, key=lambda d: d["user_id"]))
     return name, jsonl_file(sorted(present, key=lambda d: (d["topic"], d["partition"], d["offset"])))
+
+
+class PairHistoryFiles(beam.PTransform):
+    """(run cut-off, one user's pair rows) -> the feature store's ``user_author_history`` file of the run,
+    as (path under the features directory, Parquet bytes): every pair met in the run, sorted, each row
+    stamped at the end of its last interaction's UTC day (``feature_tables.USER_AUTHOR_HISTORY``).
+
+    One file per run, named by its cut-off: the rows are cumulative, so a later run's rows supersede an
+    earlier run's in a point-in-time read, and no run's file replaces another's."""
+
+    def expand(self, pair_features):
+        return pair_features | "ByRun" >> beam.GroupByKey() | "ToFile" >> beam.MapTuple(_pair_history_file)
+
+
+def _pair_history_file(cut_off_ms: int, users: Iterable[list[dict]]) -> tuple[str, bytes]:
+    rows = sorted((row for rows in users for row in rows), key=lambda r: (r["user_id"], r["author_id"]))
+    table = USER_AUTHOR_HISTORY
+    columns = {key: [row[key] for row in rows] for key in (*table.join_keys, *table.feature_names)}
+    columns[TIMESTAMP_COLUMN] = [day_end(row["last_interaction_ms"] // DAY_MS) for row in rows]
+    name = f"{FEATURES_DIR}/{table.name}/as-of-{cut_off_ms}{PARQUET_SUFFIX}"
+    return name, parquet_file(pa.Table.from_pydict(columns, schema=table.arrow_schema()))
 
 
 class FileInventory(beam.PTransform):
@@ -345,7 +379,10 @@ def build_pipeline(
         | "FeatureAggregates" >> FeatureAggregateFiles(batched=True)
         | "InFeaturesDir" >> beam.MapTuple(lambda name, table: (f"{FEATURES_DIR}/{name}", table))
     )
-    files = (transition_files, report_files, feature_files) | "AllFiles" >> beam.Flatten()
+    files = [transition_files, report_files, feature_files]
+    if user_author:
+        files.append(out["pair_features"] | "PairHistories" >> PairHistoryFiles())
+    files = tuple(files) | "AllFiles" >> beam.Flatten()
     (
         (files, files | "Inventory" >> FileInventory())
         | "WithInventory" >> beam.Flatten()

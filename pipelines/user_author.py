@@ -139,6 +139,27 @@ def _rewards(fact: Mapping, before: PairHistory) -> list[float]:
     return [float(fact["click"] > 0), float(fact["follow"] > 0), float(fact["gift"]), float(returned)]
 
 
+def feature_rows(user_id: str, met: Iterable[str], records: Mapping[str, PairRecord]) -> list[dict]:
+    """The feature store's rows (``feature_tables.USER_AUTHOR_HISTORY``) of the pairs with the authors
+    ``met`` in this run: each pair's totals through its last interaction. Pairs carried in without a new
+    interaction are not written again: their last row still holds."""
+    rows = []
+    for author_id in sorted(met):
+        history = records[author_id].running
+        rows.append(
+            {
+                "user_id": user_id,
+                "author_id": author_id,
+                "views": history.views,
+                "clicks": history.clicks,
+                "followed": int(history.followed),
+                "gifts": history.gifts,
+                "last_interaction_ms": history.last_time_ms,
+            }
+        )
+    return rows
+
+
 def history_line(user_id: str, records: Mapping[str, PairRecord]) -> dict:
     """One user's pair records as a line of ``HISTORIES_FILE``, authors sorted, so reruns write the same
     bytes: each pair as [author id, settled, running], each history as [views, clicks, followed, gifts,

@@ -41,8 +41,15 @@ class FeatureTable:
     """One Feast feature view's offline data: its directory name, entity key column and feature columns."""
 
     name: str
-    join_key: str
+    join_keys: tuple[str, ...]  # the entity's key columns: one, or (user_id, author_id) for a pair
     columns: tuple[FeatureColumn, ...]
+
+    @property
+    def join_key(self) -> str:
+        """The key column of a table keyed by one entity."""
+        if len(self.join_keys) != 1:
+            raise ValueError(f"{self.name} is keyed by {list(self.join_keys)}, not one column")
+        return self.join_keys[0]
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -52,7 +59,7 @@ class FeatureTable:
         types = {"int64": pa.int64(), "float64": pa.float64()}
         return pa.schema(
             [
-                pa.field(self.join_key, pa.string(), nullable=False),
+                *(pa.field(key, pa.string(), nullable=False) for key in self.join_keys),
                 pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), nullable=False),
                 *(pa.field(c.name, types[c.dtype]) for c in self.columns),
             ]
@@ -70,7 +77,7 @@ def _rate(name: str, what: str, per: str = "view") -> FeatureColumn:
 _VIDEO_VIEW = "short-video view"  # feed engagement is measured on short videos, live engagement on lives
 USER_ENGAGEMENT = FeatureTable(
     "user_engagement",
-    "user_id",
+    ("user_id",),
     (
         # the row's own day: a point-in-time read returns features but not their timestamps, and the state
         # needs the age of a user's history (returned yesterday or not, expired or not)
@@ -88,12 +95,12 @@ USER_ENGAGEMENT = FeatureTable(
 _GROUP_NAMES = ", ".join(f"{i} {name}" for i, name in enumerate(ACTIVITY_GROUPS))
 USER_ACTIVITY = FeatureTable(
     "user_activity",
-    "user_id",
+    ("user_id",),
     (FeatureColumn("activity_group", "int64", f"the account's activity group ({_GROUP_NAMES})"),),
 )
 ITEM_STATS = FeatureTable(
     "item_stats",
-    "item_id",
+    ("item_id",),
     (
         _views("views of the item"),
         _rate("click_rate", "clicks"),
@@ -104,11 +111,27 @@ ITEM_STATS = FeatureTable(
 )
 AUTHOR_STATS = FeatureTable(
     "author_stats",
-    "author_id",
+    ("author_id",),
     (_views("views of the author's items"), _rate("follow_rate", "follows of the author")),
 )
 #: The tables the feature pipeline writes, one subdirectory each under its offline root.
 AGGREGATE_TABLES: tuple[FeatureTable, ...] = (USER_ENGAGEMENT, ITEM_STATS, AUTHOR_STATS)
+#: Each user-author pair's history (issue 22), written by the transition pipeline when it builds the
+#: user-author surface (``pipelines.user_author``): one row per pair met in the run, its totals through its
+#: last interaction, stamped at the end of that interaction's UTC day, so that a read on a later day gets
+#: what the pair's state is built from (``recsys_rl.pair_state``). Cumulative, not per day: a pair's state
+#: is its whole history, which a point-in-time read of daily rows could not sum.
+USER_AUTHOR_HISTORY = FeatureTable(
+    "user_author_history",
+    ("user_id", "author_id"),
+    (
+        FeatureColumn("views", "int64", "the pair's interactions so far (views of the author's items)"),
+        FeatureColumn("clicks", "int64", "clicks among them"),
+        FeatureColumn("followed", "int64", "1 once the user follows the author (follows persist)"),
+        FeatureColumn("gifts", "float64", "value of the user's gifts to the author's live streams"),
+        FeatureColumn("last_interaction_ms", "int64", "time of the pair's last interaction, ms since 1970"),
+    ),
+)
 
 
 def write_user_activity(directory: str | Path, user_ids: Sequence[str], groups, as_of_ms: int) -> Path:

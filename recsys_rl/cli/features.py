@@ -130,6 +130,8 @@ def run_materialize(args: argparse.Namespace) -> int:
                 f"  {view.name:<16} {view.entities:>9} entities, rows stamped "
                 f"{view.start:%Y-%m-%d %H:%M:%S} .. {view.end:%Y-%m-%d %H:%M:%S} UTC"
             )
+    for name in report.without_data:
+        print(f"  {name:<16} no offline data: written by build-transitions --user-author-surface")
     for line in report.empty_windows(_EMPTY_WINDOW_FIX):
         print(f"recsys-rl features materialize: warning: {line}", file=sys.stderr)
     return 0

@@ -31,6 +31,7 @@ from recsys_rl.feature_store.repo import (
     progress_to_stderr,
     source_dir,
     store_errors,
+    views_without_data,
 )
 
 
@@ -97,6 +98,7 @@ class MaterializeReport:
     views: tuple[MaterializedView, ...]
     apply_s: float
     materialize_s: float
+    without_data: tuple[str, ...] = ()  # optional views applied but not materialised: no offline data
 
     def empty_windows(self, fix: str) -> list[str]:
         """One line per view whose window wrote nothing while its data holds rows no run has reached
@@ -143,11 +145,12 @@ def _data_span(path: Path, view: str) -> tuple[dt.datetime, dt.datetime]:
     return _utc(span["min"].as_py()), _utc(span["max"].as_py())
 
 
-def _entities_in_window(path: Path, join_key: str, start: dt.datetime, end: dt.datetime) -> int:
-    # Feast's file offline store takes rows with start <= timestamp <= end, the latest per entity.
+def _entities_in_window(path: Path, join_keys: Sequence[str], start: dt.datetime, end: dt.datetime) -> int:
+    # Feast's file offline store takes rows with start <= timestamp <= end, the latest per entity (a
+    # pair's entity is its (user, author) key).
     ts = pads.field(ENTITY_TIMESTAMP)
-    table = _offline(path).to_table(columns=[join_key], filter=(ts >= start) & (ts <= end))
-    return int(pc.count_distinct(table[join_key]).as_py()) if table.num_rows else 0
+    table = _offline(path).to_table(columns=list(join_keys), filter=(ts >= start) & (ts <= end))
+    return table.group_by(list(join_keys)).aggregate([]).num_rows if table.num_rows else 0
 
 
 def _window(
@@ -206,7 +209,7 @@ def materialize(
             done.append(MaterializedView(view.name, None, _utc(view.most_recent_end_time), 0, *data))
             continue
         first, last, resumed = window
-        count = _entities_in_window(path, view.join_keys[0], first, last)
+        count = _entities_in_window(path, view.join_keys, first, last)
         if count:
             with store_errors(store, f"materialising {view.name}"), progress_to_stderr():
                 store.materialize(first, last, feature_views=[view.name])
@@ -225,10 +228,11 @@ def materialize_repo(config: MaterializeConfig) -> MaterializeReport:
     started = time.perf_counter()
     apply_definitions(store, definitions)
     applied = time.perf_counter()
+    without_data = views_without_data(store, definitions)
     views = materialize(
         store,
         config.end(),
-        [store.get_feature_view(v.name) for v in definitions.feature_views],
+        [store.get_feature_view(v.name) for v in definitions.feature_views if v.name not in without_data],
         start=config.start(),
         reset=config.reset,
     )
@@ -240,4 +244,5 @@ def materialize_repo(config: MaterializeConfig) -> MaterializeReport:
         views=tuple(views),
         apply_s=applied - started,
         materialize_s=time.perf_counter() - applied,
+        without_data=without_data,
     )

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from recsys_rl import feature_repo
 from recsys_rl.config import ConfigError
 from recsys_rl.errors import OperationalError
-from recsys_rl.feature_tables import USER_ACTIVITY
+from recsys_rl.feature_tables import USER_ACTIVITY, USER_AUTHOR_HISTORY
 from recsys_rl.logs import prints_to_stderr
 
 DEFAULT_REPO = str(feature_repo.REPO_DIR)
@@ -229,9 +229,27 @@ def source_dir(store: FeatureStore, view: FeatureView) -> Path:
     return Path(FileSource.get_uri_for_file_path(store.config.repo_path, source.path))
 
 
+#: Views whose offline data only some runs write: the pairs' histories come from transition runs with the
+#: user-author surface only. Without their directory they are applied but not materialised, nor refused.
+OPTIONAL_VIEWS: tuple[str, ...] = (USER_AUTHOR_HISTORY.name,)
+
+
+def views_without_data(store: FeatureStore, definitions: Definitions) -> tuple[str, ...]:
+    """The optional views whose offline directory does not exist (nothing to materialise, no error)."""
+    return tuple(
+        view.name
+        for view in definitions.feature_views
+        if view.name in OPTIONAL_VIEWS and not source_dir(store, view).exists()
+    )
+
+
 def check_offline_data(store: FeatureStore, definitions: Definitions) -> None:
-    """Fail before apply if a view has no Parquet to read: materialising would write nothing, silently."""
+    """Fail before apply if a view has no Parquet to read: materialising would write nothing, silently.
+    An optional view without its directory is no error (``OPTIONAL_VIEWS``); with it, it needs data."""
+    absent = views_without_data(store, definitions)
     for view in definitions.feature_views:
+        if view.name in absent:
+            continue
         path = source_dir(store, view)
         if view.name == USER_ACTIVITY.name:
             if not (path.is_dir() and any(path.glob("*.parquet"))):

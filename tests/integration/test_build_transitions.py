@@ -70,6 +70,13 @@ def in_memory_build(apache_kafka, simulated_topics, tmp_path_factory):
     return build_transitions(_config(apache_kafka, sim_config, out, commit=False, user_author_surface=True))
 
 
+def _pair_features(*datasets) -> pd.DataFrame:
+    """The pairs' feature-store rows the datasets wrote, indexed by pair, the latest row of each."""
+    files = [f for d in datasets for f in sorted((d / "features" / "user_author_history").glob("*.parquet"))]
+    rows = pd.concat([pd.read_parquet(f) for f in files]).sort_values("event_timestamp", kind="stable")
+    return rows.groupby(["user_id", "author_id"]).last().sort_index()
+
+
 def _rows(dataset, surface) -> pd.DataFrame:
     return pd.read_parquet(sorted(dataset.glob(f"transitions-{surface}-*.parquet")))
 
@@ -106,6 +113,19 @@ def test_a_simulated_day_becomes_the_simulators_transitions(simulated_topics, in
     assert data.states.shape == (len(pairs), len(PAIR_STATE_FEATURES))
     reward_columns = [f"reward_{s}" for s in PAIR_SIGNALS]
     np.testing.assert_allclose(data.rewards.sum(axis=0), pairs[reward_columns].sum().to_numpy(), rtol=1e-6)
+    # the feature store's pair rows: one per pair, its totals through its last step, stamped at its day's end
+    features = _pair_features(result.dataset_dir)
+    assert len(features) == section["pairs"]
+    last = pairs.sort_values("pair_step").groupby(["user_id", "author_id"]).last()
+    assert features["views"].tolist() == (last["pair_step"] + 1).tolist()
+    sums = pairs.groupby(["user_id", "author_id"])[reward_columns].sum()
+    assert features["clicks"].tolist() == sums["reward_click"].astype(int).tolist()
+    assert features["followed"].tolist() == (sums["reward_follow"] > 0).astype(int).tolist()
+    np.testing.assert_allclose(features["gifts"], sums["reward_gift"], rtol=1e-6)
+    assert features["last_interaction_ms"].tolist() == last["event_time_ms"].tolist()
+    day_ms = 86_400_000
+    stamps = (features["event_timestamp"] - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
+    assert (stamps == (features["last_interaction_ms"] // day_ms + 1) * day_ms).all()
 
 
 def test_rerun_after_a_crash_before_the_commit_loses_and_duplicates_nothing(
@@ -422,3 +442,8 @@ def test_sessions_open_at_the_cut_off_are_carried_to_the_next_run_and_built_whol
     )
     histories = "pair-histories.jsonl"
     assert (second.dataset_dir / histories).read_bytes() == (whole.dataset_dir / histories).read_bytes()
+    # and the feature store, reading both runs' pair rows, holds what one run's rows say
+    pd.testing.assert_frame_equal(
+        _pair_features(first.dataset_dir, second.dataset_dir), _pair_features(whole.dataset_dir)
+    )
+    assert len(list((second.dataset_dir / "features" / "user_author_history").glob("*.parquet"))) == 1

@@ -167,6 +167,7 @@ def test_redis_profile_serves_each_users_latest_day(redis_report, redis_server, 
         "item_stats": 3,
         "author_stats": 3,
     }
+    assert report.without_data == ("user_author_history",)  # no transition run with pairs wrote any
     store = open_store(REPO, "redis", state_dir=state, redis=redis_server.url)
     frame = online_user_features(store, ["alice", "bob", "carol", "nobody"])
     _assert_online_equals_latest_day(frame, offline_root)
@@ -290,11 +291,78 @@ def test_cli_verb_prints_what_it_materialised_and_where(offline_root, user_table
         ["author_stats", "3"],
         ["item_stats", "3"],
         ["user_activity", "4"],
+        ["user_author_history", "no"],
         ["user_engagement", "4"],
     ]
     by_view = {line.split()[0]: line for line in out[2:]}
     # a first run starts at the view's earliest row, the end of day 1
     assert by_view["user_engagement"].endswith("rows stamped 2024-03-11 00:00:00 .. 2024-03-12 06:00:00 UTC")
+
+
+def _pair_row(user, author, views, clicks, followed, gifts, last) -> dict:
+    keys = ("user_id", "author_id", "views", "clicks", "followed", "gifts", "last_interaction_ms")
+    return dict(zip(keys, (user, author, views, clicks, followed, gifts, last), strict=True))
+
+
+# Two transition runs' pair rows: the second run's are the same pairs' totals after more meetings (alice
+# and author-1 met again on day 2 and she followed), plus a pair met only then; bob's pair only in the first.
+PAIR_RUNS = [
+    (
+        _at(DAY1_END, 1),
+        [
+            [_pair_row("alice", "author-1", 2, 1, 0, 0.0, _at(DAY1_END, 10))],
+            [_pair_row("bob", "author-1", 1, 1, 0, 5.0, _at(DAY1_END, 3))],
+        ],
+    ),
+    (
+        _at(DAY2_END, 1),
+        [
+            [
+                _pair_row("alice", "author-1", 3, 2, 1, 0.0, _at(DAY2_END, 5)),
+                _pair_row("alice", "author-2", 1, 0, 0, 0.0, _at(DAY2_END, 4)),
+            ]
+        ],
+    ),
+]
+
+
+def test_pair_histories_from_two_runs_serve_each_pairs_latest_totals(offline_root, user_table, tmp_path):
+    from recsys_rl.pipelines.transitions import PairHistoryFiles
+    from recsys_rl.pipelines.whole_files import WriteWholeFiles
+
+    dataset = tmp_path / "dataset"  # as a transition run lays it out: its Feast rows under features/
+    root = dataset / "features"
+    shutil.copytree(offline_root, root)
+    with beam.Pipeline() as p:
+        (
+            p
+            | beam.Create([(cut, rows) for cut, users in PAIR_RUNS for rows in users])
+            | PairHistoryFiles()
+            | WriteWholeFiles(str(dataset), str(tmp_path / "beam-temp"))
+        )
+    assert sorted(p.name for p in (root / "user_author_history").iterdir()) == [
+        f"as-of-{cut}.parquet" for cut, _ in PAIR_RUNS
+    ]
+    config = MaterializeConfig(
+        repo=str(REPO), offline=str(root), user_table=str(user_table), state_dir=str(tmp_path), end_date=END
+    )
+    report = materialize_repo(config)
+    assert report.without_data == ()
+    assert {v.name: v.entities for v in report.views}["user_author_history"] == 3  # pairs, not users
+    store = open_store(REPO, "sqlite", state_dir=tmp_path)
+    pairs = [("alice", "author-1"), ("bob", "author-1"), ("alice", "author-2"), ("bob", "author-2")]
+    names = ("views", "clicks", "followed", "gifts", "last_interaction_ms")
+    online = store.get_online_features(
+        features=[f"user_author_history:{n}" for n in names],
+        entity_rows=[{"user_id": u, "author_id": a} for u, a in pairs],
+    ).to_df()
+    got = [tuple(row) for row in online[list(names)].itertuples(index=False)]
+    assert got[:3] == [
+        (3, 2, 1, 0.0, _at(DAY2_END, 5)),  # the second run's totals supersede the first's
+        (1, 1, 0, 5.0, _at(DAY1_END, 3)),  # a pair the second run did not meet keeps its row
+        (1, 0, 0, 0.0, _at(DAY2_END, 4)),
+    ]
+    assert online.iloc[3][list(names)].isna().all()  # never met
 
 
 def test_cli_profiles_match_the_library():
