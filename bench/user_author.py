@@ -310,7 +310,31 @@ def markdown(result: dict[str, Any]) -> str:
         "Weights chosen on the tuning world: "
         + "; ".join(f"{n}: {rounded(t['weight']['tried'], 4)}" for n, t in terms.items()),
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", METHOD])
+
+
+METHOD = """## The protocol
+
+- **Data.** The behaviour policies' logs of one world go through embedded Kafka and the Beam pipeline with
+  the user-author surface: the same dataset trains TSCAC (the feed policy) and the pair critic
+  (`train --algo ua-mtcl`) per seed.
+- **MTCL against independent heads.** A fifth of the pairs is held out; both critics train in process on
+  the rest, then each head predicts the held-out rows' discounted returns along their pairs' chains. The
+  returns are censored at the log's end, so this comparison uses a discount of 0.5 per meeting and rows
+  with at least 5 later meetings (the missing tail weighs at most 3%).
+- **The ranking term.** score = fusion(predictions, TSCAC's action) + weight * term(candidate). The
+  user-author terms combine the critic's values of the candidate's pair state (its history through the
+  last finished day, as the feature store would serve it) in reward-std units: every head, or the follow
+  head alone. The boost is the candidate's predicted follow probability in a typical view's units. Each
+  weight is the grid point with the most follows that breaks nothing against TSCAC alone on a tuning
+  world; the headline user-author term is the one of the two with more follows there.
+- **Evaluation.** One world per training seed, never used for training or tuning; every policy on the same
+  episode draws for the days; per user, each signal's total over the days from expected responses (a
+  user kept away a day adds nothing that day). Pooled over the worlds, paired per user against TSCAC
+  alone: 'holds' means no auxiliary constraint and not watch time has its 95% interval below TSCAC's.
+- **Author side.** Authors who gained at least one follower in the days; the Gini coefficient of video
+  impressions over every author (0: even exposure), its change against TSCAC alone in points.
+"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -421,8 +421,15 @@ class SavedPairValue(_SavedPolicy):
     """A loaded user-author value with numpy in and out."""
 
     def values(self, states: np.ndarray) -> np.ndarray:
-        """(N, D) pair states -> (N, S) values in ``manifest["signals"]`` order, in their units."""
-        return self.model.values({"observation": _f32(states)}).numpy().astype(np.float64)
+        """(N, D) pair states -> (N, S) values in ``manifest["signals"]`` order, in their units.
+
+        The batch is padded to the next power of two: TensorFlow's CPU kernels slow down with every new
+        batch shape they meet (a ranker's pages differ in size each call), 2.7 s per 50 calls at first and
+        5.4 s after 200; padded, 0.7-0.9 s throughout (20,000 rows a call on average)."""
+        n = len(states)
+        padded = np.zeros((1 << max(n - 1, 0).bit_length(), np.shape(states)[1]), np.float32)
+        padded[:n] = states
+        return self.model.values({"observation": tf.constant(padded)}).numpy()[:n].astype(np.float64)
 
 
 def load_pair_value_policy(directory: str | Path, *, verify: bool = True) -> SavedPairValue:
