@@ -174,18 +174,17 @@ class SavedFeedPolicy(_SavedPolicy):
     def mean(self, states: np.ndarray) -> np.ndarray:
         if self.twin is not None:
             return self.twin.mean(states)
-        return self.model.mean_action({"observation": _f32(states)}).numpy().astype(np.float64)
+        return _call(self.model.mean_action, observation=states)
 
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
         if self.twin is not None:
             return self.twin.log_prob(states, actions)
-        out = self.model.log_probability({"observation": _f32(states), "action": _f32(actions)})
-        return out.numpy().astype(np.float64)
+        return _call(self.model.log_probability, observation=states, action=actions)
 
     def std(self, states: np.ndarray) -> np.ndarray:
         if self.twin is not None:
             return np.broadcast_to(self.twin.sigma, (len(states), self.twin.sigma.size))
-        return self.model.action_std({"observation": _f32(states)}).numpy().astype(np.float64)
+        return _call(self.model.action_std, observation=states)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         actions = self.mean(states)
@@ -249,8 +248,21 @@ def numpy_actor(policy: SavedFeedPolicy, *, probes: int = 64, tolerance: float =
     return actor
 
 
-def _f32(values: np.ndarray) -> tf.Tensor:
-    return tf.constant(np.asarray(values, np.float32))
+def _call(function, **inputs: np.ndarray) -> np.ndarray:
+    """``function`` of a SavedModel on row batches, as float64 numpy.
+
+    The rows are padded to the next power of two: TensorFlow's CPU kernels slow down with every new
+    batch shape they meet (a simulator's pages differ in size each call). Measured on a pair value:
+    2.7 s per 50 calls at first and 5.4 s after 200; padded, 0.5-1.0 s throughout (20,000 rows a
+    call on average). The rows do not interact, so the padding's answers are dropped."""
+    n = len(next(iter(inputs.values())))
+    size = 1 << max(n - 1, 0).bit_length()
+    padded = {}
+    for name, values in inputs.items():
+        rows = np.zeros((size, *np.shape(values)[1:]), np.float32)
+        rows[:n] = values
+        padded[name] = tf.constant(rows)
+    return function(padded).numpy()[:n].astype(np.float64)
 
 
 def _open_policy(directory: Path, kind: str, features: tuple[str, ...], verify: bool) -> tuple[dict, Any]:
@@ -344,13 +356,12 @@ class SavedAllocationPolicy(_SavedPolicy):
     """
 
     def insert_probability(self, states: np.ndarray) -> np.ndarray:
-        return self.model.insert_probability({"observation": _f32(states)}).numpy().astype(np.float64)
+        return _call(self.model.insert_probability, observation=states)
 
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """Log-probability of decisions given as (n,) or (n, 1) insert flags."""
         flags = np.asarray(actions, np.float32).reshape(-1, 1)
-        out = self.model.log_probability({"observation": _f32(states), "action": tf.constant(flags)})
-        return out.numpy().astype(np.float64)
+        return _call(self.model.log_probability, observation=states, action=flags)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         p = self.insert_probability(states)
@@ -421,15 +432,8 @@ class SavedPairValue(_SavedPolicy):
     """A loaded user-author value with numpy in and out."""
 
     def values(self, states: np.ndarray) -> np.ndarray:
-        """(N, D) pair states -> (N, S) values in ``manifest["signals"]`` order, in their units.
-
-        The batch is padded to the next power of two: TensorFlow's CPU kernels slow down with every new
-        batch shape they meet (a ranker's pages differ in size each call), 2.7 s per 50 calls at first and
-        5.4 s after 200; padded, 0.7-0.9 s throughout (20,000 rows a call on average)."""
-        n = len(states)
-        padded = np.zeros((1 << max(n - 1, 0).bit_length(), np.shape(states)[1]), np.float32)
-        padded[:n] = states
-        return self.model.values({"observation": tf.constant(padded)}).numpy()[:n].astype(np.float64)
+        """(N, D) pair states -> (N, S) values in ``manifest["signals"]`` order, in their units."""
+        return _call(self.model.values, observation=states)
 
 
 def load_pair_value_policy(directory: str | Path, *, verify: bool = True) -> SavedPairValue:
