@@ -34,7 +34,7 @@ from tf_agents.utils import common
 from recsys_rl import signals
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.signals import PAIR_SIGNALS
-from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context
+from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context, init_offline_agent
 from recsys_rl.training.agents.data import TransitionDataset, TransitionStatistics
 from recsys_rl.training.agents.losses import critic_loss, td_targets
 from recsys_rl.training.agents.networks import MultiTaskCriticNetwork
@@ -147,18 +147,7 @@ class PairValueAgent(tf_agent.TFAgent):
         common.soft_variables_update(self._critic.variables, self._target.variables, 1.0)
         self._optimizer = tf.keras.optimizers.Adam(config.learning_rate)
         policy = PairValuePolicy(self._critic, stats.reward_std)
-        super().__init__(
-            pair_time_step_spec(),
-            pair_values_spec(),
-            policy,
-            policy,
-            train_sequence_length=None,
-            training_data_spec=pair_transition_spec(),
-            train_step_counter=train_step_counter
-            or tf.Variable(
-                0, dtype=tf.int64, name="train_step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-            ),
-        )
+        init_offline_agent(self, policy, pair_transition_spec(), train_step_counter)
 
     @property
     def config(self) -> PairValueConfig:

@@ -57,7 +57,7 @@ from tf_agents.utils import common
 
 from recsys_rl import signals
 from recsys_rl.state import ACTIVITY_GROUPS, LIVE_PREDICTION_SCALE, LIVE_STATE_FEATURES
-from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context
+from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context, init_offline_agent
 from recsys_rl.training.agents.data import TransitionStatistics
 from recsys_rl.training.agents.losses import batch_mean, multiplier_step
 from recsys_rl.training.agents.networks import (
@@ -290,18 +290,7 @@ class SLMGACAgent(tf_agent.TFAgent):
         policy = actor_policy.ActorPolicy(
             live_time_step_spec(), allocation_action_spec(), self._actor, clip=False
         )
-        super().__init__(
-            live_time_step_spec(),
-            allocation_action_spec(),
-            policy,
-            policy,
-            train_sequence_length=None,
-            training_data_spec=allocation_transition_spec(),
-            train_step_counter=train_step_counter
-            or tf.Variable(
-                0, dtype=tf.int64, name="train_step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-            ),
-        )
+        init_offline_agent(self, policy, allocation_transition_spec(), train_step_counter)
 
     @property
     def actor(self) -> BernoulliActorNetwork:

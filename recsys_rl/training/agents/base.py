@@ -115,18 +115,7 @@ class FeedAgent(tf_agent.TFAgent):
         self._actor = self._new_actor("main_actor", learn_std=self.learns_std)
         self._actor_optimizer = tf.keras.optimizers.Adam(config.actor_learning_rate)
         policy = actor_policy.ActorPolicy(feed_time_step_spec(), feed_action_spec(), self._actor, clip=True)
-        super().__init__(
-            feed_time_step_spec(),
-            feed_action_spec(),
-            policy,
-            policy,
-            train_sequence_length=None,
-            training_data_spec=feed_transition_spec(),
-            train_step_counter=train_step_counter
-            or tf.Variable(
-                0, dtype=tf.int64, name="train_step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-            ),
-        )
+        init_offline_agent(self, policy, feed_transition_spec(), train_step_counter)
 
     # Deterministic-update agents serve their mean with the configured exploration std.
     learns_std = True
@@ -293,6 +282,30 @@ class FeedAgent(tf_agent.TFAgent):
 
     def _loss(self, experience, weights=None, training=False):
         raise NotImplementedError("feed agents report their losses from train(); there is no separate loss()")
+
+
+def init_offline_agent(
+    agent: tf_agent.TFAgent,
+    policy,
+    training_data_spec: trajectory.Transition,
+    train_step_counter: tf.Variable | None,
+) -> None:
+    """``TFAgent.__init__`` as every agent here calls it: one policy both serves and "collects" (they
+    learn from logs, never collect), transitions of any length, and a step counter that several
+    replicas count once."""
+    tf_agent.TFAgent.__init__(
+        agent,
+        policy.time_step_spec,
+        policy.action_spec,
+        policy,
+        policy,
+        train_sequence_length=None,
+        training_data_spec=training_data_spec,
+        train_step_counter=train_step_counter
+        or tf.Variable(
+            0, dtype=tf.int64, name="train_step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        ),
+    )
 
 
 def _in_cross_replica_context(update) -> None:
