@@ -56,6 +56,7 @@ bench: install
 	$(BIN)/python bench/training.py --full --out bench/results/training.json
 	$(BIN)/python bench/policy_quality.py --full --out bench/results/policy_quality.json --docs docs/policy_quality.md
 	$(BIN)/python bench/allocation_quality.py --full --out bench/results/allocation_quality.json --docs docs/allocation_quality.md
+	$(BIN)/python bench/user_author.py --full --out bench/results/user_author.json --docs docs/user_author.md
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
 	$(BIN)/python bench/serving.py --full --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --full --out bench/results/feature_reads.json
@@ -66,6 +67,7 @@ bench-quick: install
 	$(BIN)/python bench/training.py --quick --out bench/results/training.json
 	$(BIN)/python bench/policy_quality.py --quick --out bench/results/policy_quality.quick.json
 	$(BIN)/python bench/allocation_quality.py --quick --out bench/results/allocation_quality.quick.json
+	$(BIN)/python bench/user_author.py --quick --out bench/results/user_author.quick.json
 	$(BIN)/python bench/ope.py --quick --out bench/results/ope.json
 	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --quick --out bench/results/feature_reads.json

@@ -110,6 +110,10 @@ def critic_errors(data: PairTransitions, steps: int, seed: int) -> dict[str, Any
     scored = held & (later >= MIN_LATER_MEETINGS)
     config = PairValueConfig(discounts=discounts)
     out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(scored.sum())}
+    # the reference any value should beat: each head's mean return over the training pairs' rows
+    mean = returns[~held].mean(axis=0)
+    rmse = np.sqrt(((mean - returns[scored]) ** 2).mean(axis=0))
+    out["training_mean"] = dict(zip(signals.PAIR_SIGNALS, map(float, rmse), strict=True))
     for critic in ("mtcl", "independent"):
         policy = train_pair_value(train, config, critic=critic, steps=steps, batch_size=512, seed=seed)
         predicted = policy.values(data.states[scored]).numpy()
@@ -260,17 +264,20 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "RMSE of each head against held-out Monte-Carlo returns "
         f"(discount {COMPARISON_DISCOUNT} per meeting, rows with at least {MIN_LATER_MEETINGS} later "
-        f"meetings: {mtcl['scored_rows']} rows), and MTCL's "
-        "reduction of it, mean ± standard error over seeds:",
+        f"meetings: {mtcl['scored_rows']} rows), MTCL's reduction of it (mean ± standard error over "
+        "seeds), and the RMSE of predicting each head's mean return over the training rows, the "
+        "reference a value that learnt something from the pair's state beats:",
         "",
-        "| head | MTCL | independent | reduction |",
-        "|---|---|---|---|",
+        "| head | MTCL | independent | reduction | training rows' mean |",
+        "|---|---|---|---|---|",
     ]
     for s in signals.PAIR_SIGNALS:
         row = mtcl["per_head"][s]
+        reference = f"{row['training_mean']:.4g}" if "training_mean" in row else "n/a"
         lines.append(
             f"| {s} | {row['mtcl']:.4g} | {row['independent']:.4g} | "
-            f"{100 * row['reduction']['mean']:+.1f}% ± {100 * (row['reduction']['stderr'] or 0):.1f} |"
+            f"{100 * row['reduction']['mean']:+.1f}% ± {100 * (row['reduction']['stderr'] or 0):.1f} | "
+            f"{reference} |"
         )
     lines += [
         "",
@@ -389,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         s: {
             "mtcl": statistics.fmean(e["mtcl"][s] for e in errors),
             "independent": statistics.fmean(e["independent"][s] for e in errors),
+            "training_mean": statistics.fmean(e["training_mean"][s] for e in errors),
             "reduction": mean_and_stderr([e["reduction"][s] or 0.0 for e in errors]),
         }
         for s in signals.PAIR_SIGNALS
