@@ -35,7 +35,7 @@ from recsys_rl import signals
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.signals import PAIR_SIGNALS
 from recsys_rl.training.agents.base import FeedAgent, _in_cross_replica_context, init_offline_agent
-from recsys_rl.training.agents.data import TransitionDataset, TransitionStatistics
+from recsys_rl.training.agents.data import TransitionDataset, TransitionStatistics, statistics_of
 from recsys_rl.training.agents.losses import critic_loss, td_targets
 from recsys_rl.training.agents.networks import MultiTaskCriticNetwork
 from recsys_rl.training.agents.specs import (
@@ -239,19 +239,6 @@ def monte_carlo_returns(data: PairTransitions, discounts: Sequence[float]) -> tu
     return returns, following
 
 
-def statistics_of(data: PairTransitions, floor: float = 1e-3) -> TransitionStatistics:
-    """The moments ``data.transition_statistics`` takes from a dataset's shards, from arrays."""
-    state_std = data.states.std(axis=0)
-    return TransitionStatistics(
-        state_mean=data.states.mean(axis=0),
-        state_std=np.where(state_std < floor, 1.0, state_std),
-        reward_mean=data.rewards.mean(axis=0),
-        reward_std=np.maximum(data.rewards.std(axis=0), floor),
-        action_mean=np.zeros(0),
-        rows=len(data.states),
-    )
-
-
 def train_pair_value(
     data: PairTransitions,
     config: PairValueConfig,
@@ -266,7 +253,8 @@ def train_pair_value(
     whole dataset."""
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
-    agent = PairValueAgent(statistics_of(data), config, critic=critic)
+    stats = statistics_of(data.states, data.rewards, np.zeros((len(data.states), 0)))
+    agent = PairValueAgent(stats, config, critic=critic)
     step = common.function(agent.train, autograph=False)
     for _ in range(steps):
         rows = rng.integers(0, len(data.states), batch_size)

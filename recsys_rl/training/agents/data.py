@@ -144,6 +144,13 @@ def transition_statistics(dataset: TransitionDataset, floor: float = 1e-3) -> Tr
     )
     width = ACTION_SIZES[dataset.surface]
     actions = matrix("action", width) if width else np.zeros((len(states), 0))
+    return statistics_of(states, rewards, actions, floor)
+
+
+def statistics_of(
+    states: np.ndarray, rewards: np.ndarray, actions: np.ndarray, floor: float = 1e-3
+) -> TransitionStatistics:
+    """The moments of rows held as arrays (``transition_statistics``'s rule for the floor)."""
     return TransitionStatistics(
         state_mean=states.mean(axis=0),
         state_std=np.where(states.std(axis=0) < floor, 1.0, states.std(axis=0)),
