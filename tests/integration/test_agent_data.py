@@ -179,6 +179,15 @@ def test_pair_rows_arrive_once_as_transitions_that_never_end_and_carry_no_action
     np.testing.assert_allclose(stats.reward_mean, rewards.mean(axis=0), rtol=1e-6)
 
 
+def test_a_dataset_built_without_pairs_is_refused_with_the_flag_that_builds_them(feed_dataset, tmp_path):
+    copy = _copy(feed_dataset, tmp_path)
+    _edit_manifest(copy, lambda manifest: manifest["surfaces"].pop(USER_AUTHOR))  # as a default build
+    with pytest.raises(DatasetMismatchError, match="has no 'user_author' surface; build it with "
+                       "build-transitions --user-author-surface"):  # fmt: skip
+        open_dataset(copy, USER_AUTHOR)
+    assert open_dataset(copy).rows > 0  # its other surfaces still train
+
+
 def test_transition_statistics_match_numpy_over_the_parquet_shards(feed_dataset, feed_rows):
     stats = transition_statistics(open_dataset(feed_dataset))
     states = np.stack(feed_rows["state"].to_numpy()).astype(np.float64)

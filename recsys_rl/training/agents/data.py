@@ -75,7 +75,8 @@ def open_dataset(
         )
     section = manifest.get("surfaces", {}).get(surface)
     if section is None:
-        raise DatasetMismatchError(f"{path} has no {surface!r} surface")
+        hint = "; build it with build-transitions --user-author-surface" if surface == USER_AUTHOR else ""
+        raise DatasetMismatchError(f"{path} has no {surface!r} surface{hint}")
     for key, expected in (("signals", DATASET_SIGNALS[surface]), ("feature_names", STATE_FEATURES[surface])):
         if tuple(section.get(key, ())) != tuple(expected):
             raise DatasetMismatchError(
