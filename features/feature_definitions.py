@@ -164,6 +164,13 @@ user_state_v3 = FeatureService(
     tags={"state_feature_version": FEATURE_VERSION},
 )
 
+# The user-author pairs' histories a Rank's user-author term reads, one row per candidate's author.
+user_author_pairs_v1 = FeatureService(
+    name="user_author_pairs_v1",
+    features=[user_author_history_view],
+    description="a user-author pair's history, for the user-author ranking term (issue 22)",
+)
+
 # Per-candidate statistics. Both views have a "views" feature: read with full feature names.
 candidate_stats_v1 = FeatureService(
     name="candidate_stats_v1",

@@ -52,6 +52,12 @@ class ServingMetrics:
             ["reason"],
             registry=r,
         )
+        self.user_author_terms_missing = Counter(
+            "recsys_serving_user_author_terms_missing",
+            "Ranks whose user-author term was left out because the pairs' rows could not be read, by reason",
+            ["reason"],
+            registry=r,
+        )
         self.feature_reads_pending = Gauge(
             "recsys_serving_feature_reads_pending",
             "users queued for an online feature read or being read (grows only while the store is slow)",

@@ -131,6 +131,72 @@ class BernoulliAllocationDecider:
         return np.array([float(insert)]), float(np.log(p) if insert else np.log1p(-p))
 
 
+_TERM_KEYS = ("coefficients", "weight_logit_mean", "weight_logit_std")
+
+
+def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDecider:
+    """A registry user-author value (issue 22) and the ranking term its manifest names, verified.
+
+    The SavedModel answers: one call per Rank for all its candidates' pairs (``_call`` pads the rows to a
+    power of two, so the few batch shapes stay fast).
+    """
+    from recsys_rl.sim.ranking_terms import PairValueTerm
+    from recsys_rl.training.agents.policy_io import PolicyLoadError, load_pair_value_policy
+
+    policy = load_pair_value_policy(policy_dir, verify=True)
+    term = policy.manifest.get("term")
+    if not isinstance(term, dict) or not set(_TERM_KEYS) <= set(term):
+        raise PolicyLoadError(
+            f"{policy_dir}: its manifest has no ranking term ({', '.join(_TERM_KEYS)}); export it again "
+            "with this version of recsys-rl"
+        )
+    values = PairValueTerm(policy.values, np.asarray(policy.manifest["reward_std"]), term["coefficients"])
+    return UserAuthorTermDecider(
+        values, float(term["weight_logit_mean"]), float(term["weight_logit_std"]), version
+    )
+
+
+class PairTerm(Protocol):
+    def of_states(self, states: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class UserAuthorTermDecider:
+    """The user-author term of a Rank: each candidate's pair value (``term.of_states``), times a weight
+    whose logit is Gaussian around ``weight_logit_mean``.
+
+    The weight is explored like the fusion action so that the logs support other weights; it is drawn
+    from the request's own seed for this surface (``user_author_seed``), independent of the fusion
+    action's draw, so each decision's propensity is a factor of its own."""
+
+    term: PairTerm
+    weight_logit_mean: float
+    weight_logit_std: float
+    version: str
+
+    def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
+        sigma = np.array([self.weight_logit_std])
+        noise = seeded_generator(seed).standard_normal(1) if explore else np.zeros(1)
+        return self.weight_logit_mean + sigma * noise, float(standard_log_density(noise, sigma))
+
+
+@dataclass(frozen=True)
+class NoUserAuthorTerm:
+    """The user_author surface's fallback: no term, so a Rank is the fusion of its predictions alone."""
+
+    version: str = "fallback-no-user-author-term"
+    term: None = None
+
+    def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
+        return np.zeros(0), 0.0
+
+
+def user_author_seed(request_id: str) -> tuple[int, int]:
+    """The user-author weight's seed: another hash of the request id than the fusion action's
+    (``request_seed``), so that the two draws are independent and each is the same on a retry."""
+    return request_seed(request_id + "#user_author")
+
+
 def feed_fallback() -> Decider:
     return GaussianDecider(behaviour_feed_policy(), "fallback-behaviour-feed-v1")
 

@@ -31,12 +31,14 @@ from recsys_rl.serving.call_accounting import CallAccounting
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.http_endpoints import start_http_endpoints
 from recsys_rl.serving.metrics import MetricChildren, ServingMetrics
-from recsys_rl.serving.online_features import UserFeatureReader
+from recsys_rl.serving.online_features import OnlineRowReader, PairHistoryReader, UserFeatureReader
 from recsys_rl.serving.policies import (
+    NoUserAuthorTerm,
     allocation_fallback,
     feed_fallback,
     load_allocation_decider,
     load_feed_decider,
+    load_user_author_decider,
 )
 from recsys_rl.serving.reflection import enable_reflection
 from recsys_rl.serving.routing import PolicyHolder, RoutingWatcher
@@ -91,7 +93,7 @@ class RunningServer:
     _health: health.aio.HealthServicer
     _watcher: RoutingWatcher
     _log: DecisionLog
-    _features: UserFeatureReader
+    _readers: tuple[OnlineRowReader, ...]  # the online stores' readers (users, pairs)
     _metrics_http: object | None
     _ready: threading.Event
 
@@ -119,7 +121,8 @@ class RunningServer:
         self._loop.close()
         self._watcher.stop()
         self._log.close()
-        self._features.close()
+        for reader in self._readers:
+            reader.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
 
@@ -131,7 +134,8 @@ def _read_pem(path: str, what: str) -> bytes:
         raise ConfigError(f"cannot read {what} {path!r}: {err.strerror}") from None
 
 
-def _open_features(config: ServeConfig) -> UserFeatureReader:
+def _open_features(config: ServeConfig) -> tuple[UserFeatureReader, PairHistoryReader]:
+    """Readers of the users' and the user-author pairs' online rows, on one store."""
     store = None
     if config.feature_repo is not None:
         from recsys_rl.feature_store import open_store  # Feast is heavy: import it only when configured
@@ -142,13 +146,22 @@ def _open_features(config: ServeConfig) -> UserFeatureReader:
             state_dir=config.feature_state_dir,
             redis=config.redis,
         )
-    return UserFeatureReader(
+    users = UserFeatureReader(
         store,
         readers=config.feature_readers,
         cache_s=config.feature_cache_s,
         batch_size=config.feature_batch_size,
         max_pending=config.feature_max_pending,
     )
+    pairs = PairHistoryReader(
+        store,
+        readers=config.feature_readers,
+        cache_s=config.feature_cache_s,
+        cache_size=config.pair_cache_size,
+        batch_size=config.pair_batch_size,
+        max_pending=config.pair_max_pending,
+    )
+    return users, pairs
 
 
 def _warm_users(path: str | None) -> list[str]:
@@ -190,7 +203,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         )
     warm_users = _warm_users(config.feature_warm_users)
     metrics = ServingMetrics()
-    features = _open_features(config)
+    features, pairs = _open_features(config)
     metrics.feature_reads_pending.set_function(features.pending)
     decision_log = DecisionLog(
         config.bootstrap_servers,
@@ -211,9 +224,12 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         "live_allocation": PolicyHolder(
             registry, "live_allocation", load_allocation_decider, allocation_fallback(), on_reload
         ),
+        "user_author": PolicyHolder(
+            registry, "user_author", load_user_author_decider, NoUserAuthorTerm(), on_reload
+        ),
     }
     ready = threading.Event()
-    handlers = Handlers(config, holders, features, decision_log, metrics, ready.is_set, started_at_ms)
+    handlers = Handlers(config, holders, features, pairs, decision_log, metrics, ready.is_set, started_at_ms)
 
     requests = MetricChildren(metrics.requests)
     accounting = CallAccounting(
@@ -231,6 +247,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         loop.close()
         decision_log.close()
         features.close()
+        pairs.close()
         raise
 
     watcher = RoutingWatcher(list(holders.values()), config.reload_interval_s)
@@ -267,7 +284,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         health_servicer,
         watcher,
         decision_log,
-        features,
+        (features, pairs),
         metrics_http,
         ready,
     )

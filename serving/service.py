@@ -3,14 +3,20 @@
 They run on the server's asyncio event loop (grpc.aio): computing inline, awaiting only the feature read.
 
 Each handler reads its surface's current ``ServingSet`` once, so a reload mid-request changes nothing
-for that request. The served decision is logged to the decisions topic; a shadow policy's decision on
-the same state is logged to the shadow topic (kept apart because it was never shown: the transition
-pipeline joins feedback to decisions by request id and must see the served one only).
+for that request. A Rank reads two: the feed's (the fusion action) and the user_author surface's (a term
+added to each author-linked candidate's score, issue 22), each routed and explored on its own.
+
+The served decision is logged to the decisions topic; a shadow policy's decision on the same state is
+logged to the shadow topic (kept apart because it was never shown: the transition pipeline joins
+feedback to decisions by request id and must see the served one only). A Rank logs one shadow record
+when either surface has a shadow: what the shadows would have shown, each surface's shadow standing in
+for what it served.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 from collections.abc import Callable
@@ -24,9 +30,9 @@ from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.logs import get_logger
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.metrics import MetricChildren, ServingMetrics
-from recsys_rl.serving.online_features import UserFeatureReader
+from recsys_rl.serving.online_features import PairHistoryReader, UserFeatureReader
 from recsys_rl.serving.online_state import event_time_ms, feed_state, live_state, user_group
-from recsys_rl.serving.policies import Decider, request_seed
+from recsys_rl.serving.policies import Decider, PairTerm, request_seed, user_author_seed
 from recsys_rl.serving.request_validation import InvalidRequest, validate_allocate, validate_rank
 from recsys_rl.serving.routing import PolicyHolder
 from recsys_rl.serving.settings import ServeConfig
@@ -58,12 +64,58 @@ class Decision:
     selection: str
 
 
+@dataclass(frozen=True)
+class CandidatePairs:
+    """The user's pairs with the authors of a Rank's candidates, as the store has them."""
+
+    candidates: int
+    linked: np.ndarray  # indices of the candidates that name an author
+    states: np.ndarray | None  # (len(linked), D) pair states; None when the rows could not be read
+    missing: str | None  # why states is None
+
+    def terms(self, term: PairTerm) -> np.ndarray | None:
+        """``term`` of every candidate (0 for one without an author), or None without the pairs' rows."""
+        if self.states is None:
+            return None
+        terms = np.zeros(self.candidates)
+        terms[self.linked] = term.of_states(self.states)
+        return terms
+
+
+@dataclass(frozen=True)
+class TermDecision:
+    """A user-author version's part in one Rank: its weight logit and each candidate's term."""
+
+    arm: str
+    decider: Decider
+    weight_logit: float
+    log_propensity: float
+    terms: np.ndarray | None  # (candidates,); None when the pairs' rows could not be read
+    missing: str | None  # why terms is None
+
+    @property
+    def added(self) -> np.ndarray | float:
+        """What the term adds to each candidate's fusion score (nothing when it is left out)."""
+        return 0.0 if self.terms is None else np.exp(self.weight_logit) * self.terms
+
+    def logged(self) -> contracts.events_pb2.UserAuthorTerm:
+        return contracts.events_pb2.UserAuthorTerm(
+            policy_version=self.decider.version,
+            routing_arm=contracts.ROUTING_ARMS[self.arm],
+            weight_logit=self.weight_logit,
+            log_propensity=self.log_propensity,
+            terms=() if self.terms is None else self.terms.tolist(),
+            missing_reason=self.missing or "",
+        )
+
+
 class Handlers:
     def __init__(
         self,
         config: ServeConfig,
         holders: dict[str, PolicyHolder],
         features: UserFeatureReader,
+        pairs: PairHistoryReader,
         log: DecisionLog,
         metrics: ServingMetrics,
         is_ready: Callable[[], bool],
@@ -73,6 +125,7 @@ class Handlers:
         self._config = config
         self._holders = holders
         self._features = features
+        self._pairs = pairs
         self._log = log
         self._metrics = metrics
         self._is_ready = is_ready
@@ -127,13 +180,16 @@ class Handlers:
             budget = min(budget, remaining - _DEADLINE_RESERVE_S)
         return budget
 
-    async def _state(self, request, context: grpc.aio.ServicerContext) -> tuple[np.ndarray, str | None, int]:
-        """(feed state, why features are missing or None, event time ms) of a Rank or Allocate request."""
-        lookup = await self._features.lookup(request.user_id, self._budget_s(context))
+    async def _state(self, request, time_ms: int, budget_s: float) -> tuple[np.ndarray, str | None]:
+        """(feed state, why features are missing or None) of a Rank or Allocate request."""
+        lookup = await self._features.lookup(request.user_id, budget_s)
         if lookup.missing is not None:
             self._metrics.features_missing.labels(lookup.missing).inc()
-        time_ms = event_time_ms(request.context, time.time_ns() // 1_000_000)
-        return feed_state(lookup.user, request.context, time_ms), lookup.missing, time_ms
+        return feed_state(lookup.user, request.context, time_ms), lookup.missing
+
+    @staticmethod
+    def _time_ms(request) -> int:
+        return event_time_ms(request.context, time.time_ns() // 1_000_000)
 
     @staticmethod
     def _still_wanted(context: grpc.aio.ServicerContext) -> None:
@@ -194,20 +250,36 @@ class Handlers:
         candidates = validate_rank(
             request, max_candidates=self._config.max_candidates, max_page_size=self._config.max_page_size
         )
-        state, missing, time_ms = await self._state(request, context)
+        time_ms, budget_s = self._time_ms(request), self._budget_s(context)
+        user_author = self._holders["user_author"].current
+        arm, term_decider = user_author.route(request.user_id)
+        if term_decider.term is None and user_author.shadow is None:  # no term: no pair rows to read
+            state, missing = await self._state(request, time_ms, budget_s)
+            term = shadow_term = None
+        else:
+            (state, missing), pairs = await asyncio.gather(  # the two reads wait at the same time
+                self._state(request, time_ms, budget_s), self._candidate_pairs(request, time_ms, budget_s)
+            )
+            seed = user_author_seed(request.request_id)
+            term = self._term(arm, term_decider, pairs, seed)
+            shadow_term = self._term("shadow", user_author.shadow, pairs, seed)
         served, shadow = self._decide("feed", request.user_id, state, request_seed(request.request_id))
-        scores, order = _ranking(candidates.predictions, served.action, request.page_size)
+        scores, order = _ranking(candidates.predictions, served.action, request.page_size, term)
         self._still_wanted(context)
         # the candidates go into the record as they came, encoded once for the served and shadow records
         logged_candidates = record_candidates(candidates.encoded)
         item_ids = [candidates.item_ids[j] for j in order]
-        record = self._record(request, "feed", state, missing, time_ms, served)
-        record.served_item_ids.extend(item_ids)
+        record = self._ranking_record(request, state, missing, time_ms, served, term, item_ids)
         self._emit("feed", record, served.arm, logged_candidates)
-        if shadow is not None:
-            shadow_record = self._record(request, "feed", state, missing, time_ms, shadow)
-            _, shadow_order = _ranking(candidates.predictions, shadow.action, request.page_size)
-            shadow_record.served_item_ids.extend(candidates.item_ids[j] for j in shadow_order)
+        if shadow is not None or shadow_term is not None:
+            # what the shadow configuration would have shown: each surface's shadow, or what it served
+            shadow = shadow or dataclasses.replace(served, arm="shadow")
+            shadow_term = shadow_term or term
+            _, shadow_order = _ranking(candidates.predictions, shadow.action, request.page_size, shadow_term)
+            shadow_items = [candidates.item_ids[j] for j in shadow_order]
+            shadow_record = self._ranking_record(
+                request, state, missing, time_ms, shadow, shadow_term, shadow_items
+            )
             self._emit("feed", shadow_record, "shadow", logged_candidates)
         return contracts.RankResponse(
             schema_version=contracts.SERVING_SCHEMA_VERSION,
@@ -218,7 +290,44 @@ class Handlers:
             log_propensity=served.log_propensity,
             policy_version=served.decider.version,
             routing_arm=contracts.ROUTING_ARMS[served.arm],
+            user_author_version=term.decider.version if term is not None and term.terms is not None else "",
         )
+
+    async def _candidate_pairs(self, request, time_ms: int, budget_s: float) -> CandidatePairs:
+        authors = [candidate.author_id for candidate in request.candidates]
+        linked = np.flatnonzero(np.array(authors, dtype=bool))
+        states, missing = await self._pairs.states(
+            request.user_id, [authors[j] for j in linked], time_ms, budget_s
+        )
+        if missing is not None:
+            self._metrics.user_author_terms_missing.labels(missing).inc()
+        return CandidatePairs(len(authors), linked, states, missing)
+
+    def _term(
+        self, arm: str, decider: Decider | None, pairs: CandidatePairs, seed: tuple[int, int]
+    ) -> TermDecision | None:
+        """``decider``'s term decision, or None for no decider or one without a term (the fallback)."""
+        if decider is None or decider.term is None:
+            return None
+        action, log_propensity = decider.decide(np.zeros(0), seed, self._config.explore)
+        terms = pairs.terms(decider.term)
+        return TermDecision(arm, decider, float(action[0]), log_propensity, terms, pairs.missing)
+
+    def _ranking_record(
+        self,
+        request,
+        state: np.ndarray,
+        missing: str | None,
+        time_ms: int,
+        decision: Decision,
+        term: TermDecision | None,
+        item_ids: list[str],
+    ) -> contracts.DecisionRecord:
+        record = self._record(request, "feed", state, missing, time_ms, decision)
+        record.served_item_ids.extend(item_ids)
+        if term is not None:
+            record.user_author.CopyFrom(term.logged())
+        return record
 
     # --- AllocationService -----------------------------------------------------------------------------
 
@@ -226,7 +335,8 @@ class Handlers:
         self, request: contracts.AllocateRequest, context: grpc.aio.ServicerContext
     ) -> contracts.AllocateResponse:
         validate_allocate(request)
-        feed, missing, time_ms = await self._state(request, context)
+        time_ms = self._time_ms(request)
+        feed, missing = await self._state(request, time_ms, self._budget_s(context))
         state = live_state(feed, np.array(request.live_candidate.predictions))
         served, shadow = self._decide(
             "live_allocation", request.user_id, state, request_seed(request.request_id)
@@ -297,7 +407,12 @@ def _still_in_time(context: grpc.aio.ServicerContext) -> None:
         raise Abort(grpc.StatusCode.CANCELLED, "the client went away while the request waited")
 
 
-def _ranking(predictions: np.ndarray, action: np.ndarray, page_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of all candidates and the indices of the best ``page_size``, exactly as the simulator ranks."""
+def _ranking(
+    predictions: np.ndarray, action: np.ndarray, page_size: int, term: TermDecision | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of all candidates and the indices of the best ``page_size``, exactly as the simulator ranks
+    (``Simulator._run_page``: the fusion scores plus the user-author term, when there is one)."""
     scores = fusion_scores(predictions[None], action[None])[0]
+    if term is not None:
+        scores = scores + term.added
     return scores, top_k(scores[None], page_size)[0]

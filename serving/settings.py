@@ -37,6 +37,11 @@ class ServeConfig:
     feature_warm_users: str | None = None  # Parquet (user_id column) of users to read before serving
     # a cached row is answered this long, then still answered while a refresh is read; 0: no cache
     feature_cache_s: float = 60.0
+    # user-author pairs' rows (a Rank's user-author term): the same store, readers, budget and cache time;
+    # one read per candidate's author, so bigger batches, queue and cache than for users
+    pair_batch_size: int = 256  # pairs in one online read at most
+    pair_max_pending: int = 65_536  # pairs queued for reads; past it the term is left out (a hung store)
+    pair_cache_size: int = 1_000_000  # pairs kept in memory, least recently used dropped first
     # policies and routing
     # sample the Gaussian (feed) / Bernoulli (allocation); False: serve the mode, logged as such
     # (action_selection MODE), whose sessions offline evaluation cannot weight and leaves out
@@ -75,6 +80,9 @@ class ServeConfig:
             "feature_readers",
             "feature_batch_size",
             "feature_max_pending",
+            "pair_batch_size",
+            "pair_max_pending",
+            "pair_cache_size",
             "max_candidates",
             "max_page_size",
             "max_message_bytes",

@@ -17,11 +17,12 @@ from recsys_rl.feature_store.materialize import (
     materialize_repo,
     parse_date,
 )
-from recsys_rl.feature_store.reads import historical_features, online_user_features
+from recsys_rl.feature_store.reads import historical_features, online_pair_histories, online_user_features
 from recsys_rl.feature_store.repo import (
     CANDIDATE_STATS_SERVICE,
     DEFAULT_REPO,
     OFFLINE_ROOT_ENV,
+    PAIR_HISTORY_SERVICE,
     PROFILES,
     REDIS_ENV,
     USER_STATE_SERVICE,
@@ -40,6 +41,7 @@ __all__ = [
     "CANDIDATE_STATS_SERVICE",
     "DEFAULT_REPO",
     "OFFLINE_ROOT_ENV",
+    "PAIR_HISTORY_SERVICE",
     "PROFILES",
     "REDIS_ENV",
     "USER_STATE_SERVICE",
@@ -56,6 +58,7 @@ __all__ = [
     "load_repo_config",
     "materialize",
     "materialize_repo",
+    "online_pair_histories",
     "online_user_features",
     "open_store",
     "parse_date",

@@ -14,6 +14,7 @@ from feast.types import Int64
 
 from recsys_rl.feature_store.repo import (
     ENTITY_TIMESTAMP,
+    PAIR_HISTORY_SERVICE,
     USER_STATE_SERVICE,
     progress_to_stderr,
     store_errors,
@@ -50,6 +51,22 @@ def online_user_features(
     features = store.get_feature_service(service)
     with store_errors(store, "online read"):
         frame = store.get_online_features(features=features, entity_rows=[{"user_id": u} for u in user_ids])
+        result = frame.to_df()
+    return _with_nullable_ints(result, _integer_columns(features, False))
+
+
+def online_pair_histories(
+    store: FeatureStore, pairs: Sequence[tuple[str, str]], service: str = PAIR_HISTORY_SERVICE
+) -> pd.DataFrame:
+    """One row per (user id, author id) pair, in order; a pair that never met has nulls.
+
+    Like the user rows, an online pair row may be of any age: a pair's history is all of it, and the time
+    since its last interaction is part of its state (``recsys_rl.pair_state``)."""
+    features = store.get_feature_service(service)
+    with store_errors(store, "online read"):
+        frame = store.get_online_features(
+            features=features, entity_rows=[{"user_id": u, "author_id": a} for u, a in pairs]
+        )
         result = frame.to_df()
     return _with_nullable_ints(result, _integer_columns(features, False))
 

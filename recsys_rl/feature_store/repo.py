@@ -59,6 +59,9 @@ USER_STATE_SERVICE = "user_state_v3"
 CANDIDATE_STATS_SERVICE = "candidate_stats_v1"
 
 
+PAIR_HISTORY_SERVICE = "user_author_pairs_v1"
+
+
 ENTITY_TIMESTAMP = "event_timestamp"
 
 

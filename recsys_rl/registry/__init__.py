@@ -5,7 +5,7 @@ Layout on a filesystem path (DESIGN 10)::
     REGISTRY/
       .lock                                 writers hold an exclusive flock on it, one at a time
       audit.jsonl                           one JSON line per write, all surfaces: time, actor, action, ...
-      <surface>/                            feed or live_allocation
+      <surface>/                            feed, live_allocation or user_author
         routing.json                        stable, canary + canary_fraction, shadow, revision, ...
         versions/<version>/
           manifest.json                     version, surface, policy sha256, source run, dataset version

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from recsys_rl.errors import OperationalError
 
-SURFACES = ("feed", "live_allocation")
+#: The routed surfaces: feed ranking, live allocation, and the user-author term that adds to a feed
+#: ranking's scores (issue 22), each with its own versions and routing.
+SURFACES = ("feed", "live_allocation", "user_author")
 
 
 ROLES = ("stable", "canary", "shadow")

@@ -56,7 +56,10 @@ class PairValueTerm:
                 )
 
     def __call__(self, context: PageContext) -> np.ndarray:
-        states = context.pair_states
+        return self.of_states(context.pair_states)
+
+    def of_states(self, states: np.ndarray) -> np.ndarray:
+        """The term (...) of pair states (..., D): the simulator's pages and serving's candidates alike."""
         values = self.values(states.reshape(-1, states.shape[-1]))
         per_signal = np.asarray(self.coefficients) / np.asarray(self.reward_std)
         return (values @ per_signal).reshape(states.shape[:-1])

@@ -58,9 +58,16 @@ class PairValueConfig:
     discounts: tuple[float, ...] = signals.discounts(PAIR_SIGNALS)  # per meeting of the pair
     task_weights: tuple[float, ...] = (1.0,) * len(PAIR_SIGNALS)  # each head's share of the loss
     hidden: tuple[int, ...] = (64, 64)
+    # The ranking term serving builds from the values (issue 22), exported with the policy:
+    # term = sum_s term_coefficients_s * value_s / reward_std_s, added to a candidate's fusion score times
+    # exp(logit), with the logit drawn from N(log(term_weight), term_weight_std) when serving explores, so
+    # that the logs support other weights for the OPE gate.
+    term_coefficients: tuple[float, ...] = (1.0,) * len(PAIR_SIGNALS)
+    term_weight: float = 1.0
+    term_weight_std: float = 0.3
 
     def __post_init__(self) -> None:
-        for name in ("discounts", "task_weights"):
+        for name in ("discounts", "task_weights", "term_coefficients"):
             if len(getattr(self, name)) != len(PAIR_SIGNALS):
                 raise ValueError(
                     f"{name} should have one value per signal {list(PAIR_SIGNALS)}, "
@@ -74,6 +81,11 @@ class PairValueConfig:
             raise ValueError(f"target_update should be in (0, 1], but is {self.target_update}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate should be positive, but is {self.learning_rate}")
+        if not self.term_weight > 0 or not self.term_weight_std > 0:
+            raise ValueError(
+                f"term_weight and term_weight_std should be positive, but are {self.term_weight} and "
+                f"{self.term_weight_std}"
+            )
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden should list positive layer sizes, but is {self.hidden}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import signal
 import subprocess
@@ -676,6 +677,16 @@ def _view(item: str, minute: int, watch: float, click: int) -> dict:
     }
 
 
+#: user-1's history with author-1 after the ten views of ``redis_features``.
+PAIR_ROW = {
+    "views": 10,
+    "clicks": 5,
+    "followed": 0,
+    "gifts": 0.0,
+    "last_interaction_ms": FEATURE_DAY * DAY_MS + 69 * 60_000,
+}
+
+
 @pytest.fixture(scope="module")
 def redis_features(redis_server, tmp_path_factory) -> Path:
     """user-1's account (high active) and day of views, aggregated by the feature pipeline and
@@ -683,13 +694,22 @@ def redis_features(redis_server, tmp_path_factory) -> Path:
     import apache_beam as beam
 
     from recsys_rl.feature_store import MaterializeConfig, materialize_repo
-    from recsys_rl.feature_tables import write_user_activity
+    from recsys_rl.feature_tables import USER_AUTHOR_HISTORY, write_user_activity
     from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
+    from recsys_rl.pipelines.transitions import _pair_history_file
 
     root = tmp_path_factory.mktemp("serve-features")
     facts = [_view(f"v{i}", 60 + i, watch=20.0, click=i % 2) for i in range(10)]
     with beam.Pipeline() as p:
         p | beam.Create(facts) | WriteFeatureAggregates(str(root / "offline"))
+    # the pair (user-1, author-1) those views made, as a transition run with the pair surface writes it
+    name, parquet = _pair_history_file(
+        (FEATURE_DAY + 1) * DAY_MS,
+        [[{**PAIR_ROW, "user_id": "user-1", "author_id": "author-1"}]],
+    )
+    pairs = root / "offline" / USER_AUTHOR_HISTORY.name  # a dataset's features/ is an offline root
+    pairs.mkdir()
+    (pairs / Path(name).name).write_bytes(parquet)
     write_user_activity(root / "users", ["user-1"], [0], FEATURE_DAY * DAY_MS)
     end = dt.datetime.fromtimestamp((FEATURE_DAY + 1) * 86_400 + 3_600, dt.UTC).isoformat()
     config = MaterializeConfig(
@@ -867,3 +887,68 @@ def test_calls_refused_before_any_handler_runs_are_counted_by_code(
     assert count("recsys_serving_requests_total", method="Rank", code="INVALID_ARGUMENT") == 1
     assert count("recsys_serving_requests_total", method="unknown", code="UNIMPLEMENTED") == 1
     assert count("recsys_serving_requests_in_flight") == 0
+
+
+@pytest.fixture(scope="module")
+def pair_value_run(feed_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("serve-pair") / "ua-mtcl"
+    args = ["train", "--algo", "ua-mtcl", "--data", str(feed_dataset), "--out", str(run), "--steps", "40"]
+    assert main(args) == 0
+    return run
+
+
+def test_rank_adds_the_user_author_term_from_the_pairs_online_rows_and_logs_it(
+    pair_value_run, redis_features, redis_server, topics, embedded_kafka, tmp_path, serve
+):
+    """Issue 22 end to end: a trained, exported, registered and routed user-author value; its pair's
+    history materialised into Redis; the term in the served scores and in the logged record."""
+    from recsys_rl.pair_state import PairHistory
+    from recsys_rl.sim.ranking_terms import PairValueTerm
+    from recsys_rl.training.agents.policy_io import load_pair_value_policy
+
+    root = tmp_path / "registry"
+    report = make_report(tmp_path / "report-ua", pair_value_run / "policy")
+    registry.register(root, "user_author", run=pair_value_run, report=report, version="ua1")
+    registry.promote(root, "user_author", "ua1", "stable")
+    server = serve(
+        registry=str(root),
+        **redis_feature_settings(redis_features, redis_server, tmp_path),
+        feature_budget_ms=2_000.0,  # generous: the first read of a pair is cold
+        bootstrap_servers=embedded_kafka.bootstrap_servers,
+        decisions_topic=topics[0],
+        shadow_topic=topics[1],
+    )
+    request = rank_request()
+    request.context.event_time_ms = REQUEST_TIME_MS
+    request.candidates[3].author_id = "author-1"  # the author user-1 has met; the others never met
+    request.candidates[5].author_id = ""  # a candidate without an author gets no term
+    with channel(server) as ch:
+        answer = ranking(ch).Rank(request)
+        assert status_of(ch)["user_author"].stable_version == "ua1"
+    assert answer.user_author_version == "ua1"
+    server.stop(1.0)
+    [record] = decisions(embedded_kafka.bootstrap_servers, topics[0])
+    logged = record.user_author
+    assert (logged.policy_version, logged.routing_arm, logged.missing_reason) == ("ua1", RANK["stable"], "")
+
+    policy = load_pair_value_policy(root / "user_author" / "versions" / "ua1" / "policy")
+    term = PairValueTerm(policy.values, np.array(policy.manifest["reward_std"]))
+    met = PairHistory(10, 5, False, 0.0, PAIR_ROW["last_interaction_ms"])
+    states = np.array([met.state(REQUEST_TIME_MS), PairHistory().state(REQUEST_TIME_MS)])
+    met_term, never_met_term = term.of_states(states)
+    expected = np.full(len(request.candidates), never_met_term)
+    expected[3], expected[5] = met_term, 0.0
+    np.testing.assert_allclose(logged.terms, expected, rtol=1e-5, atol=1e-6)
+    assert met_term != pytest.approx(never_met_term)  # the store's row made a difference
+
+    predictions = np.array([c.predictions for c in request.candidates])
+    scores = fusion_scores(predictions[None], np.array(answer.action)[None])[0]
+    scores = scores + np.exp(logged.weight_logit) * expected
+    order = top_k(scores[None], request.page_size)[0]
+    assert list(answer.item_ids) == [request.candidates[j].item_id for j in order]
+    np.testing.assert_allclose(answer.scores, scores[order], rtol=1e-4)
+    manifest = policy.manifest["term"]
+    noise = (logged.weight_logit - manifest["weight_logit_mean"]) / manifest["weight_logit_std"]
+    assert logged.log_propensity == pytest.approx(
+        -0.5 * noise**2 - math.log(manifest["weight_logit_std"]) - 0.5 * math.log(2 * math.pi), abs=1e-5
+    )

@@ -10,45 +10,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import numpy as np
 import pytest
+from serving_fakes import Context, Holder, KeptLog, NoStore, rank_request
 
 from recsys_rl import contracts
-from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.serving.metrics import ServingMetrics
-from recsys_rl.serving.online_features import Lookup
-from recsys_rl.serving.policies import allocation_fallback, feed_fallback
+from recsys_rl.serving.policies import NoUserAuthorTerm, allocation_fallback, feed_fallback
 from recsys_rl.serving.request_validation import LIVE_PREDICTION_NAMES
 from recsys_rl.serving.routing import ServingSet
 from recsys_rl.serving.service import Handlers
 from recsys_rl.serving.settings import ServeConfig
-
-
-class NoStore:
-    async def lookup(self, user_id: str, budget_s: float) -> Lookup:
-        return Lookup(None, "no_store")
-
-
-class KeptLog:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, contracts.DecisionRecord]] = []
-
-    def submit(self, topic: str, record: contracts.DecisionRecord, candidates: bytes = b"") -> bool:
-        self.records.append((topic, record))
-        return True
-
-
-class Context:
-    def time_remaining(self) -> None:
-        return None
-
-    def cancelled(self) -> bool:
-        return False
-
-
-class Holder:
-    def __init__(self, current: ServingSet) -> None:
-        self.current = current
 
 
 def _with_shadow(fallback) -> ServingSet:
@@ -62,26 +33,11 @@ def _handlers(explore: bool, log: KeptLog) -> Handlers:
     holders = {
         "feed": Holder(_with_shadow(feed_fallback())),
         "live_allocation": Holder(_with_shadow(allocation_fallback())),
+        "user_author": Holder(ServingSet(NoUserAuthorTerm(), since_ms=0)),
     }
     config = ServeConfig(explore=explore, decisions_topic="decisions", shadow_topic="shadow")
-    return Handlers(config, holders, NoStore(), log, ServingMetrics(), lambda: True, started_at_ms=0)
-
-
-def _rank() -> contracts.RankRequest:
-    predictions = (
-        np.array([13.0, 0.45, 0.014, 0.0005, 0.0028, 0.0011, 0.00035]) * np.linspace(0.5, 2, 8)[:, None]
-    )
-    return contracts.RankRequest(
-        schema_version=contracts.SERVING_SCHEMA_VERSION,
-        request_id="r-1",
-        user_id="u-1",
-        page_size=3,
-        prediction_names=FEED_ACTION_NAMES,
-        context=contracts.serving_pb2.RequestContext(event_time_ms=1_700_000_000_000, session_id="s1"),
-        candidates=[
-            contracts.Candidate(item_id=f"v{j}", item_type=contracts.ITEM_TYPES["video"], predictions=row)
-            for j, row in enumerate(predictions.tolist())
-        ],
+    return Handlers(
+        config, holders, NoStore(), NoStore(), log, ServingMetrics(), lambda: True, started_at_ms=0
     )
 
 
@@ -103,7 +59,7 @@ def _allocate() -> contracts.AllocateRequest:
 def test_every_logged_record_says_how_its_action_was_chosen(explore, selection):
     log = KeptLog()
     handlers = _handlers(explore, log)
-    asyncio.run(handlers.rank(_rank(), Context()))
+    asyncio.run(handlers.rank(rank_request(), Context()))
     asyncio.run(handlers.allocate(_allocate(), Context()))
     arms = contracts.ROUTING_ARMS
     logged = [
@@ -130,12 +86,7 @@ def test_the_mode_is_what_no_explore_serves():
     for explore in (True, False):
         for request_id in ("r-1", "r-2"):
             log = KeptLog()
-            asyncio.run(_handlers(explore, log).rank(replace_id(_rank(), request_id), Context()))
+            asyncio.run(_handlers(explore, log).rank(rank_request(request_id), Context()))
             actions[explore, request_id] = list(log.records[0][1].action)
     assert actions[False, "r-1"] == actions[False, "r-2"]
     assert actions[True, "r-1"] != actions[True, "r-2"]
-
-
-def replace_id(request: contracts.RankRequest, request_id: str) -> contracts.RankRequest:
-    request.request_id = request_id
-    return request

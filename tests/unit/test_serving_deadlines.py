@@ -20,7 +20,7 @@ class Context:
 
 def handlers(ready: bool = True) -> Handlers:
     config = ServeConfig(feature_budget_ms=5.0)
-    return Handlers(config, {}, None, None, ServingMetrics(), lambda: ready, started_at_ms=0)
+    return Handlers(config, {}, None, None, None, ServingMetrics(), lambda: ready, started_at_ms=0)
 
 
 @pytest.mark.parametrize(("remaining", "budget"), [(None, 0.005), (10.0, 0.005), (0.004, 0.002)])

@@ -7,11 +7,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import recsys_rl.feature_store
-from recsys_rl.serving.online_features import Lookup, UserFeatureReader
+from recsys_rl.pair_state import PairHistory
+from recsys_rl.serving.online_features import Lookup, PairHistoryReader, UserFeatureReader
 from recsys_rl.state import StoredUserFeatures
 
 
@@ -218,3 +220,52 @@ def test_without_a_cache_every_lookup_reads(slow_store: SlowStore) -> None:
         assert lookup(reader, "u1", budget_s=1.0).user is not None
     assert slow_store.reads == ["u1"] * 3
     reader.close()
+
+
+class PairStore:
+    """Stands in for Feast's online read of pairs: answers at once; the user has met author a-met."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[str, str]]] = []
+        self.fail = False
+
+    def read(self, store, pairs):
+        self.calls.append(list(pairs))
+        if self.fail:
+            raise OSError("the store is down")
+        met = {"views": 5, "clicks": 2, "followed": 1, "gifts": 1.5, "last_interaction_ms": 1_000}
+        # as Feast returns them: nullable integers, a pair the store lacks all null
+        return pd.DataFrame(
+            [{"user_id": u, "author_id": a, **(met if a == "a-met" else {})} for u, a in pairs]
+        ).astype({"views": "Int64"})
+
+
+@pytest.fixture
+def pair_store(monkeypatch) -> PairStore:
+    store = PairStore()
+    monkeypatch.setattr(recsys_rl.feature_store, "online_pair_histories", store.read, raising=False)
+    return store
+
+
+def test_pair_states_read_each_pair_once_and_a_pair_never_met_is_first(pair_store: PairStore) -> None:
+    reader = PairHistoryReader(object(), readers=1)
+    at_ms = 1_000 + 2 * 86_400_000
+    states, missing = asyncio.run(reader.states("u1", ["a-met", "a-new", "a-met"], at_ms, budget_s=5.0))
+    assert missing is None
+    assert pair_store.calls == [[("u1", "a-met"), ("u1", "a-new")]]  # one read, each pair once
+    met = PairHistory(5, 2, True, 1.5, 1_000).state(at_ms)
+    np.testing.assert_allclose(states, [met, PairHistory().state(at_ms), met])
+    # answered from memory the second time, however many candidates name the author
+    again, _ = asyncio.run(reader.states("u1", ["a-new", "a-met"], at_ms, budget_s=0.0))
+    np.testing.assert_allclose(again, states[[1, 0]])
+    assert len(pair_store.calls) == 1
+    reader.close()
+
+
+def test_pair_states_say_why_when_the_store_fails_or_there_is_none(pair_store: PairStore) -> None:
+    pair_store.fail = True
+    reader = PairHistoryReader(object(), readers=1)
+    assert asyncio.run(reader.states("u1", ["a-met"], 0, budget_s=5.0)) == (None, "error")
+    reader.close()
+    assert asyncio.run(PairHistoryReader(None).states("u1", ["a-met"], 0, budget_s=5.0)) == (None, "no_store")
+    assert asyncio.run(PairHistoryReader(None).states("u1", [], 0, budget_s=5.0)) == (None, "no_store")

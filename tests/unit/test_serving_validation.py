@@ -453,13 +453,13 @@ def test_a_rank_call_with_a_candidate_id_past_128_characters_is_invalid_argument
 ):
     metrics = ServingMetrics()
     handlers = Handlers(
-        ServeConfig(max_candidates=5, max_page_size=3), {}, None, None, metrics, lambda: True, 0
+        ServeConfig(max_candidates=5, max_page_size=3), {}, None, None, None, metrics, lambda: True, 0
     )
 
-    async def past_validation(request, context):
+    def past_validation(context):
         raise Abort(grpc.StatusCode.UNAVAILABLE, "reached the feature read")
 
-    handlers._state = past_validation  # a request that passes validation goes on to read features
+    handlers._budget_s = past_validation  # a request that passes validation goes on to read features
     request = rank_request()
     setattr(request.candidates[1], where, "x" * length)
     context = _Context()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -421,6 +422,11 @@ def export_pair_value_policy(
         "signals": list(signals.PAIR_SIGNALS),
         "discounts": list(agent.config.discounts),
         "reward_std": agent.reward_std.tolist(),  # a ranking term combines the values in these units
+        "term": {  # the ranking term serving builds (PairValueConfig)
+            "coefficients": list(agent.config.term_coefficients),
+            "weight_logit_mean": math.log(agent.config.term_weight),
+            "weight_logit_std": agent.config.term_weight_std,
+        },
         "train_step": int(agent.train_step_counter.numpy()),
         **metadata,
     }
