@@ -176,6 +176,34 @@ def test_an_exported_pair_value_reloads_with_the_critics_values(feed_dataset: Pa
         load_feed_policy(tmp_path / "policy")
 
 
+def test_serving_builds_the_exported_ranking_term_and_refuses_an_export_without_one(
+    feed_dataset: Path, tmp_path: Path
+):
+    from recsys_rl.serving.policies import load_user_author_decider
+
+    dataset = open_dataset(feed_dataset, USER_AUTHOR)
+    config = PairValueConfig(hidden=(16,), term_coefficients=(0.0, 2.0, 0.0, 1.0), term_weight=3.0)
+    agent = build_pair_value_agent("ua-mtcl", transition_statistics(dataset), config)
+    batches = iter(read_transitions(dataset, 64, seed=0))
+    for _ in range(5):  # the heads start at zero: trained, every value differs
+        agent.train(next(batches))
+    export_pair_value_policy(agent, tmp_path / "policy", {"version": "pair-v1"})
+    decider = load_user_author_decider(tmp_path / "policy", "ua-v1")
+    assert (decider.weight_logit_mean, decider.weight_logit_std) == (pytest.approx(np.log(3.0)), 0.3)
+    states = next(batches).time_step.observation.numpy()
+    values = agent.policy.values(states).numpy()
+    assert np.all(np.abs(values).max(axis=0) > 1e-7)
+    expected = values @ (np.array([0.0, 2.0, 0.0, 1.0]) / transition_statistics(dataset).reward_std)
+    np.testing.assert_allclose(decider.term.of_states(states), expected, rtol=1e-4, atol=1e-9)
+
+    manifest_path = tmp_path / "policy" / "policy.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["term"]  # an export from before serving built the term
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(PolicyLoadError, match="no ranking term"):
+        load_user_author_decider(tmp_path / "policy", "ua-v1")
+
+
 def _kill_at(step: int):
     def progress(event: str, fields: dict) -> None:
         if event == "step" and fields["step"] == step:

@@ -106,6 +106,9 @@ def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order():
         ({"task_weights": (1.0, -1.0, 1.0, 1.0)}, "task_weights should be >= 0"),
         ({"target_update": 0.0}, r"target_update should be in \(0, 1\]"),
         ({"discounts": (1.0, 0.9, 0.9, 0.9)}, r"in \[0, 1\)"),
+        ({"term_coefficients": (1.0,)}, "term_coefficients should have one value per signal"),
+        ({"term_weight": 0.0}, "term_weight and term_weight_std should be positive"),
+        ({"term_weight_std": -0.1}, "term_weight and term_weight_std should be positive"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_setting(settings, message):
