@@ -83,6 +83,11 @@ class Decision(NamedTuple):
     # log_propensity is no behaviour propensity. Last, so that a carried decision of a run before this
     # field existed is the prefix of one (``pipelines.carry`` fills it in: such decisions were sampled).
     deterministic: bool = False
+    # A Rank's user-author term, when one was applied (``DecisionRecord.user_author``): which term
+    # function ranked, its weight logit and that draw's log-density; "" and zeros otherwise.
+    user_author_term_id: str = ""
+    user_author_weight_logit: float = 0.0
+    user_author_log_propensity: float = 0.0
 
 
 class Feedback(NamedTuple):
@@ -178,7 +183,19 @@ def _decision_fields(
         displaced,
         record.features_missing_reason,
         contracts.action_selection(record) in contracts.DETERMINISTIC_SELECTIONS,
+        *_user_author_term(record),
     )
+
+
+_NO_TERM = ("", 0.0, 0.0)
+
+
+def _user_author_term(record: contracts.DecisionRecord) -> tuple[str, float, float]:
+    """The Decision fields of the record's user-author term, if one entered its ranking."""
+    if not record.HasField("user_author") or record.user_author.missing_reason:
+        return _NO_TERM
+    term = record.user_author
+    return term.term_id, term.weight_logit, term.log_propensity
 
 
 def _feedback_fields(event: contracts.FeedbackEvent, ref: RecordRef) -> tuple[str, tuple] | Rejection:
@@ -430,6 +447,9 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
                 "features_missing": bool(decision.features_missing_reason),
                 "features_missing_reason": decision.features_missing_reason,
                 "deterministic": decision.deterministic,
+                "user_author_term_id": decision.user_author_term_id,
+                "user_author_weight_logit": decision.user_author_weight_logit,
+                "user_author_log_propensity": decision.user_author_log_propensity,
                 "done": following is None,
                 "reward": _rewards(request, surface),
                 "feedback_count": len(request.feedback),

@@ -178,6 +178,41 @@ def check_decision_read(
             f"DecisionRecord.log_propensity of an allocation is a log-probability and should be <= 0, "
             f"but is {record.log_propensity}",
         )
+    if record.HasField("user_author"):
+        return _check_user_author(record)
+    return None
+
+
+def _check_user_author(record: contracts.DecisionRecord) -> Rejection | None:
+    """A Rank's user-author term: named, finite, and one term per candidate when it was applied."""
+    term = record.user_author
+    if record.surface != contracts.SURFACES["feed"]:
+        return Rejection("out_of_range", "DecisionRecord.user_author is set on a live_allocation decision")
+    kind = "DecisionRecord.user_author"
+    if problem := _missing(kind, policy_version=term.policy_version, term_id=term.term_id) or _too_long(
+        kind, policy_version=term.policy_version, term_id=term.term_id
+    ):
+        return problem
+    if term.missing_reason:
+        if term.missing_reason not in contracts.USER_AUTHOR_MISSING_REASONS or term.terms:
+            return Rejection(
+                "out_of_range",
+                f"{kind}.missing_reason should be one of {list(contracts.USER_AUTHOR_MISSING_REASONS)}, "
+                f"with no terms, but is {term.missing_reason!r} with {len(term.terms)} terms",
+            )
+        return None
+    if len(term.terms) != len(record.candidates):
+        return Rejection(
+            "out_of_range",
+            f"{kind}.terms should have one value per candidate ({len(record.candidates)}), "
+            f"but has {len(term.terms)}",
+        )
+    for values, field in (
+        ([term.weight_logit, term.log_propensity], "user_author.weight_logit and log_propensity"),
+        (term.terms[:], "user_author.terms"),
+    ):
+        if problem := _finite(values, field):
+            return problem
     return None
 
 

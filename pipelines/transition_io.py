@@ -52,7 +52,15 @@ class RowLayout:
 
 #: Rows of the request surfaces (feed, live allocation): one per decision, sharded by session.
 REQUEST_LAYOUT = RowLayout(
-    strings=("request_id", "user_id", "session_id", "surface", "policy_version", "features_missing_reason"),
+    strings=(
+        "request_id",
+        "user_id",
+        "session_id",
+        "surface",
+        "policy_version",
+        "features_missing_reason",
+        "user_author_term_id",  # the term function a Rank's user-author term used; "" for none
+    ),
     ints=(
         "step",
         "event_time_ms",
@@ -64,7 +72,7 @@ REQUEST_LAYOUT = RowLayout(
         "feedback_count",
     ),
     float_lists=("state", "next_state", "action"),
-    floats=("log_propensity",),
+    floats=("log_propensity", "user_author_weight_logit", "user_author_log_propensity"),
     unique="request_id",
     shard_by="session_id",
     order=("session_id", "step", "request_id"),

@@ -74,6 +74,9 @@ DETERMINISTIC_SELECTIONS = frozenset({"mode"})
 #: no feature store configured, a user the store does not know, a read slower than the request's budget,
 #: too many reads queued (a hung store), or a failed read.
 FEATURES_MISSING_REASONS: tuple[str, ...] = ("no_store", "unknown_user", "timeout", "busy", "error")
+#: Why a Rank's user-author term was left out (``UserAuthorTerm.missing_reason``): its pairs' rows could
+#: not be read. A pair the store does not know is no reason: it has never met.
+USER_AUTHOR_MISSING_REASONS: tuple[str, ...] = ("no_store", "timeout", "busy", "error")
 
 #: Which field of the feedback ``Signals`` message carries each registry signal. The displaced
 #: short-video time of a live insertion is counterfactual, so no client can report it.
@@ -205,6 +208,7 @@ __all__ = [
     "SERVING_SCHEMA_VERSION",
     "SURFACES",
     "SURFACE_NAMES",
+    "USER_AUTHOR_MISSING_REASONS",
     "AllocateRequest",
     "AllocateResponse",
     "Candidate",

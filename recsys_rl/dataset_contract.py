@@ -15,10 +15,12 @@ MANIFEST = "manifest.json"
 #: policy's mode instead of a draw, so that ``log_propensity`` is no behaviour propensity) and the
 #: manifest's per-surface ``deterministic`` count.
 #: Version 3 added the ``user_author`` surface (its shards, manifest section and pair-histories file).
-DATASET_SCHEMA_VERSION = 3
+#: Version 4 added the request rows' ``user_author_term_id``, ``user_author_weight_logit`` and
+#: ``user_author_log_propensity`` (a Rank's user-author term; "" and zeros where none was applied).
+DATASET_SCHEMA_VERSION = 4
 #: Versions readers accept. A version-1 dataset has no ``deterministic`` column: it was built from
 #: version-1 decision records, which cannot say, and its decisions are all read as sampled.
-READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
+READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
 #: The surface of user-author pair transitions (issue 22): one row per interaction of a pair.
 USER_AUTHOR = "user_author"
 #: Every surface a dataset holds, with its reward vector's signals in order.

@@ -8,6 +8,7 @@ one copy (a dropped ``-sum(log sigma)``) from hiding behind an identical slip in
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,3 +26,21 @@ def standard_log_density(z: np.ndarray, sigma: np.ndarray) -> np.ndarray:
 def log_density(actions: np.ndarray, means: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     """log N(actions; means, diag(sigma^2)), summed over the last axis."""
     return standard_log_density((np.asarray(actions, np.float64) - means) / sigma, sigma)
+
+
+@dataclass(frozen=True)
+class ScalarGaussian:
+    """A Gaussian over one number that ignores the state: a user-author term's weight logit, as the OPE
+    gate scores a user_author version (``serving.policies.UserAuthorTermDecider`` draws it)."""
+
+    mean: float
+    std: float
+    version: str
+
+    def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """Log-densities (n,) of actions (n, 1)."""
+        return log_density(actions, self.mean, np.array([self.std]))
+
+    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        actions = self.mean + self.std * rng.standard_normal((states.shape[0], 1))
+        return actions, self.log_prob(states, actions)

@@ -141,7 +141,7 @@ def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDe
     power of two, so the few batch shapes stay fast).
     """
     from recsys_rl.sim.ranking_terms import PairValueTerm
-    from recsys_rl.training.agents.policy_io import PolicyLoadError, load_pair_value_policy
+    from recsys_rl.training.agents.policy_io import PolicyLoadError, load_pair_value_policy, term_id
 
     policy = load_pair_value_policy(policy_dir, verify=True)
     term = policy.manifest.get("term")
@@ -152,7 +152,11 @@ def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDe
         )
     values = PairValueTerm(policy.values, np.asarray(policy.manifest["reward_std"]), term["coefficients"])
     return UserAuthorTermDecider(
-        values, float(term["weight_logit_mean"]), float(term["weight_logit_std"]), version
+        values,
+        float(term["weight_logit_mean"]),
+        float(term["weight_logit_std"]),
+        term_id(policy.manifest),
+        version,
     )
 
 
@@ -172,6 +176,7 @@ class UserAuthorTermDecider:
     term: PairTerm
     weight_logit_mean: float
     weight_logit_std: float
+    term_id: str  # which term function (``policy_io.term_id``), logged with each decision
     version: str
 
     def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:

@@ -106,6 +106,7 @@ class TermDecision:
             log_propensity=self.log_propensity,
             terms=() if self.terms is None else self.terms.tolist(),
             missing_reason=self.missing or "",
+            term_id=self.decider.term_id,
         )
 
 

@@ -2,8 +2,11 @@
 
 Its command-line side is ``recsys_rl.cli.evaluate``; this module does the work.
 
-The gate's ``surface`` picks the decisions: ``feed`` (rankings, Gaussian fusion-weight densities) or
-``live_allocation`` (insert decisions, Bernoulli probabilities); the estimators and the gate are the same.
+The gate's ``surface`` picks the decisions: ``feed`` (rankings, Gaussian fusion-weight densities),
+``live_allocation`` (insert decisions, Bernoulli probabilities) or ``user_author`` (the weight of a Rank's
+user-author term: the feed's rankings, weighted by the density of the term's weight logit, on the
+sessions whose every ranking had the candidate's term function, ``policy_io.term_id``); the estimators
+and the gate are the same.
 
 With one candidate (``run_evaluation``) the output directory holds
 
@@ -51,6 +54,7 @@ from recsys_rl.config import ConfigError
 from recsys_rl.dataset_contract import MANIFEST
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.gaussian import ScalarGaussian
 from recsys_rl.ope import report as ope_report
 from recsys_rl.ope import simulated_truth
 from recsys_rl.ope.blessing import Blessing, PolicyRef, utc_now, write_blessing
@@ -70,11 +74,23 @@ from recsys_rl.training.agents.policy_io import (
     PolicyLoadError,
     load_allocation_policy,
     load_feed_policy,
+    term_id,
 )
 
 BEHAVIOUR = ("behavior", "behaviour")
 REPORT_JSON, REPORT_HTML, BLESSING_JSON = "report.json", "report.html", "blessing.json"
 RANKING_JSON, RANKING_HTML, CANDIDATES_DIR = "ranking.json", "ranking.html", "candidates"
+#: A surface's action dimensions, and what they are in the report's words.
+ACTION_NAMES = {
+    "feed": FEED_ACTION_NAMES,
+    "live_allocation": ("insert",),
+    "user_author": ("user_author_weight_logit",),
+}
+ACTION_MEANINGS = {
+    "feed": "fusion-weight logit per signal",
+    "live_allocation": "insert decision (1: a live stream inserted)",
+    "user_author": "logit of the user-author term's weight",
+}
 #: Quantiles of each action dimension in the report, and the histogram's bin count.
 ACTION_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 ACTION_BINS = 30
@@ -219,8 +235,8 @@ def _fresh(path: str) -> Path:
 
 def _read_inputs(config: EvaluateConfig, progress: Progress) -> _Inputs:
     surface = config.gate.surface
-    dataset = open_dataset(config.data, surface)
-    logged = LoggedSteps.from_dataset(dataset)
+    dataset = open_dataset(config.data, config.gate.data_surface)
+    logged = LoggedSteps.from_dataset(dataset, _evaluated_term(config) if surface == "user_author" else None)
     progress("loaded", {"decisions": logged.rows, "dataset": dataset.manifest["version"], "surface": surface})
     incumbent_dir = None if config.incumbent in BEHAVIOUR else policy_directory(config.incumbent)
     incumbent = None if incumbent_dir is None else scored_policy(incumbent_dir, surface)
@@ -292,6 +308,31 @@ def _evaluate(inputs: _Inputs, candidate_path: str, progress: Progress) -> _Eval
     return _Evaluation("", report, ope_report.render(report), blessing, verdict)
 
 
+def _evaluated_term(config: EvaluateConfig) -> str:
+    """The term function the user_author candidates (and incumbent) all rank with, whose logged rankings
+    their weights re-weight; ConfigError unless there is exactly one."""
+    if config.simulator is not None:
+        raise ConfigError(
+            "a user_author evaluation has no simulated ground truth yet (the simulator does not serve a "
+            "registry term): leave out the simulator settings"
+        )
+    paths = [*config.candidate_paths, *(() if config.incumbent in BEHAVIOUR else (config.incumbent,))]
+    terms = {}
+    for path in paths:
+        manifest = read_json_file(
+            policy_directory(path) / POLICY_MANIFEST, PolicyLoadError, "not an exported policy"
+        )
+        if manifest.get("kind") != POLICY_KINDS["user_author"] or "term" not in manifest:
+            raise ConfigError(f"{path} is no user-author value with a ranking term (kind pair_value)")
+        terms[path] = term_id(manifest)
+    if len(set(terms.values())) != 1:
+        raise ConfigError(
+            f"the policies rank with different user-author terms ({terms}): logs re-weight only the term "
+            "function that served them, so evaluate each term on its own"
+        )
+    return next(iter(terms.values()))
+
+
 def support_on_data(policy_dir: Path, data: str | Path, surface: str) -> dict[str, Any]:
     """How well a dataset covers a policy: ESS and largest weight share of its importance weights on
     the logged decisions, as the gate's support rules read them (``diagnostics.weight_summary``).
@@ -312,7 +353,8 @@ def scored_policy(directory: Path, surface: str):
 
     A policy of the other surface is a usage error naming the setting to change: the gate's surface
     defaults to feed, so evaluating a live-allocation run without it is the common slip."""
-    kind = read_json_file(directory / POLICY_MANIFEST, PolicyLoadError, "not an exported policy").get("kind")
+    manifest = read_json_file(directory / POLICY_MANIFEST, PolicyLoadError, "not an exported policy")
+    kind = manifest.get("kind")
     if (other := next((s for s, k in POLICY_KINDS.items() if k == kind), surface)) != surface:
         raise ConfigError(
             f"{directory} holds a {other} policy, but gate.surface is {surface}: "
@@ -320,6 +362,11 @@ def scored_policy(directory: Path, surface: str):
         )
     if surface == "feed":
         return load_feed_policy(directory, sample=True)
+    if surface == "user_author":  # the term's weight logit: its Gaussian needs no SavedModel
+        if "term" not in manifest:
+            raise PolicyLoadError(f"{directory}: its manifest has no ranking term; export it again")
+        term = manifest["term"]
+        return ScalarGaussian(term["weight_logit_mean"], term["weight_logit_std"], manifest["version"])
     return load_allocation_policy(directory, sample=True).for_ope()
 
 
@@ -381,8 +428,10 @@ def action_distributions(
     a live stream (live allocation: a 0/1 insert, whose mean is the insert rate). Draws are seeded (one
     child of ``seed`` per policy), so the same evaluation draws the same actions.
     """
-    names = FEED_ACTION_NAMES if surface == "feed" else ("insert",)
-    binary = surface != "feed"
+    names = {"feed": FEED_ACTION_NAMES, "user_author": ("user_author_weight_logit",)}.get(
+        surface, ("insert",)
+    )
+    binary = surface == "live_allocation"
     series = {"logged": np.asarray(logged.actions, np.float64).reshape(logged.rows, len(names))}
     generators = np.random.SeedSequence(seed).spawn(len(policies))
     for (name, policy), child in zip(policies.items(), generators, strict=True):
@@ -414,7 +463,7 @@ def action_distributions(
     return {
         "surface": surface,
         "kind": "binary" if binary else "continuous",
-        "what": "insert decision (1: a live stream inserted)" if binary else "fusion-weight logit per signal",
+        "what": ACTION_MEANINGS[surface],
         "seed": seed,
         "states": logged.rows,
         "names": list(names),  # the dimensions' order (the file sorts ``dimensions`` by name)

@@ -55,7 +55,13 @@ SUPPORT_HINTS = {
     "live_allocation": "hint: the logs barely cover the candidate: it strays too far from the logging "
     "policy. Retrain it closer: a larger allocation.actor_supervised_weight (the actor's cross-entropy "
     "with the logged allocation). Or evaluate on more logged data.",
+    "user_author": "hint: the logs barely cover the candidate's term weight: its pair.term_weight is far "
+    "from the served one, in units of the served pair.term_weight_std, or its term_weight_std is much "
+    "smaller. Export it with a weight nearer the served one, or serve a wider term_weight_std first.",
 }
+#: The rows each gate surface weighs: a user_author version is judged on the feed's rankings (its term
+#: moves which items a Rank shows), by the same signals as a feed policy.
+DATA_SURFACES = {"feed": "feed", "live_allocation": "live_allocation", "user_author": "feed"}
 INCUMBENT_SUPPORT_HINT = (
     "hint: the logs barely cover the incumbent, so its value here is no yardstick: compare with the "
     "behaviour policy (--incumbent behavior), or evaluate on logs the incumbent served"
@@ -83,8 +89,8 @@ class GateConfig:
     max_weight_share: float = MAX_WEIGHT_SHARE  # of one decision, or one session for a sequential estimator
 
     def __post_init__(self) -> None:
-        if self.surface not in ("feed", "live_allocation"):
-            raise ValueError(f"surface should be feed or live_allocation, but is {self.surface!r}")
+        if self.surface not in DATA_SURFACES:
+            raise ValueError(f"surface should be one of {list(DATA_SURFACES)}, but is {self.surface!r}")
         if self.estimator in MODEL_ONLY:
             raise ValueError(
                 f"estimator {self.estimator!r} cannot gate: {MODEL_ONLY[self.estimator]}; "
@@ -112,12 +118,17 @@ class GateConfig:
             raise ValueError("min_ess should be >= 0 and max_weight_share in (0, 1]")
 
     @property
+    def data_surface(self) -> str:
+        """The dataset surface whose rows this gate weighs (``DATA_SURFACES``)."""
+        return DATA_SURFACES[self.surface]
+
+    @property
     def main_signal(self) -> str:
-        return signals.FEED_MAIN_SIGNAL if self.surface == "feed" else signals.LIVE_MAIN_SIGNAL
+        return signals.FEED_MAIN_SIGNAL if self.data_surface == "feed" else signals.LIVE_MAIN_SIGNAL
 
     @property
     def constraint_signals(self) -> tuple[str, ...]:
-        names = signals.FEED_SIGNALS if self.surface == "feed" else signals.LIVE_SIGNALS
+        names = signals.FEED_SIGNALS if self.data_surface == "feed" else signals.LIVE_SIGNALS
         return tuple(n for n in names if n != self.main_signal)
 
     @property

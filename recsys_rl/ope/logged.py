@@ -46,7 +46,14 @@ EXCLUSION_REASONS: dict[str, str] = {
         "the session holds a decision served as the policy's mode (serve --no-explore), whose logged "
         "log_propensity is the density of a point mass, not a behaviour propensity"
     ),
+    "user_author_term": (
+        "the session holds a ranking without the evaluated user-author term function (another term, or "
+        "none), whose pages the term's weight alone cannot re-weight"
+    ),
 }
+#: The transitions' columns of a Rank's user-author term (dataset schema 4 on): which term function
+#: ranked, its weight logit (the action a user_author version is evaluated on) and that draw's density.
+TERM_COLUMNS = ("user_author_term_id", "user_author_weight_logit", "user_author_log_propensity")
 #: The transitions' column that marks such a decision; datasets of schema version 1 do not have it.
 DETERMINISTIC_COLUMN = "deterministic"
 _NOTHING_EXCLUDED: Mapping[str, Mapping[str, int]] = MappingProxyType({})
@@ -159,44 +166,65 @@ class LoggedSteps:
         return self.user[self.session_starts]
 
     @classmethod
-    def from_dataset(cls, dataset: TransitionDataset) -> LoggedSteps:
+    def from_dataset(cls, dataset: TransitionDataset, term_id: str | None = None) -> LoggedSteps:
         """The rows of a transition dataset (its Parquet shards; the manifest was checked on opening),
         less the sessions `from_parquet` leaves out."""
-        return cls.from_parquet(dataset.shard_paths("parquet"), dataset.signals)
+        return cls.from_parquet(dataset.shard_paths("parquet"), dataset.signals, term_id)
 
     @classmethod
-    def from_parquet(cls, paths: Sequence[str | Path], signals: Sequence[str]) -> LoggedSteps:
+    def from_parquet(
+        cls, paths: Sequence[str | Path], signals: Sequence[str], term_id: str | None = None
+    ) -> LoggedSteps:
         """Read transition Parquet shards (the pipeline's schema), sorted by (session_id, step).
 
         Every session holding a deterministic decision (``EXCLUSION_REASONS``) is left out and counted in
         ``excluded``; shards without the ``deterministic`` column (datasets of schema version 1, built
         from decision records that could not say) count as sampled. ValueError when nothing is left.
+
+        With ``term_id``, the steps are the user-author term's decisions of feed rows: the action is the
+        weight logit and the behaviour log-probability its draw's; every session with a ranking that had
+        another term, or none, is left out too (shards before dataset schema 4 had no term anywhere).
         """
-        columns = ["session_id", "user_id", "step", "user_group", "done", "state", "next_state", "action"]
-        columns += ["log_propensity", *(f"reward_{s}" for s in signals)]
+        columns = ["session_id", "user_id", "step", "user_group", "done", "state", "next_state"]
+        columns += ["action", "log_propensity"] if term_id is None else list(TERM_COLUMNS)
+        columns += [f"reward_{s}" for s in signals]
         table = pa.concat_tables([_read_shard(p, columns) for p in paths])
         if table.num_rows == 0:
             raise ValueError(f"the Parquet shards {[str(p) for p in paths]} hold no rows")
         table = table.sort_by([("session_id", "ascending"), ("step", "ascending")])
-        table, excluded = _without_deterministic_sessions(table)
+        deterministic = table.column(DETERMINISTIC_COLUMN).to_numpy(zero_copy_only=False) != 0
+        table, excluded = _without_sessions(table, deterministic, "deterministic", {})
+        if term_id is not None:
+            other_term = pc.not_equal(table.column(TERM_COLUMNS[0]), term_id).to_numpy(zero_copy_only=False)
+            table, excluded = _without_sessions(table, other_term, "user_author_term", excluded)
         if table.num_rows == 0:
-            counts = excluded["deterministic"]
             raise ValueError(
                 f"every session in the Parquet shards {[str(p) for p in paths]} was left out: "
-                f"{counts['sessions']} sessions ({counts['decisions']} decisions), because "
-                f"{EXCLUSION_REASONS['deterministic']}; nothing is left to weight (log with a server that "
-                "explores: serve without --no-explore)"
+                + "; ".join(
+                    f"{c['sessions']} sessions ({c['decisions']} decisions), because {EXCLUSION_REASONS[r]}"
+                    for r, c in excluded.items()
+                )
+                + "; nothing is left to weight (log with a server that explores: serve without "
+                "--no-explore; and, for a user-author term, with that term serving)"
             )
         session = _session_codes(table)
 
         def ints(name: str) -> np.ndarray:
             return table.column(name).to_numpy().astype(np.int64)
 
+        def floats(name: str) -> np.ndarray:
+            return table.column(name).to_numpy().astype(np.float64)
+
+        if term_id is None:
+            actions, behaviour_log_prob = _list_matrix(table, "action"), floats("log_propensity")
+        else:
+            actions = floats(TERM_COLUMNS[1]).astype(np.float32).reshape(-1, 1)
+            behaviour_log_prob = floats(TERM_COLUMNS[2])
         steps = cls(
             states=_list_matrix(table, "state"),
-            actions=_list_matrix(table, "action"),
+            actions=actions,
             rewards=np.column_stack([table.column(f"reward_{s}").to_numpy() for s in signals]),
-            behaviour_log_prob=table.column("log_propensity").to_numpy().astype(np.float64),
+            behaviour_log_prob=behaviour_log_prob,
             groups=ints("user_group"),
             session=session,
             step=ints("step"),
@@ -281,12 +309,27 @@ def user_identities(user_id: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(digests, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
+#: Columns a shard of an older dataset schema lacks, and what each row of it holds instead: nothing was
+#: deterministic before schema 2, and no ranking had a user-author term before schema 4.
+_DEFAULTS = {
+    DETERMINISTIC_COLUMN: pa.int64(),
+    TERM_COLUMNS[0]: pa.string(),
+    TERM_COLUMNS[1]: pa.float64(),
+    TERM_COLUMNS[2]: pa.float64(),
+}
+
+
 def _read_shard(path: str | Path, columns: list[str]) -> pa.Table:
-    """A shard's ``columns`` and its ``deterministic`` flags (all 0 in a shard written before them)."""
-    if DETERMINISTIC_COLUMN in pq.read_schema(path).names:
-        return pq.read_table(path, columns=[*columns, DETERMINISTIC_COLUMN])
-    table = pq.read_table(path, columns=columns)
-    return table.append_column(DETERMINISTIC_COLUMN, pa.array(np.zeros(table.num_rows, np.int64)))
+    """A shard's ``columns`` and its ``deterministic`` flags, with the defaults of ``_DEFAULTS`` for the
+    ones a shard of an older schema lacks."""
+    wanted = [*columns, DETERMINISTIC_COLUMN]
+    present = set(pq.read_schema(path).names)
+    table = pq.read_table(path, columns=[c for c in wanted if c in present])
+    for name in wanted:
+        if name not in present:
+            default = "" if _DEFAULTS[name] == pa.string() else 0
+            table = table.append_column(name, pa.array([default] * table.num_rows, _DEFAULTS[name]))
+    return table
 
 
 def _session_codes(table: pa.Table) -> np.ndarray:
@@ -296,18 +339,19 @@ def _session_codes(table: pa.Table) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(changed)]).astype(np.int64)
 
 
-def _without_deterministic_sessions(table: pa.Table) -> tuple[pa.Table, dict[str, dict[str, int]]]:
-    """The sorted table less every session that holds a deterministic decision, and what was left out
-    (``{}`` when nothing was)."""
-    deterministic = table.column(DETERMINISTIC_COLUMN).to_numpy(zero_copy_only=False) != 0
-    if not deterministic.any():
-        return table, {}
+def _without_sessions(
+    table: pa.Table, rows: np.ndarray, reason: str, excluded: dict[str, dict[str, int]]
+) -> tuple[pa.Table, dict[str, dict[str, int]]]:
+    """The sorted table less every session that holds one of ``rows`` (a mask), and ``excluded`` with
+    what was left out for ``reason`` (unchanged when nothing was)."""
+    if not rows.any():
+        return table, excluded
     session = _session_codes(table)
     dropped = np.zeros(int(session[-1]) + 1, dtype=bool)
-    dropped[session[deterministic]] = True
+    dropped[session[rows]] = True
     keep = ~dropped[session]
-    excluded = {"decisions": int(np.sum(~keep)), "sessions": int(np.sum(dropped))}
-    return table.filter(pa.array(keep)), {"deterministic": excluded}
+    counts = {"decisions": int(np.sum(~keep)), "sessions": int(np.sum(dropped))}
+    return table.filter(pa.array(keep)), {**excluded, reason: counts}
 
 
 def _list_matrix(table: pa.Table, name: str) -> np.ndarray:

@@ -904,7 +904,7 @@ def test_rank_adds_the_user_author_term_from_the_pairs_online_rows_and_logs_it(
     history materialised into Redis; the term in the served scores and in the logged record."""
     from recsys_rl.pair_state import PairHistory
     from recsys_rl.sim.ranking_terms import PairValueTerm
-    from recsys_rl.training.agents.policy_io import load_pair_value_policy
+    from recsys_rl.training.agents.policy_io import load_pair_value_policy, term_id
 
     root = tmp_path / "registry"
     report = make_report(tmp_path / "report-ua", pair_value_run / "policy")
@@ -947,6 +947,7 @@ def test_rank_adds_the_user_author_term_from_the_pairs_online_rows_and_logs_it(
     order = top_k(scores[None], request.page_size)[0]
     assert list(answer.item_ids) == [request.candidates[j].item_id for j in order]
     np.testing.assert_allclose(answer.scores, scores[order], rtol=1e-4)
+    assert logged.term_id == term_id(policy.manifest)
     manifest = policy.manifest["term"]
     noise = (logged.weight_logit - manifest["weight_logit_mean"]) / manifest["weight_logit_std"]
     assert logged.log_propensity == pytest.approx(

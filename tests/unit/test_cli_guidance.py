@@ -52,12 +52,14 @@ def test_an_allocation_policy_under_the_default_gate_names_the_setting(tmp_path)
         scored_policy(policy, "feed")
 
 
-@pytest.mark.parametrize("name", ["gate.yaml", "gate-live.yaml"])
-def test_the_readmes_example_configs_exist_and_load(name):
+@pytest.mark.parametrize(
+    ("name", "surface"),
+    [("gate.yaml", "feed"), ("gate-live.yaml", "live_allocation"), ("gate-user-author.yaml", "user_author")],
+)
+def test_the_readmes_example_configs_exist_and_load(name, surface):
     path = ROOT / "examples" / name
     assert f"--config examples/{name}" in (ROOT / "README.md").read_text()
     config = load_config(EvaluateConfig, path, {"candidate": "c", "data": "d", "out": "o"})
-    surface = "live_allocation" if "live" in name else "feed"
     assert config.gate.surface == surface
     assert set(yaml.safe_load(path.read_text())["gate"]["tolerances"]) <= set(config.gate.constraint_signals)
 

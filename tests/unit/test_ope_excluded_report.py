@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from transition_shards import feed_table
 
 from recsys_rl import signals
 from recsys_rl.ope.logged import LoggedSteps
 from recsys_rl.ope.offline_evaluation import OPESettings, evaluate_lift, evaluate_policy_offline
-from recsys_rl.pipelines.transition_io import parquet_schema
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
@@ -30,35 +29,7 @@ def day_steps() -> LoggedSteps:
 
 def _shard(logged: LoggedSteps, deterministic: np.ndarray, path) -> None:
     """``logged`` as one transition shard, ``deterministic`` marking the rows served as the mode."""
-    n = logged.rows
-
-    def lists(matrix: np.ndarray) -> pa.Array:
-        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * matrix.shape[1])
-        return pa.ListArray.from_arrays(offsets, pa.array(matrix.astype(np.float32).ravel()))
-
-    blank, zeros = [""] * n, np.zeros(n, np.int64)
-    columns = {
-        "request_id": [f"r{i}" for i in range(n)],
-        "user_id": [f"u{u}" for u in logged.user],
-        "session_id": [f"s{s:06d}" for s in logged.session],
-        "surface": ["feed"] * n,
-        "policy_version": blank,
-        "features_missing_reason": blank,
-        "step": logged.step,
-        "event_time_ms": zeros,
-        "next_event_time_ms": zeros,
-        "user_group": logged.groups,
-        "features_missing": zeros,
-        "deterministic": deterministic.astype(np.int64),
-        "done": logged.done.astype(np.int64),
-        "feedback_count": zeros,
-        "state": lists(logged.states),
-        "next_state": lists(logged.next_states),
-        "action": lists(logged.actions),
-        "log_propensity": logged.behaviour_log_prob,
-        **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(signals.FEED_SIGNALS)},
-    }
-    pq.write_table(pa.Table.from_pydict(columns, schema=parquet_schema("feed")), path)
+    pq.write_table(feed_table(logged, deterministic=deterministic.astype(np.int64)), path)
 
 
 def test_both_results_report_the_sessions_left_out_by_reason(day_steps, tmp_path):

@@ -1,22 +1,17 @@
 """LoggedSteps from simulator days and from a transition dataset's Parquet shards: the same rows both ways."""
 
 import dataclasses
-import hashlib
-import json
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from transition_shards import feed_table, write_feed_dataset
 
 from recsys_rl import signals
-from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST
+from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION
 from recsys_rl.ope.logged import LoggedSteps, group_label, target_log_prob
-from recsys_rl.pipelines.transition_io import parquet_schema
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
-from recsys_rl.state import FEED_STATE_FEATURES
 from recsys_rl.training.agents.data import open_dataset
 
 FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
@@ -70,63 +65,25 @@ def _write_dataset(directory, day, deterministic=None, schema_version=DATASET_SC
     """The day as the pipeline writes it: two Parquet shards of rows in no particular order.
 
     ``deterministic``: the rows (in ``LoggedSteps.from_day_logs`` order) served as the policy's mode;
-    ``schema_version`` 1 writes the shards as they were before that column existed.
+    ``schema_version`` writes the shards as they were then (1: before that column existed, below 4: before
+    the user-author term's columns).
     """
     feed = day.feed
     order = np.lexsort((feed.page, feed.session))
     logged = LoggedSteps.from_day_logs([day])
     n = logged.rows
 
-    def lists(matrix: np.ndarray) -> pa.Array:
-        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * matrix.shape[1])
-        return pa.ListArray.from_arrays(offsets, pa.array(matrix.astype(np.float32).ravel()))
-
-    columns = {
-        "request_id": [f"r{r}" for r in feed.request[order]],
-        "user_id": [f"u{u}" for u in feed.user[order]],
-        # zero-padded: string order is session order, as in the simulator's log
-        "session_id": [f"s{s:06d}" for s in feed.session[order]],
-        "surface": ["feed"] * n,
-        "policy_version": [FEED.version] * n,
-        "features_missing_reason": [""] * n,
-        "step": logged.step,
-        "event_time_ms": feed.time_ms[order],
-        "next_event_time_ms": np.zeros(n, np.int64),
-        "user_group": logged.groups,
-        "features_missing": np.zeros(n, np.int64),
-        "deterministic": np.zeros(n, np.int64) if deterministic is None else deterministic.astype(np.int64),
-        "done": logged.done.astype(np.int64),
-        "feedback_count": np.zeros(n, np.int64),
-        "state": lists(logged.states),
-        "next_state": lists(logged.next_states),
-        "action": lists(logged.actions),
-        "log_propensity": logged.behaviour_log_prob,
-        **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(signals.FEED_SIGNALS)},
-    }
-    schema = parquet_schema("feed")
-    if schema_version == 1:
-        del columns["deterministic"]
-        schema = schema.remove(schema.get_field_index("deterministic"))
-    table = pa.Table.from_pydict(columns, schema=schema)
-    shuffled = table.take(np.random.default_rng(0).permutation(n))
-    names = ["transitions-feed-00000-of-00002.parquet", "transitions-feed-00001-of-00002.parquet"]
-    pq.write_table(shuffled.slice(0, n // 3), directory / names[0])
-    pq.write_table(shuffled.slice(n // 3), directory / names[1])
-    manifest = {
-        "schema_version": schema_version,
-        "kind": "transitions",
-        "surfaces": {
-            "feed": {
-                "signals": list(signals.FEED_SIGNALS),
-                "feature_names": list(FEED_STATE_FEATURES),
-                "rows": n,
-                "tfrecord_shards": [],
-                "parquet_shards": names,
-            }
-        },
-        "sha256": {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names},
-    }
-    (directory / MANIFEST).write_text(json.dumps(manifest))
+    table = feed_table(
+        logged,
+        schema_version=schema_version,
+        request_id=[f"r{r}" for r in feed.request[order]],
+        user_id=[f"u{u}" for u in feed.user[order]],
+        session_id=[f"s{s:06d}" for s in feed.session[order]],
+        policy_version=[FEED.version] * n,
+        event_time_ms=feed.time_ms[order],
+        **({} if deterministic is None else {"deterministic": deterministic.astype(np.int64)}),
+    )
+    write_feed_dataset(directory, table, schema_version=schema_version)
 
 
 def test_a_dataset_reads_back_as_the_same_steps(simulated, tmp_path):

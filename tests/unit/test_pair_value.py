@@ -9,6 +9,7 @@ from recsys_rl.dataset_contract import USER_AUTHOR
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.pipelines.transition_io import parquet_table, parquet_values
 from recsys_rl.signals import PAIR_SIGNALS
+from recsys_rl.training.agents.policy_io import term_id
 from recsys_rl.training.pair_value import (
     PairTransitions,
     PairValueConfig,
@@ -114,3 +115,29 @@ def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order():
 def test_bad_settings_are_refused_naming_the_setting(settings, message):
     with pytest.raises(ValueError, match=message):
         PairValueConfig(**settings)
+
+
+def test_the_term_id_names_the_term_function_and_not_the_weights_distribution():
+    manifest = {
+        "sha256": {
+            "saved_model.pb": "a1",
+            "variables/variables.index": "b2",
+            "variables/variables.data": "c3",
+        },
+        "reward_std": [1.0, 0.1, 0.01, 0.5],
+        "term": {"coefficients": [1.0, 1.0, 1.0, 1.0], "weight_logit_mean": 0.0, "weight_logit_std": 0.3},
+        "version": "ua-1",
+    }
+    same = {
+        **manifest,
+        "sha256": {**manifest["sha256"], "saved_model.pb": "other graph"},
+        "term": {**manifest["term"], "weight_logit_mean": 1.0, "weight_logit_std": 0.1},
+        "version": "ua-2",
+    }
+    assert term_id(same) == term_id(manifest)
+    for changed in (
+        {"sha256": {**manifest["sha256"], "variables/data": "trained on"}},
+        {"reward_std": [1.0, 0.1, 0.02, 0.5]},
+        {"term": {**manifest["term"], "coefficients": [0.0, 1.0, 0.0, 0.0]}},
+    ):
+        assert term_id({**manifest, **changed}) != term_id(manifest)

@@ -174,7 +174,8 @@ def test_a_decision_carried_by_a_run_before_the_mark_reads_back_as_sampled(recor
     decoded = Decision._make(decode_event(DECISION, next(r for r in kept if r.topic == DECISIONS))[1])
     decision, mode = decoded._replace(deterministic=False), decoded._replace(deterministic=True)
     lines = list(carried_lines("u", [decision, mode]))
-    old = [{**line, "events": [event[:-1] for event in line["events"]]} for line in lines]
+    before_mark = Decision._fields.index("deterministic")
+    old = [{**line, "events": [event[:before_mark] for event in line["events"]]} for line in lines]
     (tmp_path / CARRIED_FILE).write_text("".join(json.dumps(line) + "\n" for line in old))
     [(user, (kind, events))] = read_carried(tmp_path / CARRIED_FILE)
     assert (user, kind) == ("u", DECISION)

@@ -352,6 +352,35 @@ def test_a_decision_on_default_features_says_so_in_its_transition(simulated):
     assert others and all(r["features_missing_reason"] == "" for r in others)
 
 
+def test_a_ranking_with_a_user_author_term_carries_its_draw_into_its_transition(simulated):
+    """Issue 22: the term's function, weight logit and its log-density reach the feed row, for the OPE
+    gate to re-weight; a row whose ranking had no term has none."""
+    _, by_user = simulated
+    user, refs = max(by_user.items(), key=lambda item: len(item[1]))
+    first_decision = next(i for i, r in enumerate(refs) if r[0] == DECISION)
+    record = contracts.decode_decision(refs[first_decision][6])
+    record.user_author.CopyFrom(
+        contracts.events_pb2.UserAuthorTerm(
+            policy_version="ua1",
+            term_id="term-a",
+            weight_logit=0.25,
+            log_propensity=-0.5,
+            terms=[0.1] * len(record.candidates),
+        )
+    )
+    changed = list(refs)
+    changed[first_decision] = (*refs[first_decision][:6], contracts.encode(record))
+    rows = {r["request_id"]: r for r in build(user, changed, EpisodeConfig()).transitions}
+    termed = rows.pop(record.request_id)
+    assert (termed["user_author_term_id"], termed["user_author_log_propensity"]) == ("term-a", -0.5)
+    assert termed["user_author_weight_logit"] == 0.25
+    assert rows and all(
+        (r["user_author_term_id"], r["user_author_weight_logit"], r["user_author_log_propensity"])
+        == ("", 0.0, 0.0)
+        for r in rows.values()
+    )
+
+
 def _first_decision(simulated):
     _, by_user = simulated
     user, refs = next(iter(by_user.items()))

@@ -454,3 +454,54 @@ def test_a_kafka_timestamp_of_1_ms_is_a_timestamp_and_judges_the_event_time():
     assert (
         f"DecisionRecord.event_time_ms is {T0 - 1} ms after its record's Kafka timestamp" in rejection.detail
     )
+
+
+def ranked_with_term(**term) -> contracts.DecisionRecord:
+    """A feed decision of two candidates whose ranking had a user-author term (issue 22)."""
+    record = feed_decision()
+    for item in ("v1", "v2"):
+        record.candidates.add(item_id=item, item_type=contracts.ITEM_TYPES["video"])
+    settings = {
+        "policy_version": "ua1",
+        "term_id": "t" * 16,
+        "weight_logit": 0.2,
+        "log_propensity": -0.4,
+        "terms": [0.5, 0.0],
+        **term,
+    }
+    record.user_author.CopyFrom(contracts.events_pb2.UserAuthorTerm(**settings))
+    return record
+
+
+@pytest.mark.parametrize(
+    ("term", "words"),
+    [
+        ({"terms": [0.5]}, "user_author.terms should have one value per candidate (2), but has 1"),
+        ({"terms": [0.5, math.inf]}, "user_author.terms should be finite"),
+        ({"weight_logit": math.nan}, "weight_logit and log_propensity should be finite"),
+        ({"missing_reason": "unknown_user", "terms": []}, "missing_reason should be one of"),
+        ({"missing_reason": "timeout"}, "with no terms, but is 'timeout' with 2 terms"),
+        ({"term_id": ""}, "DecisionRecord.user_author.term_id is empty"),
+        ({"policy_version": "v" * 129}, "user_author.policy_version should be at most 128"),
+    ],
+)
+def test_a_bad_user_author_term_is_dead_lettered_naming_the_field(term, words):
+    rejection = check_decision(ranked_with_term(**term))
+    assert rejection is not None and words in rejection.detail, rejection
+
+
+def test_a_user_author_term_is_carried_into_the_decision_only_when_it_ranked():
+    assert check_decision(ranked_with_term()) is None
+    assert check_decision(ranked_with_term(missing_reason="busy", terms=[])) is None
+    live = live_decision()
+    live.user_author.CopyFrom(ranked_with_term().user_author)
+    assert "set on a live_allocation decision" in check_decision(live).detail
+
+    def decoded(record: contracts.DecisionRecord):
+        _, fields = decode_event(DECISION, ("decisions", 0, 0, T0, b"", contracts.encode(record)))
+        return fields[-3:]
+
+    term_id, logit, log_propensity = decoded(ranked_with_term())
+    assert (term_id, log_propensity) == ("t" * 16, -0.4) and logit == pytest.approx(0.2)
+    assert decoded(ranked_with_term(missing_reason="error", terms=[])) == ("", 0.0, 0.0)
+    assert decoded(feed_decision()) == ("", 0.0, 0.0)

@@ -62,7 +62,7 @@ class LinearValue:
 
 
 TERM = UserAuthorTermDecider(
-    LinearValue(), weight_logit_mean=math.log(2.0), weight_logit_std=0.3, version="ua-1"
+    LinearValue(), weight_logit_mean=math.log(2.0), weight_logit_std=0.3, term_id="linear-1", version="ua-1"
 )
 
 
@@ -118,7 +118,7 @@ def test_the_term_adds_exp_weight_times_each_candidates_pair_value_and_the_recor
         float(standard_log_density(np.array([noise]), np.array([0.3])))
     )
     assert (logged.policy_version, logged.routing_arm) == ("ua-1", contracts.ROUTING_ARMS["stable"])
-    assert logged.missing_reason == ""
+    assert (logged.missing_reason, logged.term_id) == ("", "linear-1")
     np.testing.assert_allclose(logged.terms, expected_terms(), rtol=1e-6)
     scores = fusion_scores(RANK_PREDICTIONS[None], np.array(record.action)[None])[0]
     scores = scores + np.exp(logged.weight_logit) * expected_terms()

@@ -38,6 +38,9 @@ def _row(surface: str = "feed") -> dict:
         "next_state": [0.0, 0.0],
         "action": [0.25] * 7,
         "log_propensity": -3.5,
+        "user_author_term_id": "t1",
+        "user_author_weight_logit": 0.5,
+        "user_author_log_propensity": -0.25,
         "reward": [12.5, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
     }
 
@@ -70,6 +73,17 @@ def test_examples_parse_with_tensorflow():
     assert int(parsed["deterministic"]) == 1
     parsed = tf.io.parse_single_example(to_example(_row() | {"deterministic": False}), flags)
     assert int(parsed["deterministic"]) == 0
+    term = {
+        "user_author_term_id": tf.io.FixedLenFeature([], tf.string),
+        "user_author_weight_logit": tf.io.FixedLenFeature([], tf.float32),
+        "user_author_log_propensity": tf.io.FixedLenFeature([], tf.float32),
+    }
+    parsed = tf.io.parse_single_example(to_example(_row()), term)
+    assert parsed["user_author_term_id"].numpy() == b"t1"
+    assert (float(parsed["user_author_weight_logit"]), float(parsed["user_author_log_propensity"])) == (
+        0.5,
+        -0.25,
+    )
 
 
 def test_example_bytes_are_deterministic():
@@ -86,6 +100,7 @@ def test_parquet_rows_name_each_reward_and_keep_every_value():
     assert [first[f"reward_{s}"] for s in signals.LIVE_SIGNALS] == [30.0, 2.0, 7.5]
     assert first["state"] == [0.5, -1.0] and first["done"] == 1 and first["step"] == 3
     assert first["deterministic"] == 1
+    assert (first["user_author_term_id"], first["user_author_weight_logit"]) == ("t1", 0.5)
     assert table.column("state").to_pylist()[1] == [] and table.num_rows == 2
     assert parquet_table("feed", []).num_rows == 0
 
@@ -197,6 +212,9 @@ def _random_row(rng: random.Random) -> dict:
         "next_state": floats(size),
         "action": floats(rng.choice([0, 1, 7, 40])),
         "log_propensity": floats(1)[0],
+        "user_author_term_id": rng.choice(["", "0123456789abcdef"]),
+        "user_author_weight_logit": floats(1)[0],
+        "user_author_log_propensity": floats(1)[0],
         "reward": floats(len(DATASET_SIGNALS[surface])),
     }
 

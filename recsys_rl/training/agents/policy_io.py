@@ -30,6 +30,7 @@ written to a temporary name and renamed, so a reader never sees a half-exported 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -431,6 +432,22 @@ def export_pair_value_policy(
         **metadata,
     }
     return _save(saver, Path(directory), manifest)
+
+
+def term_id(manifest: dict[str, Any]) -> str:
+    """Which ranking term an exported user-author value makes: a digest of its weights' files, reward
+    stds and term coefficients, but not of the weight's distribution.
+
+    Two versions with the same term id rank every page alike for the same weight, so logs served with
+    one re-weight to the other by the weight's density alone (the OPE gate's ``user_author`` surface);
+    any other difference needs logs of its own."""
+    digests = manifest["sha256"]
+    identity = {
+        "variables": {name: digests[name] for name in sorted(digests) if name.startswith("variables/")},
+        "reward_std": manifest["reward_std"],
+        "coefficients": manifest["term"]["coefficients"],
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
