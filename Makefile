@@ -60,6 +60,7 @@ bench: install
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
 	$(BIN)/python bench/serving.py --full --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --full --out bench/results/feature_reads.json
+	$(BIN)/python bench/user_author_serving.py --full --out bench/results/user_author_serving.json
 
 bench-quick: install
 	$(BIN)/python bench/simulator.py --quick --out bench/results/simulator.json
@@ -71,6 +72,7 @@ bench-quick: install
 	$(BIN)/python bench/ope.py --quick --out bench/results/ope.json
 	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --quick --out bench/results/feature_reads.json
+	$(BIN)/python bench/user_author_serving.py --quick --out bench/results/user_author_serving.json
 
 # mutmut on each module of [tool.mutation.modules] in pyproject.toml, against its listed unit tests only
 # (bench/mutation.py); tens of seconds to tens of minutes per module on two cores.

@@ -30,8 +30,9 @@ import apache_beam as beam
 from common import bench_parser, write_result
 
 from recsys_rl.feature_store import MaterializeConfig, materialize_repo, online_user_features, open_store
-from recsys_rl.feature_tables import write_user_activity
+from recsys_rl.feature_tables import USER_AUTHOR_HISTORY, write_user_activity
 from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
+from recsys_rl.pipelines.transitions import pair_history_file
 from recsys_rl.serving.online_features import UserFeatureReader
 
 DAY = 20_454  # 2026-01-01, in days since the epoch
@@ -58,10 +59,16 @@ def _fact(user: int) -> dict[str, Any]:
     }
 
 
-def materialised_store(users: int, root: Path):
-    """A SQLite feature store holding ``users`` users' accounts and one day of their aggregates."""
+def materialised_store(users: int, root: Path, pair_rows: list[dict] | None = None):
+    """A SQLite feature store holding ``users`` users' accounts and one day of their aggregates, and
+    ``pair_rows`` (``feature_tables.USER_AUTHOR_HISTORY`` rows) as a transition run writes them."""
     with beam.Pipeline() as p:
         p | beam.Create([_fact(u) for u in range(users)]) | WriteFeatureAggregates(str(root / "offline"))
+    if pair_rows:
+        name, parquet = pair_history_file((DAY + 1) * 86_400_000, [pair_rows])
+        pairs = root / "offline" / USER_AUTHOR_HISTORY.name
+        pairs.mkdir()
+        (pairs / Path(name).name).write_bytes(parquet)
     ids = [f"user-{u}" for u in range(users)]
     write_user_activity(root / "users", ids, [u % 4 for u in range(users)], DAY * 86_400_000)
     end = dt.datetime.fromtimestamp((DAY + 1) * 86_400 + 3_600, dt.UTC).isoformat()

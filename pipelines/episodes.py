@@ -83,8 +83,10 @@ class Decision(NamedTuple):
     # log_propensity is no behaviour propensity. Last, so that a carried decision of a run before this
     # field existed is the prefix of one (``pipelines.carry`` fills it in: such decisions were sampled).
     deterministic: bool = False
-    # A Rank's user-author term, when one was applied (``DecisionRecord.user_author``): which term
-    # function ranked, its weight logit and that draw's log-density; "" and zeros otherwise.
+    # A Rank's user-author term, when one was routed (``DecisionRecord.user_author``): which term
+    # function, its weight logit and that draw's log-density; "" and zeros otherwise. Kept also when the
+    # pairs' rows did not arrive and the ranking went without the term: the store's failure would have
+    # met any weight alike, and a draw that moved nothing re-weights without bias.
     user_author_term_id: str = ""
     user_author_weight_logit: float = 0.0
     user_author_log_propensity: float = 0.0
@@ -191,8 +193,8 @@ _NO_TERM = ("", 0.0, 0.0)
 
 
 def _user_author_term(record: contracts.DecisionRecord) -> tuple[str, float, float]:
-    """The Decision fields of the record's user-author term, if one entered its ranking."""
-    if not record.HasField("user_author") or record.user_author.missing_reason:
+    """The Decision fields of the record's user-author term, if one was routed."""
+    if not record.HasField("user_author"):
         return _NO_TERM
     term = record.user_author
     return term.term_id, term.weight_logit, term.log_propensity

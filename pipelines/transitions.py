@@ -301,10 +301,10 @@ class PairHistoryFiles(beam.PTransform):
     earlier run's in a point-in-time read, and no run's file replaces another's."""
 
     def expand(self, pair_features):
-        return pair_features | "ByRun" >> beam.GroupByKey() | "ToFile" >> beam.MapTuple(_pair_history_file)
+        return pair_features | "ByRun" >> beam.GroupByKey() | "ToFile" >> beam.MapTuple(pair_history_file)
 
 
-def _pair_history_file(cut_off_ms: int, users: Iterable[list[dict]]) -> tuple[str, bytes]:
+def pair_history_file(cut_off_ms: int, users: Iterable[list[dict]]) -> tuple[str, bytes]:
     rows = sorted((row for rows in users for row in rows), key=lambda r: (r["user_id"], r["author_id"]))
     table = USER_AUTHOR_HISTORY
     columns = {key: [row[key] for row in rows] for key in (*table.join_keys, *table.feature_names)}

@@ -16,7 +16,7 @@ MANIFEST = "manifest.json"
 #: manifest's per-surface ``deterministic`` count.
 #: Version 3 added the ``user_author`` surface (its shards, manifest section and pair-histories file).
 #: Version 4 added the request rows' ``user_author_term_id``, ``user_author_weight_logit`` and
-#: ``user_author_log_propensity`` (a Rank's user-author term; "" and zeros where none was applied).
+#: ``user_author_log_propensity`` (a Rank's user-author term; "" and zeros where none was routed).
 DATASET_SCHEMA_VERSION = 4
 #: Versions readers accept. A version-1 dataset has no ``deterministic`` column: it was built from
 #: version-1 decision records, which cannot say, and its decisions are all read as sampled.

@@ -137,11 +137,16 @@ _TERM_KEYS = ("coefficients", "weight_logit_mean", "weight_logit_std")
 def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDecider:
     """A registry user-author value (issue 22) and the ranking term its manifest names, verified.
 
-    The SavedModel answers: one call per Rank for all its candidates' pairs (``_call`` pads the rows to a
-    power of two, so the few batch shapes stay fast).
+    Its numpy twin answers (``numpy_pair_value``, checked against the SavedModel at load): TensorFlow's
+    call was a millisecond of a Rank's few.
     """
     from recsys_rl.sim.ranking_terms import PairValueTerm
-    from recsys_rl.training.agents.policy_io import PolicyLoadError, load_pair_value_policy, term_id
+    from recsys_rl.training.agents.policy_io import (
+        PolicyLoadError,
+        load_pair_value_policy,
+        numpy_pair_value,
+        term_id,
+    )
 
     policy = load_pair_value_policy(policy_dir, verify=True)
     term = policy.manifest.get("term")
@@ -150,7 +155,8 @@ def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDe
             f"{policy_dir}: its manifest has no ranking term ({', '.join(_TERM_KEYS)}); export it again "
             "with this version of recsys-rl"
         )
-    values = PairValueTerm(policy.values, np.asarray(policy.manifest["reward_std"]), term["coefficients"])
+    twin = numpy_pair_value(policy)
+    values = PairValueTerm(twin.values, twin.reward_std, term["coefficients"])
     return UserAuthorTermDecider(
         values,
         float(term["weight_logit_mean"]),

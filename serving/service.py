@@ -66,11 +66,14 @@ class Decision:
 
 @dataclass(frozen=True)
 class CandidatePairs:
-    """The user's pairs with the authors of a Rank's candidates, as the store has them."""
+    """The user's pairs with the authors of a Rank's candidates, as the store has them: one state per
+    author, however many candidates name it (a page's 200 candidates come from a few dozen authors, and
+    the values cost per row)."""
 
     candidates: int
     linked: np.ndarray  # indices of the candidates that name an author
-    states: np.ndarray | None  # (len(linked), D) pair states; None when the rows could not be read
+    author_rows: np.ndarray  # for each linked candidate, its author's row of ``states``
+    states: np.ndarray | None  # (authors, D) pair states; None when the rows could not be read
     missing: str | None  # why states is None
 
     def terms(self, term: PairTerm) -> np.ndarray | None:
@@ -78,7 +81,7 @@ class CandidatePairs:
         if self.states is None:
             return None
         terms = np.zeros(self.candidates)
-        terms[self.linked] = term.of_states(self.states)
+        terms[self.linked] = term.of_states(self.states)[self.author_rows]
         return terms
 
 
@@ -297,12 +300,12 @@ class Handlers:
     async def _candidate_pairs(self, request, time_ms: int, budget_s: float) -> CandidatePairs:
         authors = [candidate.author_id for candidate in request.candidates]
         linked = np.flatnonzero(np.array(authors, dtype=bool))
-        states, missing = await self._pairs.states(
-            request.user_id, [authors[j] for j in linked], time_ms, budget_s
-        )
+        rows: dict[str, int] = {}  # author -> its row, in order of first appearance
+        author_rows = np.array([rows.setdefault(authors[j], len(rows)) for j in linked], dtype=np.intp)
+        states, missing = await self._pairs.states(request.user_id, list(rows), time_ms, budget_s)
         if missing is not None:
             self._metrics.user_author_terms_missing.labels(missing).inc()
-        return CandidatePairs(len(authors), linked, states, missing)
+        return CandidatePairs(len(authors), linked, author_rows, states, missing)
 
     def _term(
         self, arm: str, decider: Decider | None, pairs: CandidatePairs, seed: tuple[int, int]

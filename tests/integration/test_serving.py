@@ -696,14 +696,14 @@ def redis_features(redis_server, tmp_path_factory) -> Path:
     from recsys_rl.feature_store import MaterializeConfig, materialize_repo
     from recsys_rl.feature_tables import USER_AUTHOR_HISTORY, write_user_activity
     from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
-    from recsys_rl.pipelines.transitions import _pair_history_file
+    from recsys_rl.pipelines.transitions import pair_history_file
 
     root = tmp_path_factory.mktemp("serve-features")
     facts = [_view(f"v{i}", 60 + i, watch=20.0, click=i % 2) for i in range(10)]
     with beam.Pipeline() as p:
         p | beam.Create(facts) | WriteFeatureAggregates(str(root / "offline"))
     # the pair (user-1, author-1) those views made, as a transition run with the pair surface writes it
-    name, parquet = _pair_history_file(
+    name, parquet = pair_history_file(
         (FEATURE_DAY + 1) * DAY_MS,
         [[{**PAIR_ROW, "user_id": "user-1", "author_id": "author-1"}]],
     )

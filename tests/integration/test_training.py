@@ -25,6 +25,7 @@ from recsys_rl.training.agents.policy_io import (
     load_feed_policy,
     load_pair_value_policy,
     numpy_actor,
+    numpy_pair_value,
 )
 from recsys_rl.training.pair_value import PairValueConfig
 from recsys_rl.training.train import TrainConfig, TrainingDivergedError, train
@@ -164,6 +165,7 @@ def test_an_exported_pair_value_reloads_with_the_critics_values(feed_dataset: Pa
     assert expected.shape == (128, 4)
     assert not np.allclose(agent.policy.values(first_states).numpy(), before)  # the steps trained it
     np.testing.assert_allclose(saved.values(states), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(numpy_pair_value(saved).values(states), expected, rtol=1e-5, atol=1e-6)
     # PolicySaver's own entry point serves the same values as the policy's action
     time_step = ts.restart(tf.constant(states), batch_size=128, reward_spec=tf.TensorSpec([4], tf.float32))
     np.testing.assert_allclose(saved.model.action(time_step, ()).action.numpy(), expected, atol=1e-6)
@@ -176,14 +178,16 @@ def test_an_exported_pair_value_reloads_with_the_critics_values(feed_dataset: Pa
         load_feed_policy(tmp_path / "policy")
 
 
+@pytest.mark.parametrize("algo", ["ua-mtcl", "ua-independent"])
 def test_serving_builds_the_exported_ranking_term_and_refuses_an_export_without_one(
-    feed_dataset: Path, tmp_path: Path
+    algo: str, feed_dataset: Path, tmp_path: Path
 ):
+    """Serving's term is the export's: its numpy twin of either critic, combined by the coefficients."""
     from recsys_rl.serving.policies import load_user_author_decider
 
     dataset = open_dataset(feed_dataset, USER_AUTHOR)
-    config = PairValueConfig(hidden=(16,), term_coefficients=(0.0, 2.0, 0.0, 1.0), term_weight=3.0)
-    agent = build_pair_value_agent("ua-mtcl", transition_statistics(dataset), config)
+    config = PairValueConfig(hidden=(16, 8), term_coefficients=(0.0, 2.0, 0.0, 1.0), term_weight=3.0)
+    agent = build_pair_value_agent(algo, transition_statistics(dataset), config)
     batches = iter(read_transitions(dataset, 64, seed=0))
     for _ in range(5):  # the heads start at zero: trained, every value differs
         agent.train(next(batches))

@@ -32,7 +32,7 @@ from recsys_rl.serving.settings import ServeConfig
 NOW_MS = 1_700_000_000_000
 DAY_MS = 86_400_000
 #: Candidate j's author; candidate 2 names none. Candidate 0 has the lowest fusion score of the page.
-AUTHORS = ("a-fan", "a-new", "", "a-new", "a-x", "a-x", "a-y", "a-y")
+AUTHORS = ("a-fan", "a-new", "", "a-x", "a-new", "a-y", "a-x", "a-y")
 #: What the store knows: the user has met a-fan often and follows them; a-x once, long ago.
 KNOWN = {
     "a-fan": PairHistory(views=40, clicks=12, followed=True, gifts=3.0, last_time_ms=NOW_MS - DAY_MS),

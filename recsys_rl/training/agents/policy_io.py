@@ -250,6 +250,70 @@ def numpy_actor(policy: SavedFeedPolicy, *, probes: int = 64, tolerance: float =
     return actor
 
 
+@dataclass(frozen=True)
+class NumpyPairValue:
+    """An exported user-author value as numpy: on a Rank's few dozen pairs TensorFlow's call costs a
+    millisecond (``bench/user_author_serving.py``), the arithmetic a small share of that.
+
+    The MTCL critic has one trunk (2-D kernels) and every head in the funnel, each reading the values of
+    the heads before it in signal order; the independent critic has a trunk per head (3-D kernels) and no
+    funnel. Built only by ``numpy_pair_value``, which checks it against the SavedModel first.
+    """
+
+    state_mean: np.ndarray  # (D,)
+    state_std: np.ndarray  # (D,)
+    trunk: tuple[
+        tuple[np.ndarray, np.ndarray], ...
+    ]  # (kernel, bias) per depth; kernels (in, out) or (S, in, out)
+    heads: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]  # per signal: hidden, output
+    reward_std: np.ndarray  # (S,) the heads are in reward-std units
+
+    def values(self, states: np.ndarray) -> np.ndarray:
+        """(N, D) pair states -> (N, S) values in their signals' units, as ``SavedPairValue.values``."""
+        x = (np.asarray(states, np.float64) - self.state_mean) / self.state_std
+        for kernel, bias in self.trunk:
+            x = np.maximum((x @ kernel if kernel.ndim == 2 else np.matmul(x, kernel)) + bias, 0.0)
+        funnel = x.ndim == 2  # one shared trunk: the MTCL funnel, in signal order
+        outputs: list[np.ndarray] = []
+        for index, (hidden_kernel, hidden_bias, out_kernel, out_bias) in enumerate(self.heads):
+            features = np.concatenate([x, *outputs], axis=-1) if funnel else x[index]
+            outputs.append(np.maximum(features @ hidden_kernel + hidden_bias, 0.0) @ out_kernel + out_bias)
+        return np.concatenate(outputs, axis=-1) * self.reward_std
+
+
+_HEAD_PARTS = ("_hidden/kernel", "_hidden/bias", "/kernel", "/bias")
+
+
+def numpy_pair_value(policy: SavedPairValue, *, probes: int = 64, tolerance: float = 1e-4) -> NumpyPairValue:
+    """The policy's values as numpy, refused (PolicyLoadError) unless they reproduce the SavedModel's on
+    random states, relative to each signal's reward std: a serving shortcut must never become a skew."""
+    # "pair_critic/head_click_hidden/kernel:0" -> "head_click_hidden/kernel"; the normaliser's are bare
+    named = {v.name.removesuffix(":0"): v.numpy().astype(np.float64) for v in policy.model.model_variables}
+    layers = {"/".join(name.split("/")[-2:]): value for name, value in named.items() if "/" in name}
+    depth = sum(1 for name in layers if re.fullmatch(r"critic_\d+/kernel", name))
+    twin = NumpyPairValue(
+        state_mean=named["mean"],
+        state_std=named["std"],
+        trunk=tuple((layers[f"critic_{i}/kernel"], layers[f"critic_{i}/bias"]) for i in range(depth)),
+        heads=tuple(
+            tuple(
+                layers[f"head_{s}{part}"] for part in ("_hidden/kernel", "_hidden/bias", "/kernel", "/bias")
+            )
+            for s in policy.manifest["signals"]
+        ),
+        reward_std=np.asarray(policy.manifest["reward_std"], np.float64),
+    )
+    rng = np.random.default_rng(0)
+    states = twin.state_mean + twin.state_std * rng.standard_normal((probes, twin.state_mean.size))
+    gap = float(np.max(np.abs(twin.values(states) - policy.values(states)) / twin.reward_std))
+    if not gap <= tolerance:
+        raise PolicyLoadError(
+            f"{policy.directory}: the numpy values differ from the SavedModel's by {gap:.2e} reward stds; "
+            "the export's layout is not the one expected"
+        )
+    return twin
+
+
 def _call(function, **inputs: np.ndarray) -> np.ndarray:
     """``function`` of a SavedModel on row batches, as float64 numpy.
 
