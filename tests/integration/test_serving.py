@@ -897,6 +897,16 @@ def pair_value_run(feed_dataset: Path, tmp_path_factory: pytest.TempPathFactory)
     return run
 
 
+def user_author_registry(run: Path, tmp_path: Path) -> Path:
+    """A registry whose user_author surface serves ``run``'s value as ua1, stable (a passing blessing
+    written by hand: the gate is not under test here)."""
+    root = tmp_path / "registry"
+    report = make_report(tmp_path / "report-ua", run / "policy")
+    registry.register(root, "user_author", run=run, report=report, version="ua1")
+    registry.promote(root, "user_author", "ua1", "stable")
+    return root
+
+
 def test_rank_adds_the_user_author_term_from_the_pairs_online_rows_and_logs_it(
     pair_value_run, redis_features, redis_server, topics, embedded_kafka, tmp_path, serve
 ):
@@ -906,10 +916,7 @@ def test_rank_adds_the_user_author_term_from_the_pairs_online_rows_and_logs_it(
     from recsys_rl.sim.ranking_terms import PairValueTerm
     from recsys_rl.training.agents.policy_io import load_pair_value_policy, term_id
 
-    root = tmp_path / "registry"
-    report = make_report(tmp_path / "report-ua", pair_value_run / "policy")
-    registry.register(root, "user_author", run=pair_value_run, report=report, version="ua1")
-    registry.promote(root, "user_author", "ua1", "stable")
+    root = user_author_registry(pair_value_run, tmp_path)
     server = serve(
         registry=str(root),
         **redis_feature_settings(redis_features, redis_server, tmp_path),
@@ -953,3 +960,63 @@ def test_rank_adds_the_user_author_term_from_the_pairs_online_rows_and_logs_it(
     assert logged.log_propensity == pytest.approx(
         -0.5 * noise**2 - math.log(manifest["weight_logit_std"]) - 0.5 * math.log(2 * math.pi), abs=1e-5
     )
+
+
+def test_the_terms_draws_reach_the_gates_steps_through_kafka_and_the_pipeline(
+    pair_value_run, redis_features, redis_server, embedded_kafka, tmp_path, serve
+):
+    """What the server logs of the term is what the user_author gate weighs: the records go through
+    Kafka and the transition pipeline, and the gate's steps are the logged weight logits and their
+    log-densities, in order, for the candidate with the served term function."""
+    from recsys_rl.ope.logged import LoggedSteps
+    from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
+    from recsys_rl.training.agents.data import open_dataset
+    from recsys_rl.training.agents.policy_io import term_id
+
+    decisions_topic, feedback_topic, shadow_topic = (f"{n}-{uuid.uuid4().hex[:8]}" for n in "dfs")
+    ensure_topics(
+        embedded_kafka.bootstrap_servers, [TopicSpec(decisions_topic, 1), TopicSpec(feedback_topic, 1)]
+    )
+    root = user_author_registry(pair_value_run, tmp_path)
+    server = serve(
+        registry=str(root),
+        **redis_feature_settings(redis_features, redis_server, tmp_path),
+        feature_budget_ms=2_000.0,
+        bootstrap_servers=embedded_kafka.bootstrap_servers,
+        decisions_topic=decisions_topic,
+        shadow_topic=shadow_topic,
+    )
+    answers = []
+    with channel(server) as ch:
+        for i in range(12):  # one session of user-1: a page every 30 s
+            request = rank_request(f"term-{i}")
+            request.context.event_time_ms = REQUEST_TIME_MS + 30_000 * i
+            request.candidates[3].author_id = "author-1"
+            answers.append(ranking(ch).Rank(request))
+    server.stop(1.0)
+    logged = decisions(embedded_kafka.bootstrap_servers, decisions_topic)
+    assert [r.request_id for r in logged] == [f"term-{i}" for i in range(12)]
+    assert {a.user_author_version for a in answers} == {"ua1"}
+
+    result = build_transitions(
+        BuildTransitionsConfig(
+            bootstrap_servers=embedded_kafka.bootstrap_servers,
+            group=f"term-{uuid.uuid4().hex[:8]}",
+            out=str(tmp_path / "data"),
+            decisions_topic=decisions_topic,
+            feedback_topic=feedback_topic,
+            dead_letter_topic="",
+            start="earliest",
+            commit=False,
+        )
+    )
+    policy = registry.get_version(root, "user_author", "ua1").policy_dir
+    served_term = term_id(json.loads((policy / "policy.json").read_text()))
+    steps = LoggedSteps.from_dataset(open_dataset(result.dataset_dir), served_term)
+    assert steps.rows == 12 and steps.excluded == {}
+    np.testing.assert_array_equal(
+        steps.actions[:, 0], [np.float32(r.user_author.weight_logit) for r in logged]
+    )
+    np.testing.assert_array_equal(steps.behaviour_log_prob, [r.user_author.log_propensity for r in logged])
+    with pytest.raises(ValueError, match="without the evaluated user-author term function"):
+        LoggedSteps.from_dataset(open_dataset(result.dataset_dir), "another-term")
