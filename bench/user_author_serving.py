@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,13 @@ from serving_load import requests
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.online_features import PairHistoryReader, UserFeatureReader
-from recsys_rl.serving.policies import NoUserAuthorTerm, feed_fallback, load_user_author_decider
-from recsys_rl.serving.routing import ServingSet
+from recsys_rl.serving.policies import (
+    NoUserAuthorTerm,
+    feed_fallback,
+    load_feed_decider,
+    load_user_author_decider,
+)
+from recsys_rl.serving.routing import PolicyHolder, ServingSet
 from recsys_rl.serving.service import Handlers
 from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.signals import PAIR_SIGNALS
@@ -89,17 +95,8 @@ class EncodingLog:
         return True
 
 
-class Context:
-    def time_remaining(self) -> None:
-        return None
-
-    def cancelled(self) -> bool:
-        return False
-
-
-class Holder:
-    def __init__(self, current: ServingSet) -> None:
-        self.current = current
+#: The parts of a grpc.aio context a served Rank touches: no deadline, never cancelled.
+CONTEXT = SimpleNamespace(time_remaining=lambda: None, cancelled=lambda: False)
 
 
 def _summary(seconds: list[float]) -> dict[str, float]:
@@ -131,7 +128,14 @@ def main() -> None:
                 "without_term": ServingSet(NoUserAuthorTerm(), since_ms=0),
                 "with_term": ServingSet(NoUserAuthorTerm(), since_ms=0, revision=1, stable=term),
             }
-            holders = {"feed": Holder(ServingSet(fallback, since_ms=0, revision=1, stable=fallback))}
+            # holders without a registry: what they serve is set here, arm by arm
+            holders = {
+                "feed": PolicyHolder(None, "feed", load_feed_decider, fallback),
+                "user_author": PolicyHolder(
+                    None, "user_author", load_user_author_decider, NoUserAuthorTerm()
+                ),
+            }
+            holders["feed"].current = ServingSet(fallback, since_ms=0, revision=1, stable=fallback)
             config = ServeConfig(feature_budget_ms=30_000.0)  # the steady state: rows come from the cache
             handlers = Handlers(
                 config, holders, users, pairs, EncodingLog(), ServingMetrics(), lambda: True, started_at_ms=0
@@ -143,9 +147,9 @@ def main() -> None:
             times: dict[str, list[float]] = {arm: [] for arm in arms}
             for round_ in range(mode["rounds"] + 1):  # round 0 fills the caches and is not counted
                 for arm, routing in arms.items():
-                    holders["user_author"] = Holder(routing)
+                    holders["user_author"].current = routing
                     for request in pool:
-                        took = _timed(loop, handlers.rank(request, Context()))
+                        took = _timed(loop, handlers.rank(request, CONTEXT))
                         if round_:
                             times[arm].append(took)
         finally:

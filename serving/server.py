@@ -146,20 +146,16 @@ def _open_features(config: ServeConfig) -> tuple[UserFeatureReader, PairHistoryR
             state_dir=config.feature_state_dir,
             redis=config.redis,
         )
+    shared = {"readers": config.feature_readers, "cache_s": config.feature_cache_s}
     users = UserFeatureReader(
-        store,
-        readers=config.feature_readers,
-        cache_s=config.feature_cache_s,
-        batch_size=config.feature_batch_size,
-        max_pending=config.feature_max_pending,
+        store, batch_size=config.feature_batch_size, max_pending=config.feature_max_pending, **shared
     )
     pairs = PairHistoryReader(
         store,
-        readers=config.feature_readers,
-        cache_s=config.feature_cache_s,
         cache_size=config.pair_cache_size,
         batch_size=config.pair_batch_size,
         max_pending=config.pair_max_pending,
+        **shared,
     )
     return users, pairs
 

@@ -224,9 +224,7 @@ def numpy_actor(policy: SavedFeedPolicy, *, probes: int = 64, tolerance: float =
     and log-densities on random states and actions: a serving shortcut must never become a skew."""
     from recsys_rl.training.agents.networks import LOG_STD_RANGE  # the clip the network applies to log_std
 
-    # "main_actor/actor_0/kernel:0" -> "actor_0/kernel"; the normaliser's "mean", "std" and "log_std" are bare
-    named = {v.name.removesuffix(":0"): v.numpy().astype(np.float64) for v in policy.model.model_variables}
-    layers = {"/".join(name.split("/")[-2:]): value for name, value in named.items() if "/" in name}
+    named, layers = _model_variables(policy.model)
     depth = sum(1 for name in layers if re.fullmatch(r"actor_\d+/kernel", name))
     actor = NumpyGaussianActor(
         state_mean=named["mean"],
@@ -284,22 +282,26 @@ class NumpyPairValue:
 _HEAD_PARTS = ("_hidden/kernel", "_hidden/bias", "/kernel", "/bias")
 
 
+def _model_variables(model) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A loaded SavedModel's variables as float64, by full name and, for layers, by their last two name
+    parts ("main_actor/actor_0/kernel:0" -> "actor_0/kernel"); the state normaliser's "mean" and "std"
+    (and an actor's "log_std") are bare names."""
+    named = {v.name.removesuffix(":0"): v.numpy().astype(np.float64) for v in model.model_variables}
+    layers = {"/".join(name.split("/")[-2:]): value for name, value in named.items() if "/" in name}
+    return named, layers
+
+
 def numpy_pair_value(policy: SavedPairValue, *, probes: int = 64, tolerance: float = 1e-4) -> NumpyPairValue:
     """The policy's values as numpy, refused (PolicyLoadError) unless they reproduce the SavedModel's on
     random states, relative to each signal's reward std: a serving shortcut must never become a skew."""
-    # "pair_critic/head_click_hidden/kernel:0" -> "head_click_hidden/kernel"; the normaliser's are bare
-    named = {v.name.removesuffix(":0"): v.numpy().astype(np.float64) for v in policy.model.model_variables}
-    layers = {"/".join(name.split("/")[-2:]): value for name, value in named.items() if "/" in name}
+    named, layers = _model_variables(policy.model)
     depth = sum(1 for name in layers if re.fullmatch(r"critic_\d+/kernel", name))
     twin = NumpyPairValue(
         state_mean=named["mean"],
         state_std=named["std"],
         trunk=tuple((layers[f"critic_{i}/kernel"], layers[f"critic_{i}/bias"]) for i in range(depth)),
         heads=tuple(
-            tuple(
-                layers[f"head_{s}{part}"] for part in ("_hidden/kernel", "_hidden/bias", "/kernel", "/bias")
-            )
-            for s in policy.manifest["signals"]
+            tuple(layers[f"head_{s}{part}"] for part in _HEAD_PARTS) for s in policy.manifest["signals"]
         ),
         reward_std=np.asarray(policy.manifest["reward_std"], np.float64),
     )
