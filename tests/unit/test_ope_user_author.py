@@ -80,7 +80,7 @@ def test_the_term_steps_are_the_logged_weight_draws_of_sessions_ranked_with_that
     directory, term, sessions_without = logs
     steps = LoggedSteps.from_dataset(open_dataset(directory), term)
     assert steps.excluded["user_author_term"]["sessions"] == sessions_without
-    assert steps.actions.shape == (steps.rows, 1)
+    assert steps.actions.shape == (steps.rows, 1) and steps.actions.dtype == np.float32  # as feed actions
     # each row's behaviour log-probability is its logged logit's density under the served Gaussian
     expected = log_density(steps.actions.astype(np.float64), LOGGED_MEAN, np.array([LOGGED_STD]))
     np.testing.assert_allclose(steps.behaviour_log_prob, expected, atol=1e-5)
@@ -94,10 +94,18 @@ def test_the_term_steps_are_the_logged_weight_draws_of_sessions_ranked_with_that
     )
 
 
-def test_a_feed_only_dataset_has_no_session_to_weight_and_says_why(logs, tmp_path):
-    directory, _, _ = logs
+def test_logs_without_the_term_have_no_session_to_weight_and_say_why(logs, tmp_path):
+    directory, term, _ = logs
     with pytest.raises(ValueError, match="without the evaluated user-author term function"):
         LoggedSteps.from_dataset(open_dataset(directory), "another-term")
+    # a dataset from before the term's columns (schema 3) had no term anywhere
+    old = tmp_path / "schema-3"
+    old.mkdir()
+    feed_steps = LoggedSteps.from_dataset(open_dataset(directory))
+    write_feed_dataset(old, feed_table(feed_steps, schema_version=3), schema_version=3)
+    with pytest.raises(ValueError, match=r"every session .* without the evaluated user-author term function"):
+        LoggedSteps.from_dataset(open_dataset(old), term)
+    assert LoggedSteps.from_dataset(open_dataset(old)).rows > 0  # and reads as before for the feed
 
 
 def test_the_gate_judges_the_weights_support_and_names_the_term_settings_that_move_it(logs, tmp_path):

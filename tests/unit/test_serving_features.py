@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import recsys_rl.feature_store
-from recsys_rl.pair_state import PairHistory
+from recsys_rl.pair_state import PAIR_STATE_FEATURES, PairHistory
 from recsys_rl.serving.online_features import Lookup, PairHistoryReader, UserFeatureReader
 from recsys_rl.state import StoredUserFeatures
 
@@ -63,7 +63,10 @@ def _views(user_id: str) -> int:
 
 def _row_of(user: StoredUserFeatures | None) -> int | None:
     """Whose row a lookup answered with: its view count, unique per user id in these tests."""
-    return None if user is None else int(user.views[0])
+    if user is None:
+        return None
+    assert len(user.views) == 1, "a lookup answers with the user's one row"
+    return int(user.views[0])
 
 
 def _wait_for(condition, timeout_s: float = 5.0) -> None:
@@ -213,6 +216,22 @@ def test_entries_expire_and_the_oldest_go_first(slow_store: SlowStore) -> None:
     reader.close()
 
 
+def test_a_cache_shorter_than_a_second_still_caches(slow_store: SlowStore) -> None:
+    slow_store.release.set()
+    clock = FakeClock()
+    reader = UserFeatureReader(object(), readers=1, cache_s=0.5, clock=clock)
+    assert [_row_of(lookup(reader, "u1", budget_s=1.0).user) for _ in range(2)] == [_views("u1")] * 2
+    assert slow_store.reads == ["u1"]
+    reader.close()
+
+
+def test_without_a_store_nothing_is_read_and_every_lookup_says_so() -> None:
+    reader = UserFeatureReader(None)
+    assert reader.warm_up(["u1"]) == 0
+    assert lookup(reader, "u1", budget_s=1.0) == Lookup(None, "no_store")
+    assert reader.pending() == 0
+
+
 def test_without_a_cache_every_lookup_reads(slow_store: SlowStore) -> None:
     slow_store.release.set()
     reader = UserFeatureReader(object(), readers=2, cache_s=0.0)
@@ -269,3 +288,23 @@ def test_pair_states_say_why_when_the_store_fails_or_there_is_none(pair_store: P
     reader.close()
     assert asyncio.run(PairHistoryReader(None).states("u1", ["a-met"], 0, budget_s=5.0)) == (None, "no_store")
     assert asyncio.run(PairHistoryReader(None).states("u1", [], 0, budget_s=5.0)) == (None, "no_store")
+
+
+def test_a_spent_budget_answers_at_once_and_its_read_fills_the_cache(pair_store: PairStore) -> None:
+    """A budget already spent (the deadline passed while the request waited) does not wait for a store
+    that would answer a moment later; the read goes on and the next page has the row."""
+    reader = PairHistoryReader(object(), readers=1)
+    assert asyncio.run(reader.states("u1", ["a-met"], 0, budget_s=-0.5)) == (None, "timeout")
+    _wait_for(lambda: reader.pending() == 0)
+    states, missing = asyncio.run(reader.states("u1", ["a-met"], 0, budget_s=0.0))
+    assert missing is None and states[0, 2] == 1.0  # followed
+    assert len(pair_store.calls) == 1
+    reader.close()
+
+
+def test_a_rank_without_author_linked_candidates_reads_no_pair(pair_store: PairStore) -> None:
+    reader = PairHistoryReader(object(), readers=1)
+    states, missing = asyncio.run(reader.states("u1", [], 0, budget_s=1.0))
+    assert missing is None and states.shape == (0, len(PAIR_STATE_FEATURES))
+    assert pair_store.calls == []
+    reader.close()

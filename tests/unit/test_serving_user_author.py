@@ -48,6 +48,8 @@ class DictPairs:
         self.calls: list[list[str]] = []
 
     async def states(self, user_id, author_ids, at_ms, budget_s):
+        # the request's user, at the request's time, within the server's feature budget
+        assert (user_id, at_ms, budget_s) == ("u-1", NOW_MS, pytest.approx(0.005))
         self.calls.append(list(author_ids))
         if self.missing is not None:
             return None, self.missing
@@ -108,7 +110,8 @@ def expected_terms() -> np.ndarray:
 
 
 def test_the_term_adds_exp_weight_times_each_candidates_pair_value_and_the_record_keeps_it():
-    response, records = rank(stable(TERM), DictPairs())
+    pairs = DictPairs()
+    response, records = rank(stable(TERM), pairs)
     [(topic, record)] = records
     assert topic == "decisions"
     logged = record.user_author
@@ -126,6 +129,14 @@ def test_the_term_adds_exp_weight_times_each_candidates_pair_value_and_the_recor
     assert list(response.item_ids) == list(record.served_item_ids) == [f"v{j}" for j in order]
     np.testing.assert_allclose(response.scores, scores[order], rtol=1e-5)
     assert response.user_author_version == "ua-1"
+    assert (response.request_id, response.schema_version) == ("r-1", contracts.SERVING_SCHEMA_VERSION)
+    assert list(response.action) == list(record.action)
+    assert (response.log_propensity, response.policy_version) == (
+        record.log_propensity,
+        record.policy_version,
+    )
+    assert response.routing_arm == record.routing_arm == contracts.ROUTING_ARMS["stable"]
+    assert pairs.calls == [["a-fan", "a-new", "a-x", "a-y"]]  # each author once, in order of appearance
     # the term matters here: the followed author's candidate, last on fusion alone, is ranked first
     assert response.item_ids[0] == "v0"
 
