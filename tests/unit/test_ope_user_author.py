@@ -10,8 +10,10 @@ gate needs no SavedModel to score a weight).
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from transition_shards import feed_table, write_feed_dataset
 
@@ -103,8 +105,18 @@ def test_logs_without_the_term_have_no_session_to_weight_and_say_why(logs, tmp_p
     old.mkdir()
     feed_steps = LoggedSteps.from_dataset(open_dataset(directory))
     write_feed_dataset(old, feed_table(feed_steps, schema_version=3), schema_version=3)
-    with pytest.raises(ValueError, match=r"every session .* without the evaluated user-author term function"):
+    shard = re.escape(str(old / "transitions-feed-00000-of-00002.parquet"))
+    with pytest.raises(
+        ValueError,
+        match=rf"every session in the Parquet shards \[.*{shard}.*without the evaluated user-author term "
+        r"function.*; nothing is left to weight \(log with a server that explores: serve without "
+        r"--no-explore; and, for a user-author term, with that term serving\)",
+    ):
         LoggedSteps.from_dataset(open_dataset(old), term)
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(feed_table(feed_steps).slice(0, 0), empty)
+    with pytest.raises(ValueError, match=rf"the Parquet shards \['{re.escape(str(empty))}'\] hold no rows"):
+        LoggedSteps.from_parquet([empty], signals.FEED_SIGNALS, term)
     assert LoggedSteps.from_dataset(open_dataset(old)).rows > 0  # and reads as before for the feed
 
 

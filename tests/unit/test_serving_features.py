@@ -108,6 +108,8 @@ def test_a_cold_burst_that_misses_its_budget_fills_the_cache_for_the_next_one(sl
     _wait_for(lambda: reader.pending() == 0)
     assert _burst(reader, users, budget_s=0.005) == [None] * 96
     assert sorted(slow_store.reads) == sorted(users)  # each user read once
+    # each user got their own row out of the batches they were read in
+    assert [_row_of(lookup(reader, u, budget_s=0.0).user) for u in users] == [_views(u) for u in users]
     reader.close()
 
 
@@ -145,6 +147,23 @@ def test_warm_up_reads_the_expected_users_before_the_first_request(slow_store: S
     assert _row_of(lookup(reader, "u4", budget_s=0.0).user) == _views("u4")
     assert lookup(reader, "u-new", budget_s=0.0).missing == "unknown_user"
     assert reader.warm_up(["u1"]) == 0 and len(slow_store.reads) == 7  # cached: not read again
+    reader.close()
+    many = [f"m{i}" for i in range(7)]  # over three turns of a queue of two
+    reader = UserFeatureReader(object(), readers=1, max_pending=2)
+    assert reader.warm_up(many) == 7 and sorted(slow_store.reads[8:]) == many  # after its registry load
+    reader.close()
+
+
+def test_warm_up_carries_on_when_the_store_cannot_load_its_registry(monkeypatch) -> None:
+    """A store down at start-up is the requests' fallback's business: warm-up reads nothing, and says so."""
+    from recsys_rl.feature_store import FeatureStoreError
+
+    def down(store, user_ids):
+        raise FeatureStoreError("the online store is unreachable")
+
+    monkeypatch.setattr(recsys_rl.feature_store, "online_user_features", down, raising=False)
+    reader = UserFeatureReader(object(), readers=1)
+    assert reader.warm_up(["u1", "u2"], timeout_s=5.0) == 0
     reader.close()
 
 
