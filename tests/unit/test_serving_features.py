@@ -29,6 +29,7 @@ class SlowStore:
         self.calls: list[list[str]] = []
         self.release = threading.Event()
         self.fail = False
+        self.edits = 0  # added to every view count: a row that changed in the store since it was read
 
     @property
     def reads(self) -> list[str]:
@@ -44,7 +45,10 @@ class SlowStore:
         known = {"activity_group": 1, "day": 100}
         return pd.DataFrame(
             [
-                {"user_id": u, **({} if u.startswith("u-new") else {**known, "views": _views(u)})}
+                {
+                    "user_id": u,
+                    **({} if u.startswith("u-new") else {**known, "views": _views(u) + self.edits}),
+                }
                 for u in user_ids
             ]
         )
@@ -257,6 +261,8 @@ def test_without_a_cache_every_lookup_reads(slow_store: SlowStore) -> None:
     for _ in range(3):
         assert lookup(reader, "u1", budget_s=1.0).user is not None
     assert slow_store.reads == ["u1"] * 3
+    slow_store.edits = 1  # the store's row changed: the next lookup answers with it, not with a kept one
+    assert _row_of(lookup(reader, "u1", budget_s=1.0).user) == _views("u1") + 1
     reader.close()
 
 
