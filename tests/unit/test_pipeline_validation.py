@@ -474,20 +474,26 @@ def ranked_with_term(**term) -> contracts.DecisionRecord:
 
 
 @pytest.mark.parametrize(
-    ("term", "words"),
+    ("term", "reason", "words"),
     [
-        ({"terms": [0.5]}, "user_author.terms should have one value per candidate (2), but has 1"),
-        ({"terms": [0.5, math.inf]}, "user_author.terms should be finite"),
-        ({"weight_logit": math.nan}, "weight_logit and log_propensity should be finite"),
-        ({"missing_reason": "unknown_user", "terms": []}, "missing_reason should be one of"),
-        ({"missing_reason": "timeout"}, "with no terms, but is 'timeout' with 2 terms"),
-        ({"term_id": ""}, "DecisionRecord.user_author.term_id is empty"),
-        ({"policy_version": "v" * 129}, "user_author.policy_version should be at most 128"),
+        (
+            {"terms": [0.5]},
+            "out_of_range",
+            "user_author.terms should have one value per candidate (2), but has 1",
+        ),
+        ({"terms": [0.5, math.inf]}, "out_of_range", "user_author.terms should be finite"),
+        ({"weight_logit": math.nan}, "out_of_range", "weight_logit and log_propensity should be finite"),
+        ({"missing_reason": "unknown_user", "terms": []}, "out_of_range", "missing_reason should be one of"),
+        ({"missing_reason": "timeout"}, "out_of_range", "with no terms, but is 'timeout' with 2 terms"),
+        ({"term_id": ""}, "missing_field", "DecisionRecord.user_author.term_id is empty"),
+        ({"policy_version": ""}, "missing_field", "DecisionRecord.user_author.policy_version is empty"),
+        ({"policy_version": "v" * 129}, "too_long", "user_author.policy_version should be at most 128"),
+        ({"term_id": "t" * 129}, "too_long", "user_author.term_id should be at most 128"),
     ],
 )
-def test_a_bad_user_author_term_is_dead_lettered_naming_the_field(term, words):
+def test_a_bad_user_author_term_is_dead_lettered_naming_the_field(term, reason, words):
     rejection = check_decision(ranked_with_term(**term))
-    assert rejection is not None and words in rejection.detail, rejection
+    assert rejection is not None and rejection.reason == reason and words in rejection.detail, rejection
 
 
 def test_a_user_author_term_is_carried_into_the_decision_whenever_it_was_routed():
@@ -495,7 +501,9 @@ def test_a_user_author_term_is_carried_into_the_decision_whenever_it_was_routed(
     assert check_decision(ranked_with_term(missing_reason="busy", terms=[])) is None
     live = live_decision()
     live.user_author.CopyFrom(ranked_with_term().user_author)
-    assert "set on a live_allocation decision" in check_decision(live).detail
+    assert check_decision(live) == Rejection(
+        "out_of_range", "DecisionRecord.user_author is set on a live_allocation decision"
+    )
 
     def decoded(record: contracts.DecisionRecord):
         _, fields = decode_event(DECISION, ("decisions", 0, 0, T0, b"", contracts.encode(record)))
