@@ -131,9 +131,6 @@ class BernoulliAllocationDecider:
         return np.array([float(insert)]), float(np.log(p) if insert else np.log1p(-p))
 
 
-_TERM_KEYS = ("coefficients", "weight_logit_mean", "weight_logit_std")
-
-
 def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDecider:
     """A registry user-author value (issue 22) and the ranking term its manifest names, verified.
 
@@ -141,29 +138,13 @@ def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDe
     call was a millisecond of a Rank's few.
     """
     from recsys_rl.sim.ranking_terms import PairValueTerm
-    from recsys_rl.training.agents.policy_io import (
-        PolicyLoadError,
-        load_pair_value_policy,
-        numpy_pair_value,
-        term_id,
-    )
+    from recsys_rl.training.agents.policy_io import load_pair_value_policy, numpy_pair_value, ranking_term
 
     policy = load_pair_value_policy(policy_dir, verify=True)
-    term = policy.manifest.get("term")
-    if not isinstance(term, dict) or not set(_TERM_KEYS) <= set(term):
-        raise PolicyLoadError(
-            f"{policy_dir}: its manifest has no ranking term ({', '.join(_TERM_KEYS)}); export it again "
-            "with this version of recsys-rl"
-        )
+    term = ranking_term(policy.manifest, policy_dir)
     twin = numpy_pair_value(policy)
-    values = PairValueTerm(twin.values, twin.reward_std, term["coefficients"])
-    return UserAuthorTermDecider(
-        values,
-        float(term["weight_logit_mean"]),
-        float(term["weight_logit_std"]),
-        term_id(policy.manifest),
-        version,
-    )
+    values = PairValueTerm(twin.values, twin.reward_std, term.coefficients)
+    return UserAuthorTermDecider(values, term.weight_logit_mean, term.weight_logit_std, term.term_id, version)
 
 
 class PairTerm(Protocol):

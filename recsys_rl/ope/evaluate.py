@@ -74,7 +74,7 @@ from recsys_rl.training.agents.policy_io import (
     PolicyLoadError,
     load_allocation_policy,
     load_feed_policy,
-    term_id,
+    ranking_term,
 )
 
 BEHAVIOUR = ("behavior", "behaviour")
@@ -319,12 +319,9 @@ def _evaluated_term(config: EvaluateConfig) -> str:
     paths = [*config.candidate_paths, *(() if config.incumbent in BEHAVIOUR else (config.incumbent,))]
     terms = {}
     for path in paths:
-        manifest = read_json_file(
-            policy_directory(path) / POLICY_MANIFEST, PolicyLoadError, "not an exported policy"
-        )
-        if manifest.get("kind") != POLICY_KINDS["user_author"] or "term" not in manifest:
-            raise ConfigError(f"{path} is no user-author value with a ranking term (kind pair_value)")
-        terms[path] = term_id(manifest)
+        directory = policy_directory(path)
+        manifest = read_json_file(directory / POLICY_MANIFEST, PolicyLoadError, "not an exported policy")
+        terms[path] = ranking_term(manifest, directory).term_id
     if len(set(terms.values())) != 1:
         raise ConfigError(
             f"the policies rank with different user-author terms ({terms}): logs re-weight only the term "
@@ -363,10 +360,8 @@ def scored_policy(directory: Path, surface: str):
     if surface == "feed":
         return load_feed_policy(directory, sample=True)
     if surface == "user_author":  # the term's weight logit: its Gaussian needs no SavedModel
-        if "term" not in manifest:
-            raise PolicyLoadError(f"{directory}: its manifest has no ranking term; export it again")
-        term = manifest["term"]
-        return ScalarGaussian(term["weight_logit_mean"], term["weight_logit_std"], manifest["version"])
+        term = ranking_term(manifest, directory)
+        return ScalarGaussian(term.weight_logit_mean, term.weight_logit_std, manifest["version"])
     return load_allocation_policy(directory, sample=True).for_ope()
 
 

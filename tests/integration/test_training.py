@@ -204,7 +204,7 @@ def test_serving_builds_the_exported_ranking_term_and_refuses_an_export_without_
     manifest = json.loads(manifest_path.read_text())
     del manifest["term"]  # an export from before serving built the term
     manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(PolicyLoadError, match="no ranking term"):
+    with pytest.raises(PolicyLoadError, match="no user-author value with a ranking term"):
         load_user_author_decider(tmp_path / "policy", "ua-v1")
 
 

@@ -500,6 +500,39 @@ def export_pair_value_policy(
     return _save(saver, Path(directory), manifest)
 
 
+@dataclass(frozen=True)
+class RankingTerm:
+    """The ranking term an exported user-author value makes (``PairValueConfig``'s term settings): what
+    serving adds to a candidate's score and what the OPE gate re-weights."""
+
+    coefficients: tuple[float, ...]  # per signal, on the values in reward-std units
+    weight_logit_mean: float
+    weight_logit_std: float
+    term_id: str  # which term function (``term_id``)
+
+
+def ranking_term(manifest: dict[str, Any], where: str | Path) -> RankingTerm:
+    """The ranking term of a user-author value's manifest; PolicyLoadError naming ``where`` when it has
+    none (an export from before serving built the term, or another kind of policy)."""
+    term = manifest.get("term")
+    keys = ("coefficients", "weight_logit_mean", "weight_logit_std")
+    if (
+        manifest.get("kind") != POLICY_KINDS["user_author"]
+        or not isinstance(term, dict)
+        or not set(keys) <= set(term)
+    ):
+        raise PolicyLoadError(
+            f"{where}: no user-author value with a ranking term ({', '.join(keys)}; kind "
+            f"{POLICY_KINDS['user_author']}); export it again with this version of recsys-rl"
+        )
+    return RankingTerm(
+        tuple(term["coefficients"]),
+        float(term["weight_logit_mean"]),
+        float(term["weight_logit_std"]),
+        term_id(manifest),
+    )
+
+
 def term_id(manifest: dict[str, Any]) -> str:
     """Which ranking term an exported user-author value makes: a digest of its weights' files, reward
     stds and term coefficients, but not of the weight's distribution.
