@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 from common import bench_parser, repeat_rate, write_result
 
@@ -39,7 +38,7 @@ from recsys_rl.ope import estimators as single
 from recsys_rl.ope.logged import LoggedSteps, target_log_prob
 from recsys_rl.ope.offline_evaluation import SINGLE_DECISION, OPESettings, evaluate_policy_offline
 from recsys_rl.ope.reward_model import fit_reward_model
-from recsys_rl.pipelines.transition_io import parquet_schema
+from recsys_rl.pipelines.transition_io import feed_steps_table
 from recsys_rl.sim import gate_error_rates
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
@@ -96,36 +95,7 @@ def wilson_interval(rate: float, trials: int, z: float = 1.96) -> list[float]:
 
 def write_parquet(logged: LoggedSteps, path: Path) -> None:
     """The rows as one shard in the pipeline's Parquet schema."""
-    n = logged.rows
-
-    def lists(matrix: np.ndarray) -> pa.Array:
-        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * matrix.shape[1])
-        return pa.ListArray.from_arrays(offsets, pa.array(matrix.astype(np.float32).ravel()))
-
-    session_id = pa.array(np.char.add("s", logged.session.astype(str)))
-    empty = pa.array(np.full(n, ""))
-    columns = {
-        "request_id": empty,
-        "user_id": pa.array(np.char.add("u", logged.user.astype(str))),
-        "session_id": session_id,
-        "surface": pa.array(np.full(n, "feed")),
-        "policy_version": empty,
-        "features_missing_reason": empty,
-        "step": logged.step,
-        "event_time_ms": np.zeros(n, np.int64),
-        "next_event_time_ms": np.zeros(n, np.int64),
-        "user_group": logged.groups,
-        "features_missing": np.zeros(n, np.int64),
-        "done": logged.done.astype(np.int64),
-        "feedback_count": np.zeros(n, np.int64),
-        "deterministic": np.zeros(n, np.int64),
-        "state": lists(logged.states),
-        "next_state": lists(logged.next_states),
-        "action": lists(logged.actions),
-        "log_propensity": logged.behaviour_log_prob,
-        **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(logged.signals)},
-    }
-    pq.write_table(pa.Table.from_pydict(columns, schema=parquet_schema("feed")), path)
+    pq.write_table(feed_steps_table(logged, request_id=[""] * logged.rows), path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 import numpy as np
@@ -22,6 +22,9 @@ import pyarrow as pa
 from recsys_rl.dataset_contract import DATASET_SIGNALS, REQUEST_SURFACES, USER_AUTHOR
 from recsys_rl.pipelines.episodes import float32_bytes
 from recsys_rl.pipelines.whole_files import parquet_file, tfrecord_file
+
+if TYPE_CHECKING:
+    from recsys_rl.ope.logged import LoggedSteps
 
 TFRECORD_SUFFIX = ".tfrecord"
 PARQUET_SUFFIX = ".parquet"
@@ -229,6 +232,45 @@ def parquet_schema(surface: str) -> pa.Schema:
     fields += [pa.field(name, pa.float64()) for name in layout.floats]
     fields += [pa.field(f"reward_{signal}", pa.float64()) for signal in DATASET_SIGNALS[surface]]
     return pa.schema(fields)
+
+
+def feed_steps_table(logged: LoggedSteps, **columns: Any) -> pa.Table:
+    """Logged feed steps as a feed shard's table in the pipeline's schema, in their order: what OPE reads
+    back (``LoggedSteps.from_parquet``), for benchmarks and tests that log without Kafka. ``columns``
+    replace the defaults: blank ids and times, nothing deterministic, no user-author term."""
+    n = logged.rows
+
+    def lists(matrix: np.ndarray) -> pa.Array:
+        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * matrix.shape[1])
+        return pa.ListArray.from_arrays(offsets, pa.array(matrix.astype(np.float32).ravel()))
+
+    blank, zeros = [""] * n, np.zeros(n, np.int64)
+    table = {
+        "request_id": [f"r{i}" for i in range(n)],
+        "user_id": [f"u{u}" for u in logged.user],
+        "session_id": [f"s{s:06d}" for s in logged.session],  # zero-padded: string order is session order
+        "surface": ["feed"] * n,
+        "policy_version": blank,
+        "features_missing_reason": blank,
+        "user_author_term_id": blank,
+        "step": logged.step,
+        "event_time_ms": zeros,
+        "next_event_time_ms": zeros,
+        "user_group": logged.groups,
+        "features_missing": zeros,
+        "deterministic": zeros,
+        "done": logged.done.astype(np.int64),
+        "feedback_count": zeros,
+        "state": lists(logged.states),
+        "next_state": lists(logged.next_states),
+        "action": lists(logged.actions),
+        "log_propensity": logged.behaviour_log_prob,
+        "user_author_weight_logit": np.zeros(n),
+        "user_author_log_propensity": np.zeros(n),
+        **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(DATASET_SIGNALS["feed"])},
+        **columns,
+    }
+    return pa.Table.from_pydict(table, schema=parquet_schema("feed"))
 
 
 def parquet_values(row: dict, lists: list[bytes] | None = None) -> tuple:

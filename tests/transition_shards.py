@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from recsys_rl import signals
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION, MANIFEST
 from recsys_rl.ope.logged import LoggedSteps
-from recsys_rl.pipelines.transition_io import parquet_schema
+from recsys_rl.pipelines.transition_io import feed_steps_table
 from recsys_rl.state import FEED_STATE_FEATURES
 
 #: The dataset schema version that added each column.
@@ -26,50 +26,16 @@ COLUMNS_SINCE = {
 }
 
 
-def _lists(matrix: np.ndarray) -> pa.Array:
-    offsets = pa.array(np.arange(matrix.shape[0] + 1, dtype=np.int32) * matrix.shape[1])
-    return pa.ListArray.from_arrays(offsets, pa.array(matrix.astype(np.float32).ravel()))
-
-
 def feed_table(
     logged: LoggedSteps, *, schema_version: int = DATASET_SCHEMA_VERSION, **columns: Any
 ) -> pa.Table:
-    """``logged``'s rows as a feed shard's table, in its order; ``columns`` replace the defaults (blank
-    ids and times, nothing deterministic, no user-author term). ``schema_version``: the columns a dataset
-    of that version had."""
-    n = logged.rows
-    blank, zeros = [""] * n, np.zeros(n, np.int64)
-    table = {
-        "request_id": [f"r{i}" for i in range(n)],
-        "user_id": [f"u{u}" for u in logged.user],
-        "session_id": [f"s{s:06d}" for s in logged.session],  # zero-padded: string order is session order
-        "surface": ["feed"] * n,
-        "policy_version": blank,
-        "features_missing_reason": blank,
-        "step": logged.step,
-        "event_time_ms": zeros,
-        "next_event_time_ms": zeros,
-        "user_group": logged.groups,
-        "features_missing": zeros,
-        "deterministic": zeros,
-        "done": logged.done.astype(np.int64),
-        "feedback_count": zeros,
-        "state": _lists(logged.states),
-        "next_state": _lists(logged.next_states),
-        "action": _lists(logged.actions),
-        "log_propensity": logged.behaviour_log_prob,
-        "user_author_term_id": blank,
-        "user_author_weight_logit": np.zeros(n),
-        "user_author_log_propensity": np.zeros(n),
-        **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(signals.FEED_SIGNALS)},
-        **columns,
-    }
-    schema = parquet_schema("feed")
+    """``logged``'s rows as a feed shard's table (``feed_steps_table``, ``columns`` replacing its defaults)
+    with the columns a dataset of ``schema_version`` had."""
+    table = feed_steps_table(logged, **columns)
     for name, version in COLUMNS_SINCE.items():
         if schema_version < version:
-            del table[name]
-            schema = schema.remove(schema.get_field_index(name))
-    return pa.Table.from_pydict(table, schema=schema)
+            table = table.remove_column(table.schema.get_field_index(name))
+    return table
 
 
 def write_feed_dataset(
