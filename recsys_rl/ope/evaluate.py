@@ -423,9 +423,7 @@ def action_distributions(
     a live stream (live allocation: a 0/1 insert, whose mean is the insert rate). Draws are seeded (one
     child of ``seed`` per policy), so the same evaluation draws the same actions.
     """
-    names = {"feed": FEED_ACTION_NAMES, "user_author": ("user_author_weight_logit",)}.get(
-        surface, ("insert",)
-    )
+    names = ACTION_NAMES[surface]
     binary = surface == "live_allocation"
     series = {"logged": np.asarray(logged.actions, np.float64).reshape(logged.rows, len(names))}
     generators = np.random.SeedSequence(seed).spawn(len(policies))
