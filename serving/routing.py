@@ -7,7 +7,8 @@ A ``ServingSet`` is an immutable snapshot of one surface's loaded policies. Requ
 snapshot once and use it to the end, and a reload builds the next snapshot completely before swapping
 the reference, so a request in flight during a reload finishes on the policies it started with.
 
-Reload rules (DESIGN 9): stable and canary must be blessed and load cleanly (files match their
+Reload rules (DESIGN 9): stable and canary must be blessed (or, for a canary, hold an approved first
+exposure within its share: ``recsys_rl.registry.exposure``) and load cleanly (files match their
 sha256 list, the SavedModel loads); otherwise the whole new revision is refused, the previous snapshot
 keeps serving and the refusal is remembered, so a corrupt artifact is not reloaded on every poll. A
 shadow that cannot load is left out (it is never served). When nothing has ever loaded, the
@@ -46,11 +47,12 @@ class ServingSet:
     shadow: Decider | None = None
 
     def route(self, user_id: str) -> tuple[str, Decider]:
-        """The arm and policy that serve ``user_id``: canary for its hashed share, else stable."""
-        if self.stable is None:
-            return "fallback", self.fallback
+        """The arm and policy that serve ``user_id``: canary for its hashed share, else stable, else the
+        fallback (a user_author canary may split traffic with the fallback: the ranking without a term)."""
         if self.canary is not None and arm_for_user(user_id, self.canary_fraction) == "canary":
             return "canary", self.canary
+        if self.stable is None:
+            return "fallback", self.fallback
         return "stable", self.stable
 
 
@@ -119,10 +121,8 @@ class PolicyHolder:
         def load(info: VersionInfo | None, role: str) -> Decider | None:
             if info is None:
                 return None
-            if role != "shadow" and not info.blessed:
-                raise OperationalError(
-                    f"{role} version {info.version} of {self.surface} is not blessed: {info.why_not_blessed}"
-                )
+            if role != "shadow" and (why := info.why_not_servable(role, routing.canary_fraction)):
+                raise OperationalError(f"{role} version {info.version} of {self.surface} cannot serve: {why}")
             if info.defects:
                 raise OperationalError(
                     f"{role} version {info.version} of {self.surface}: {'; '.join(info.defects)}"

@@ -19,6 +19,7 @@ from recsys_rl.cli.options import add_config_option, env_default, table_lines
 from recsys_rl.config import ConfigError, load_config, read_config_file
 from recsys_rl.logs import quiet_native_imports
 from recsys_rl.ope.blessing import Blessing
+from recsys_rl.registry.exposure import check_exposure_fraction
 
 REGISTRY_ENV = "RECSYS_RL_REGISTRY"
 
@@ -44,6 +45,7 @@ def _number(text: str) -> float | str:
 
 version_name = _argument(registry.check_version_name)
 fraction = _argument(registry.check_fraction, _number)
+exposure_fraction = _argument(check_exposure_fraction, _number)
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -140,6 +142,27 @@ def register(verbs: argparse._SubParsersAction) -> None:
     a.add_argument("role", choices=("canary", "shadow"), help="the role to clear")
     a.set_defaults(handler=_with_settings(_demote))
 
+    a = actions.add_parser(
+        "approve-exposure",
+        parents=[writes],
+        help="let a user_author version the gate cannot judge yet serve a capped canary",
+        description="The OPE gate judges a user-author term only on logs where that term served, so a new "
+        "term needs a first exposure. This records who approved it and why, for at most "
+        f"{registry.MAX_FIRST_EXPOSURE_FRACTION:.0%} of users; then promote it to canary within that "
+        "share. Only for a version without a report: once a report is attached its blessing decides, and a "
+        "refused one ends the canary.",
+    )
+    a.add_argument("version", metavar="VERSION", type=version_name, help="a version name, as listed")
+    a.add_argument(
+        "--max-canary-fraction",
+        type=exposure_fraction,
+        metavar="F",
+        required=True,
+        help=f"largest share of users the canary may serve, in (0, {registry.MAX_FIRST_EXPOSURE_FRACTION:g}]",
+    )
+    a.add_argument("--reason", required=True, help="why this version should be exposed (audited)")
+    a.set_defaults(handler=_with_settings(_approve_exposure))
+
 
 @dataclass(frozen=True)
 class RegistrySettings:
@@ -200,11 +223,32 @@ def _register(args: argparse.Namespace) -> int:
 
 
 def _attach(args: argparse.Namespace) -> int:
+    before = registry.read_routing(args.registry, args.surface)
     changed = registry.attach_report(args.registry, args.surface, args.version, args.report, actor=args.actor)
     info = registry.get_version(args.registry, args.surface, args.version)
     what = "attached" if changed else "already attached:"
     print(f"{what} {args.report} to {info.surface} version {info.version}")
     print(f"  blessing  {_blessing_line(info)}")
+    if before.canary == info.version and registry.read_routing(args.registry, args.surface).canary is None:
+        print("  canary    cleared: the gate refused the version's first exposure")
+    return 0
+
+
+def _approve_exposure(args: argparse.Namespace) -> int:
+    changed = registry.approve_exposure(
+        args.registry,
+        args.surface,
+        args.version,
+        max_canary_fraction=args.max_canary_fraction,
+        reason=args.reason,
+        actor=args.actor,
+    )
+    info = registry.get_version(args.registry, args.surface, args.version)
+    print(f"{'approved' if changed else 'already approved:'} {_exposure_line(info.exposure)}")
+    print(
+        f"  next: registry promote --surface {info.surface} {info.version} --to canary "
+        f"--canary-fraction {info.exposure.max_canary_fraction:g}"
+    )
     return 0
 
 
@@ -240,6 +284,7 @@ def _version_entry(info: registry.VersionInfo, routing: registry.RoutingState) -
         "policy_version": info.manifest["policy"].get("version"),
         "policy_sha256": info.policy_sha256,
         "defects": list(info.defects),
+        "exposure": None if info.exposure is None else info.exposure.to_dict(),
         "blessing": None
         if blessing is None
         else {
@@ -292,6 +337,8 @@ def _show(args: argparse.Namespace) -> int:
         print(f"  blessing    {verdict} ({_evaluation(blessing)}) for {blessing.candidate.version}")
         for reason in blessing.reasons:
             print(f"    - {reason}")
+    if info.exposure is not None:
+        print(f"  exposure    {_exposure_line(info.exposure)}")
     for defect in info.defects:
         print(f"  DEFECT      {defect}")
     for key in ("ope_report", "ope_report_html"):
@@ -362,6 +409,13 @@ def _blessing_line(info: registry.VersionInfo) -> str:
     return f"not blessed: {info.why_not_blessed}"
 
 
+def _exposure_line(exposure: registry.ExposureApproval) -> str:
+    return (
+        f"first exposure for at most {exposure.max_canary_fraction:.1%} of users, by {exposure.actor} at "
+        f"{exposure.approved_at}: {exposure.reason}"
+    )
+
+
 def _evaluation(blessing: Blessing) -> str:
     return f"{blessing.estimator}, {blessing.interval_method} intervals, gate run {blessing.created_at}"
 
@@ -374,4 +428,6 @@ def _describe(record: dict[str, Any]) -> str:
         return f"promoted to {record['to']}"
     if action == "demote":
         return f"removed from {record['role']}"
+    if action == "approve_exposure":
+        return f"first exposure approved for at most {record['max_canary_fraction']:.1%}: {record['reason']}"
     return {"register": "registered", "rollback": "made stable by a rollback"}.get(action, action)

@@ -12,6 +12,7 @@ Layout on a filesystem path (DESIGN 10)::
           policy/                           a verified copy of the exported policy
           ope/report.json, ope/report.html  the OPE report the gate judged, once attached
           blessing.json                     the gate's verdict (``recsys_rl.ope.blessing``), once attached
+          exposure.json                     a first-exposure approval (``exposure``), user_author only
         .staging/                           writes in progress; never read, swept by the next writer
 
 Readers take no lock and never see a partial write. A version directory is assembled under
@@ -30,11 +31,18 @@ Roles and blessings:
 * shadow is computed and logged but never served, so it also takes a version without a blessing or
   with a failed one: watching a candidate on live traffic is how evidence is gathered. It still refuses
   a version with defects (a blessing for other weights, a changed ``policy.json``), which mean tampering
-  rather than missing evidence. ``resolve_routing`` reports ``blessed`` per role, so the server can
-  hold to "serve only blessed versions" whatever the routing says.
+  rather than missing evidence. ``resolve_routing`` returns each role's ``VersionInfo``, whose
+  ``why_not_servable`` is the rule the registry promotes by and the server loads by, so the server
+  holds to it whatever the routing file says.
+* A first exposure (``exposure``; ``layout.FIRST_EXPOSURE_SURFACES``, today user_author): the gate can
+  judge a user-author term only on logs where that term served, so a version it cannot judge yet may
+  serve as canary on an audited approval (who, why, at most ``MAX_FIRST_EXPOSURE_FRACTION`` of users)
+  instead of a blessing, within the share approved. Once a report is attached its blessing alone
+  decides; a refused one attached to the canary also clears it.
 * A version holds one role at a time: becoming stable takes it out of canary and shadow, becoming
-  canary takes it out of shadow. A canary needs a stable version to split traffic with; users go to
-  the canary by ``arm_for_user``, a hash of their id.
+  canary takes it out of shadow. A canary needs a stable version to split traffic with, except on
+  user_author, whose fallback (no term) is the control; users go to the canary by ``arm_for_user``, a
+  hash of their id.
 * ``routing.json`` keeps the earlier stable versions (``stable_history``): ``rollback`` returns to the
   last of them and drops it, so repeated rollbacks walk back through the releases.
 
@@ -44,13 +52,16 @@ serves as stable or canary: its evidence must not change under it. Identical rep
 commits (a writer killed between the two leaves the change unrecorded; the window is one rename long).
 
 The parts: ``layout`` (file names, surfaces, roles and the checks on names), ``audit`` (the lock, staging
-and the audit log every write goes through), ``versions`` (register, attach evidence, list, read),
+and the audit log every write goes through), ``versions`` (register, attach evidence or approve a first
+exposure, list, read), ``exposure`` (the approval record),
 ``routing_file`` (``routing.json`` as a record), ``routing`` (promote, roll back, demote, resolve) and
 ``policy_files`` (what identifies an exported policy on disk). This module is the registry's public API.
 """
 
 from recsys_rl.registry.audit import read_audit
+from recsys_rl.registry.exposure import ExposureApproval
 from recsys_rl.registry.layout import (
+    MAX_FIRST_EXPOSURE_FRACTION,
     ROLES,
     SERVING_ROLES,
     SURFACES,
@@ -72,6 +83,7 @@ from recsys_rl.registry.routing_file import RoutingState, read_routing
 from recsys_rl.registry.versions import (
     Registered,
     VersionInfo,
+    approve_exposure,
     attach_report,
     get_version,
     list_versions,
@@ -79,15 +91,18 @@ from recsys_rl.registry.versions import (
 )
 
 __all__ = [
+    "MAX_FIRST_EXPOSURE_FRACTION",
     "ROLES",
     "SERVING_ROLES",
     "SURFACES",
+    "ExposureApproval",
     "Registered",
     "RegistryError",
     "Routing",
     "RoutingChange",
     "RoutingState",
     "VersionInfo",
+    "approve_exposure",
     "arm_for_user",
     "attach_report",
     "check_fraction",

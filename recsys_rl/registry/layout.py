@@ -21,6 +21,18 @@ ROLES = ("stable", "canary", "shadow")
 SERVING_ROLES = ("stable", "canary")
 
 
+#: Surfaces whose fallback is a control arm a canary can split traffic with, and whose versions may first
+#: serve on an exposure approval. The fallback of user_author adds no term: the ranking without it. And
+#: the OPE gate can judge a term only on logs of that same term (its propensities and values are the
+#: term's), so a new term has no evidence until it has served somewhere: a capped, audited first exposure
+#: is the only way in. Feed and live allocation versions share their action space with every log.
+FIRST_EXPOSURE_SURFACES = ("user_author",)
+
+
+#: The largest share of users a first exposure may reach before the gate has judged the version.
+MAX_FIRST_EXPOSURE_FRACTION = 0.05
+
+
 SCHEMA_VERSION = 1
 
 
@@ -40,6 +52,9 @@ STAGING = ".staging"
 
 
 BLESSING_FILE = "blessing.json"
+
+
+EXPOSURE_FILE = "exposure.json"
 
 
 #: The manifest keys that point at attached files, and where the files go inside a version directory.

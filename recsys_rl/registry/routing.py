@@ -14,19 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recsys_rl.atomic_json import write_json_atomic
-from recsys_rl.ope.blessing import utc_now
-from recsys_rl.registry.audit import append_audit, locked
+from recsys_rl.registry.audit import locked
 from recsys_rl.registry.layout import (
+    FIRST_EXPOSURE_SURFACES,
     ROLES,
-    ROUTING_FILE,
-    SERVING_ROLES,
     RegistryError,
     check_fraction,
     check_surface,
     open_registry,
 )
-from recsys_rl.registry.routing_file import RoutingState, read_routing
+from recsys_rl.registry.routing_file import RoutingState, read_routing, write_routing
 from recsys_rl.registry.versions import VersionInfo, get_version
 
 
@@ -64,8 +61,8 @@ class Routing:
 def resolve_routing(registry: str | Path, surface: str) -> Routing:
     """The routing of ``surface`` with the policy directory and blessing status of each role.
 
-    Each ``VersionInfo`` says ``blessed``; the server should refuse to serve one that is not, whatever
-    the routing says (shadow may hold an unblessed version, see the module docstring).
+    The server should refuse a version whose ``why_not_servable`` for its role is not None, whatever
+    the routing says (shadow may hold an unblessed version, see the package docstring).
     """
     state = read_routing(registry, surface)
 
@@ -113,28 +110,14 @@ def _change_routing(
         after, version = edit(root, before)
         if after == before:
             return RoutingChange(surface, version, before, before)
-        after = dataclasses.replace(after, revision=before.revision + 1, updated_at=utc_now())
-        path = root / surface / ROUTING_FILE
-        try:
-            write_json_atomic(path, after.to_dict())
-        except OSError as err:
-            raise RegistryError(f"cannot write {path}: {err}") from err
-        append_audit(
-            root,
-            action,
-            surface,
-            actor,
-            version=version,
-            before=before.to_dict(),
-            after=after.to_dict(),
-            **audit,
-        )
+        after = write_routing(root, surface, before, after, action, actor, version=version, **audit)
         return RoutingChange(surface, version, before, after)
 
 
-def _require(info: VersionInfo, role: str) -> None:
-    """Stable and canary need a blessed version; shadow only one without defects; each its files intact."""
-    problem = info.why_not_blessed if role in SERVING_ROLES else "; ".join(info.defects) or None
+def _require(info: VersionInfo, role: str, canary_fraction: float = 0.0) -> None:
+    """Stable and canary need a blessed version (a canary, or an approved first exposure within its
+    share); shadow only one without defects; each its files intact."""
+    problem = info.why_not_servable(role, canary_fraction)
     if problem is None and (changed := info.changed_policy_files()):
         problem = f"its policy files changed after registration: {', '.join(changed[:5])}"
     if problem:
@@ -177,14 +160,14 @@ def promote(
         current = state.role_of(version)
         if current == to and (to != "canary" or state.canary_fraction == fraction):
             return state, version
-        _require(info, to)
+        _require(info, to, fraction or 0.0)
         if to == "stable":
             history = (*state.stable_history, state.stable) if state.stable else state.stable_history
             return _with_stable(state, version, history), version
         if current == "stable":
             raise RegistryError(f"version {version} of {surface} is stable; roll back before making it {to}")
         if to == "canary":
-            if state.stable is None:
+            if state.stable is None and surface not in FIRST_EXPOSURE_SURFACES:
                 raise RegistryError(
                     f"{surface} has no stable version for a canary to split traffic with; promote one to "
                     "stable first"

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recsys_rl.atomic_json import read_json_file
+from recsys_rl.atomic_json import read_json_file, write_json_atomic
+from recsys_rl.ope.blessing import utc_now
+from recsys_rl.registry.audit import append_audit
 from recsys_rl.registry.layout import (
     ROLES,
     ROUTING_FILE,
@@ -79,3 +81,23 @@ def read_routing(registry: str | Path, surface: str) -> RoutingState:
     if not path.exists():
         return RoutingState()
     return RoutingState.from_dict(read_json_file(path, RegistryError, "no routing"), path)
+
+
+def write_routing(
+    root: Path,
+    surface: str,
+    before: RoutingState,
+    after: RoutingState,
+    action: str,
+    actor: str | None,
+    **audit: Any,
+) -> RoutingState:
+    """Write ``after`` over ``before`` as the next revision and audit it; the caller holds the lock."""
+    after = dataclasses.replace(after, revision=before.revision + 1, updated_at=utc_now())
+    path = root / surface / ROUTING_FILE
+    try:
+        write_json_atomic(path, after.to_dict())
+    except OSError as err:
+        raise RegistryError(f"cannot write {path}: {err}") from err
+    append_audit(root, action, surface, actor, before=before.to_dict(), after=after.to_dict(), **audit)
+    return after

@@ -1,4 +1,5 @@
-"""Policy versions: register an exported policy, attach its OPE evidence, list and read them back.
+"""Policy versions: register an exported policy, attach its OPE evidence or a first-exposure approval,
+list and read them back.
 
 A version directory is assembled under ``.staging/`` and renamed into ``versions/`` in one step, so it is
 listed whole or not at all, and its policy never changes afterwards.
@@ -6,6 +7,7 @@ listed whole or not at all, and its policy never changes afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -16,9 +18,12 @@ from typing import Any
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.ope.blessing import Blessing, BlessingError, read_blessing, utc_now
 from recsys_rl.registry.audit import append_audit, locked, new_staging
+from recsys_rl.registry.exposure import ExposureApproval, read_exposure
 from recsys_rl.registry.layout import (
     ATTACHMENTS,
     BLESSING_FILE,
+    EXPOSURE_FILE,
+    FIRST_EXPOSURE_SURFACES,
     SCHEMA_VERSION,
     SERVING_ROLES,
     VERSION_MANIFEST,
@@ -29,7 +34,7 @@ from recsys_rl.registry.layout import (
     versions_path,
 )
 from recsys_rl.registry.policy_files import POLICY_MANIFEST, mismatched_policy_files, policy_digest
-from recsys_rl.registry.routing_file import read_routing
+from recsys_rl.registry.routing_file import read_routing, write_routing
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class VersionInfo:
     manifest: dict[str, Any]
     blessing: Blessing | None
     defects: tuple[str, ...]  # unfit for any role: a changed policy.json, a bad or foreign blessing
+    exposure: ExposureApproval | None = None  # a first exposure approved before the gate could judge it
 
     @property
     def policy_dir(self) -> Path:
@@ -63,6 +69,32 @@ class VersionInfo:
             return "no OPE report and blessing attached"
         if not self.blessing.passed:
             return "the OPE gate refused it: " + "; ".join(self.blessing.reasons)
+        return None
+
+    def why_not_servable(self, role: str, canary_fraction: float = 0.0) -> str | None:
+        """Why this version cannot take ``role`` (None: it can), by the registry's and the server's rule.
+
+        Stable and canary need a blessing; a canary of a version the gate has not judged yet may stand on
+        its first-exposure approval instead, within the share of users it approves. Shadow, never served,
+        needs only a version without defects.
+        """
+        if role not in SERVING_ROLES:
+            return "; ".join(self.defects) or None
+        why = self.why_not_blessed
+        if why is None or role != "canary" or self.defects or self.blessing is not None:
+            return why
+        if self.exposure is None:
+            return why + (
+                " (a version the gate cannot judge yet can serve a capped canary once its first exposure "
+                "is approved: registry approve-exposure)"
+                if self.surface in FIRST_EXPOSURE_SURFACES
+                else ""
+            )
+        if canary_fraction > self.exposure.max_canary_fraction:
+            return (
+                f"its first exposure is approved for at most {self.exposure.max_canary_fraction:.1%} of "
+                f"users, not {canary_fraction:.1%}"
+            )
         return None
 
     def changed_policy_files(self) -> list[str]:
@@ -114,7 +146,20 @@ def load_version(surface: str, directory: Path) -> VersionInfo:
                     f"{path} blesses policy sha256 {blessing.candidate.policy_sha256[:12]}, not this "
                     f"version's {digest[:12]}"
                 )
-    return VersionInfo(surface, name, directory, manifest, blessing, tuple(defects))
+    exposure = None
+    if "exposure" in manifest:  # a pointer, as for the blessing: the manifest is written last
+        path = directory / manifest["exposure"]
+        try:
+            exposure = read_exposure(path)
+        except RegistryError as err:
+            defects.append(str(err))
+        else:
+            if exposure.policy_sha256 != digest:
+                defects.append(
+                    f"{path} approves policy sha256 {exposure.policy_sha256[:12]}, not this version's "
+                    f"{digest[:12]}"
+                )
+    return VersionInfo(surface, name, directory, manifest, blessing, tuple(defects), exposure)
 
 
 def list_versions(registry: str | Path, surface: str) -> list[VersionInfo]:
@@ -328,7 +373,9 @@ def attach_report(
 
     Returns False when the same report and blessing are attached already. The files go in one by one,
     the blessing last of them, and then the manifest that points at them: an attach cut short leaves a
-    first attachment unseen, and a replaced blessing either old or new, never half written.
+    first attachment unseen, and a replaced blessing either old or new, never half written. A refused
+    blessing attached to a version that serves as canary on its first exposure (the only way a version
+    without a blessing serves) also clears the canary, audited as a demotion: the gate has spoken.
     """
     root = open_registry(registry)
     with locked(root):
@@ -362,4 +409,76 @@ def _attach(root: Path, surface: str, version: str, report_dir: Path, actor: str
         shutil.rmtree(staging, ignore_errors=True)
     report = str(report_dir.resolve())
     append_audit(root, "attach", surface, actor, version=version, report=report, passed=blessing.passed)
+    if role == "canary" and not blessing.passed:  # a first exposure the gate has now refused stops serving
+        routing = read_routing(root, surface)
+        cleared = dataclasses.replace(routing, canary=None, canary_fraction=0.0)
+        write_routing(root, surface, routing, cleared, "demote", actor, version=version, role="canary")
     return True
+
+
+def approve_exposure(
+    registry: str | Path,
+    surface: str,
+    version: str,
+    *,
+    max_canary_fraction: float,
+    reason: str,
+    actor: str | None = None,
+) -> bool:
+    """Approve the first exposure of ``version``, which the gate has not judged (``registry.exposure``).
+
+    Only on ``FIRST_EXPOSURE_SURFACES``, only for a version without a report (once the gate has spoken,
+    its verdict decides), with a reason, for at most ``max_canary_fraction`` of users. Returns False when
+    the same approval is there already. Lowering the cap below the share the version serves as canary is
+    refused: lower the canary's share first.
+    """
+    check_surface(surface)
+    if surface not in FIRST_EXPOSURE_SURFACES:
+        raise RegistryError(
+            f"a first exposure is for surfaces the gate cannot judge before they serve "
+            f"({', '.join(FIRST_EXPOSURE_SURFACES)}); {surface} versions are judged on the logs there are"
+        )
+    root = open_registry(registry)
+    with locked(root):
+        info = get_version(root, surface, version)
+        approval = ExposureApproval(
+            policy_sha256=info.policy_sha256,
+            max_canary_fraction=max_canary_fraction,
+            reason=reason,
+            actor=actor or os.environ.get("USER") or "unknown",
+            approved_at=utc_now(),
+        )
+        problem = "; ".join(info.defects) or None
+        if problem is None and info.blessing is not None:
+            verdict = "blessed it: promote it" if info.blessing.passed else "refused it"
+            problem = f"the OPE gate has judged it already and {verdict}"
+        if problem is None and (changed := info.changed_policy_files()):
+            problem = f"its policy files changed after registration: {', '.join(changed[:5])}"
+        routing = read_routing(root, surface)
+        if problem is None and routing.canary == version and routing.canary_fraction > max_canary_fraction:
+            problem = (
+                f"it serves {routing.canary_fraction:.1%} of users as canary, more than "
+                f"{max_canary_fraction:.1%}; lower the canary's share first"
+            )
+        if problem:
+            raise RegistryError(
+                f"cannot approve the first exposure of version {version} of {surface}: {problem}"
+            )
+        old = info.exposure
+        if old is not None and (old.max_canary_fraction, old.reason) == (max_canary_fraction, reason):
+            return False
+        try:
+            write_json_atomic(info.directory / EXPOSURE_FILE, approval.to_dict())
+            write_json_atomic(info.directory / VERSION_MANIFEST, {**info.manifest, "exposure": EXPOSURE_FILE})
+        except OSError as err:
+            raise RegistryError(f"cannot approve the first exposure of version {version}: {err}") from err
+        append_audit(
+            root,
+            "approve_exposure",
+            surface,
+            actor,
+            version=version,
+            max_canary_fraction=max_canary_fraction,
+            reason=reason,
+        )
+        return True

@@ -268,3 +268,38 @@ def test_operational_errors_give_one_line_and_exit_1(
     one_line_error(
         result, 1, f"cannot make version {version} of feed stable: no OPE report and blessing attached"
     )
+
+
+def test_a_first_exposure_is_approved_shown_promoted_and_ended_by_a_refused_report(
+    reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    policy = make_policy(tmp_path / "ua", 1, version="ua-mtcl-ds1-s1", surface="user_author")
+    where = ["--registry", reg, "--surface", "user_author"]
+    assert cli(capsys, "registry", "register", "--policy", policy, "--version", "ua1", *where).code == 0
+    approve = ["registry", "approve-exposure", "ua1", *where, "--reason", "new follow critic"]
+
+    too_many = cli(capsys, *approve, "--max-canary-fraction", "0.5")
+    one_line_error(too_many, 2, "max_canary_fraction should be in")
+    result = cli(capsys, *approve, "--max-canary-fraction", "0.01")
+    assert result.code == 0, result
+    lines = result.out.splitlines()
+    assert lines[0].startswith("approved first exposure for at most 1.0% of users, by carol at ")
+    assert lines[0].endswith(": new follow critic")
+    assert lines[1] == "  next: registry promote --surface user_author ua1 --to canary --canary-fraction 0.01"
+    assert cli(capsys, *approve, "--max-canary-fraction", "0.01").out.startswith("already approved: ")
+
+    promote = ["registry", "promote", "ua1", "--to", "canary", *where, "--canary-fraction"]
+    one_line_error(cli(capsys, *promote, "0.02"), 1, "approved for at most 1.0% of users, not 2.0%")
+    assert cli(capsys, *promote, "0.01").code == 0
+    show = cli(capsys, "registry", "show", "ua1", *where).out
+    assert "  role        canary" in show and "  exposure    first exposure for at most 1.0%" in show
+    assert "first exposure approved for at most 1.0%: new follow critic" in show  # the history line
+    (entry,) = json.loads(cli(capsys, "registry", "list", "--json", *where).out)
+    assert entry["exposure"]["max_canary_fraction"] == 0.01 and entry["exposure"]["actor"] == "carol"
+
+    refused = make_report(tmp_path / "refused", policy, passed=False, reasons=("follow: lift below 0",))
+    result = cli(capsys, "registry", "attach", "ua1", "--report", refused, *where)
+    assert result.code == 0 and result.out.splitlines()[-1] == (
+        "  canary    cleared: the gate refused the version's first exposure"
+    )
+    assert registry.read_routing(reg, "user_author").canary is None

@@ -407,7 +407,7 @@ def test_a_new_stable_or_canary_leaves_the_other_roles_alone(reg: Path, tmp_path
 def test_a_change_reports_its_surface_version_routings_and_time(
     reg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from recsys_rl.registry import routing as routing_module
+    from recsys_rl.registry import routing_file as routing_module
 
     v1, v2 = add_version(reg, tmp_path, 1), add_version(reg, tmp_path, 2)
     monkeypatch.setattr(routing_module, "utc_now", lambda: "2030-01-02T03:04:05Z")

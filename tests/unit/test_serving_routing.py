@@ -115,7 +115,7 @@ def test_an_unblessed_version_is_never_served_but_may_shadow(setup, tmp_path):
     routing.update(stable="v4", shadow=None, revision=routing["revision"] + 1)
     routing_path.write_text(json.dumps(routing))
     assert holder.refresh() is False and holder.current.stable.version == "v1"
-    assert "not blessed" in holder.status.last_error
+    assert "stable version v4 of feed cannot serve: the OPE gate refused it" in holder.status.last_error
 
 
 def test_a_shadow_that_fails_to_load_is_left_out(setup):
@@ -205,7 +205,8 @@ def test_a_refusal_names_the_role_and_the_version_refused(setup, tmp_path, role)
     holder.refresh()
     edit_routing(root, **{role: "v4"}, **({"canary_fraction": 0.5} if role == "canary" else {}))
     assert holder.refresh() is False and holder.current.stable.version == "v1"
-    assert holder.status.last_error.startswith(f"{role} version v4 of feed is not blessed")
+    refusal = f"{role} version v4 of feed cannot serve: the OPE gate refused"
+    assert holder.status.last_error.startswith(refusal)
     assert events[-1] == ("feed", "refused", holder.status.last_error)
 
 
