@@ -962,6 +962,36 @@ def test_rank_adds_the_user_author_term_from_the_pairs_online_rows_and_logs_it(
     )
 
 
+def test_a_first_exposure_serves_its_term_to_the_canary_share_only(
+    pair_value_run, redis_features, redis_server, topics, embedded_kafka, tmp_path, serve
+):
+    """A new term on an approved first exposure (no report: the gate has no logs of it yet) serves as
+    canary within its share beside the fallback: a canary user's ranking carries the term under the
+    canary arm, anyone else's carries none."""
+    root = tmp_path / "registry"
+    registry.register(root, "user_author", run=pair_value_run, version="ua1")
+    registry.approve_exposure(root, "user_author", "ua1", max_canary_fraction=0.05, reason="first logs")
+    registry.promote(root, "user_author", "ua1", "canary", canary_fraction=0.05)
+    in_canary = next(f"user-{i}" for i in range(1000) if registry.arm_for_user(f"user-{i}", 0.05) == "canary")
+    server = serve(
+        registry=str(root),
+        **redis_feature_settings(redis_features, redis_server, tmp_path),
+        feature_budget_ms=2_000.0,
+        bootstrap_servers=embedded_kafka.bootstrap_servers,
+        decisions_topic=topics[0],
+        shadow_topic=topics[1],
+    )
+    with channel(server) as ch:
+        surface = status_of(ch)["user_author"]
+        assert (surface.canary_version, surface.canary_fraction, surface.stable_version) == ("ua1", 0.05, "")
+        answers = [ranking(ch).Rank(rank_request(f"x-{user}", user)) for user in (in_canary, "user-1")]
+    server.stop(1.0)
+    assert [a.user_author_version for a in answers] == ["ua1", ""]
+    by_user = {r.user_id: r.user_author for r in decisions(embedded_kafka.bootstrap_servers, topics[0])}
+    assert (by_user[in_canary].policy_version, by_user[in_canary].routing_arm) == ("ua1", RANK["canary"])
+    assert len(by_user[in_canary].terms) == 20 and not by_user["user-1"].policy_version
+
+
 def test_the_terms_draws_reach_the_gates_steps_through_kafka_and_the_pipeline(
     pair_value_run, redis_features, redis_server, embedded_kafka, tmp_path, serve
 ):
