@@ -114,7 +114,7 @@ def _change_routing(
         return RoutingChange(surface, version, before, after)
 
 
-def _require(info: VersionInfo, role: str, canary_fraction: float = 0.0) -> None:
+def _require(info: VersionInfo, role: str, canary_fraction: float) -> None:
     """Stable and canary need a blessed version (a canary, or an approved first exposure within its
     share); shadow only one without defects; each its files intact."""
     problem = info.why_not_servable(role, canary_fraction)
@@ -206,7 +206,7 @@ def rollback(
             raise RegistryError(f"version {to} of {surface} is already stable")
         else:
             target, history = to, (*state.stable_history, state.stable)
-        _require(get_version(root, surface, target), "stable")
+        _require(get_version(root, surface, target), "stable", 0.0)
         return _with_stable(state, target, history), target
 
     return _change_routing(registry, surface, "rollback", actor, edit)

@@ -11,9 +11,10 @@ import dataclasses
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.ope.blessing import Blessing, BlessingError, read_blessing, utc_now
@@ -35,6 +36,8 @@ from recsys_rl.registry.layout import (
 )
 from recsys_rl.registry.policy_files import POLICY_MANIFEST, mismatched_policy_files, policy_digest
 from recsys_rl.registry.routing_file import read_routing, write_routing
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -131,35 +134,47 @@ def load_version(surface: str, directory: Path) -> VersionInfo:
             defects.append(
                 f"{policy_json} changed after registration (sha256 {actual[:12]}, not {digest[:12]})"
             )
-    blessing = None
-    # Only a blessing the manifest points at counts: an attach writes the manifest last, so a blessing
-    # file without the pointer is one whose attach was cut short.
-    if "blessing" in manifest:
-        path = directory / manifest["blessing"]
-        try:
-            blessing = read_blessing(path)
-        except BlessingError as err:
-            defects.append(str(err))
-        else:
-            if blessing.candidate.policy_sha256 != digest:
-                defects.append(
-                    f"{path} blesses policy sha256 {blessing.candidate.policy_sha256[:12]}, not this "
-                    f"version's {digest[:12]}"
-                )
-    exposure = None
-    if "exposure" in manifest:  # a pointer, as for the blessing: the manifest is written last
-        path = directory / manifest["exposure"]
-        try:
-            exposure = read_exposure(path)
-        except RegistryError as err:
-            defects.append(str(err))
-        else:
-            if exposure.policy_sha256 != digest:
-                defects.append(
-                    f"{path} approves policy sha256 {exposure.policy_sha256[:12]}, not this version's "
-                    f"{digest[:12]}"
-                )
+    blessing = _attached(directory, manifest, "blessing", _read_blessing, "blesses", digest, defects)
+    exposure = _attached(directory, manifest, "exposure", _read_exposure, "approves", digest, defects)
     return VersionInfo(surface, name, directory, manifest, blessing, tuple(defects), exposure)
+
+
+def _attached(
+    directory: Path,
+    manifest: dict[str, Any],
+    key: str,
+    read: Callable[[Path], tuple[T, str]],
+    verb: str,
+    digest: str,
+    defects: list[str],
+) -> T | None:
+    """The record attached under ``key`` (a blessing, an exposure approval), or None; one that cannot be
+    read or that names other weights than ``digest`` adds to ``defects``.
+
+    Only a record the manifest points at counts: a write puts the file first and the manifest last, so a
+    file without the pointer is one whose write was cut short.
+    """
+    if key not in manifest:
+        return None
+    path = directory / manifest[key]
+    try:
+        record, weights = read(path)
+    except (BlessingError, RegistryError) as err:
+        defects.append(str(err))
+        return None
+    if weights != digest:
+        defects.append(f"{path} {verb} policy sha256 {weights[:12]}, not this version's {digest[:12]}")
+    return record
+
+
+def _read_blessing(path: Path) -> tuple[Blessing, str]:
+    blessing = read_blessing(path)
+    return blessing, blessing.candidate.policy_sha256
+
+
+def _read_exposure(path: Path) -> tuple[ExposureApproval, str]:
+    exposure = read_exposure(path)
+    return exposure, exposure.policy_sha256
 
 
 def list_versions(registry: str | Path, surface: str) -> list[VersionInfo]:

@@ -105,6 +105,44 @@ def test_an_approval_naming_other_weights_is_a_defect(root):
         registry.promote(root, "user_author", "ua1", "canary", canary_fraction=0.01)
 
 
+@pytest.mark.parametrize(
+    ("damage", "defect"),
+    [
+        pytest.param(lambda stored: "{not json", "exposure.json is not valid JSON", id="not-json"),
+        pytest.param(None, "has no exposure.json: no exposure approval", id="missing"),
+        pytest.param(
+            lambda stored: json.dumps({k: v for k, v in stored.items() if k != "reason"}),
+            "is not an exposure approval: it should hold exactly ['actor', 'approved_at', "
+            "'max_canary_fraction', 'policy_sha256', 'reason']",
+            id="missing-key",
+        ),
+        pytest.param(lambda stored: json.dumps([stored]), "is not an exposure approval", id="not-an-object"),
+        pytest.param(
+            lambda stored: json.dumps({**stored, "max_canary_fraction": 0.5}),
+            "is not a valid exposure approval: max_canary_fraction should be in (0, 0.05]",
+            id="share-beyond-the-cap",
+        ),
+        pytest.param(
+            lambda stored: json.dumps({**stored, "actor": ""}),
+            "is not a valid exposure approval: actor should be a non-empty string",
+            id="no-actor",
+        ),
+    ],
+)
+def test_a_damaged_approval_is_a_defect_that_serves_nowhere(root, damage, defect):
+    approve_exposure(root, "user_author", "ua1", max_canary_fraction=0.01, reason=WHY)
+    path = registry.get_version(root, "user_author", "ua1").directory / "exposure.json"
+    if damage is None:
+        path.unlink()
+    else:
+        path.write_text(damage(json.loads(path.read_text())))
+    info = registry.get_version(root, "user_author", "ua1")
+    assert info.exposure is None and len(info.defects) == 1 and defect in info.defects[0]
+    assert str(path if damage else path.parent) in info.defects[0]
+    with pytest.raises(RegistryError, match="cannot make version ua1 of user_author canary"):
+        registry.promote(root, "user_author", "ua1", "canary", canary_fraction=0.01)
+
+
 def test_the_same_approval_again_changes_nothing_and_a_lower_cap_waits_for_a_lower_share(root):
     approve_exposure(root, "user_author", "ua1", max_canary_fraction=0.03, reason=WHY)
     assert approve_exposure(root, "user_author", "ua1", max_canary_fraction=0.03, reason=WHY) is False
