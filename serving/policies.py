@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from recsys_rl.gaussian import standard_log_density
+from recsys_rl.gaussian import ScalarGaussian, standard_log_density
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 
 
@@ -93,12 +93,20 @@ class GaussianDecider:
     version: str
 
     def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
-        """The density comes from the drawn noise itself, which is the standardised residual: the
-        network runs once per request, not a second time inside ``log_prob``."""
         mean = self.policy.mean(state[None, :].astype(np.float64))[0]
-        noise = seeded_generator(seed).standard_normal(mean.shape) if explore else np.zeros_like(mean)
-        action = mean + self.policy.sigma * noise
-        return action, float(standard_log_density(noise, self.policy.sigma))
+        return gaussian_draw(mean, self.policy.sigma, seed, explore)
+
+
+def gaussian_draw(
+    mean: np.ndarray, sigma: np.ndarray, seed: tuple[int, int], explore: bool
+) -> tuple[np.ndarray, float]:
+    """An action around ``mean`` (its mode without ``explore``) and its log-density, from ``seed``.
+
+    The density comes from the drawn noise itself, which is the standardised residual: a policy's
+    network runs once per request, not a second time inside ``log_prob``.
+    """
+    noise = seeded_generator(seed).standard_normal(mean.shape) if explore else np.zeros_like(mean)
+    return mean + sigma * noise, float(standard_log_density(noise, sigma))
 
 
 def load_allocation_decider(policy_dir: Path, version: str) -> BernoulliAllocationDecider:
@@ -144,7 +152,7 @@ def load_user_author_decider(policy_dir: Path, version: str) -> UserAuthorTermDe
     term = ranking_term(policy.manifest, policy_dir)
     twin = numpy_pair_value(policy)
     values = PairValueTerm(twin.values, twin.reward_std, term.coefficients)
-    return UserAuthorTermDecider(values, term.weight_logit_mean, term.weight_logit_std, term.term_id, version)
+    return UserAuthorTermDecider(values, term.weight(version), term.term_id, version)
 
 
 class PairTerm(Protocol):
@@ -154,22 +162,19 @@ class PairTerm(Protocol):
 @dataclass(frozen=True)
 class UserAuthorTermDecider:
     """The user-author term of a Rank: each candidate's pair value (``term.of_states``), times a weight
-    whose logit is Gaussian around ``weight_logit_mean``.
+    whose logit is drawn from ``weight``, the Gaussian the OPE gate scores the version by.
 
     The weight is explored like the fusion action so that the logs support other weights; it is drawn
     from the request's own seed for this surface (``user_author_seed``), independent of the fusion
     action's draw, so each decision's propensity is a factor of its own."""
 
     term: PairTerm
-    weight_logit_mean: float
-    weight_logit_std: float
+    weight: ScalarGaussian
     term_id: str  # which term function (``policy_io.term_id``), logged with each decision
     version: str
 
     def decide(self, state: np.ndarray, seed: tuple[int, int], explore: bool) -> tuple[np.ndarray, float]:
-        sigma = np.array([self.weight_logit_std])
-        noise = seeded_generator(seed).standard_normal(1) if explore else np.zeros(1)
-        return self.weight_logit_mean + sigma * noise, float(standard_log_density(noise, sigma))
+        return gaussian_draw(np.array([self.weight.mean]), np.array([self.weight.std]), seed, explore)
 
 
 @dataclass(frozen=True)

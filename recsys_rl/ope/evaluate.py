@@ -54,7 +54,6 @@ from recsys_rl.config import ConfigError
 from recsys_rl.dataset_contract import MANIFEST
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
-from recsys_rl.gaussian import ScalarGaussian
 from recsys_rl.ope import report as ope_report
 from recsys_rl.ope import simulated_truth
 from recsys_rl.ope.blessing import Blessing, PolicyRef, utc_now, write_blessing
@@ -360,8 +359,7 @@ def scored_policy(directory: Path, surface: str):
     if surface == "feed":
         return load_feed_policy(directory, sample=True)
     if surface == "user_author":  # the term's weight logit: its Gaussian needs no SavedModel
-        term = ranking_term(manifest, directory)
-        return ScalarGaussian(term.weight_logit_mean, term.weight_logit_std, manifest["version"])
+        return ranking_term(manifest, directory).weight(manifest["version"])
     return load_allocation_policy(directory, sample=True).for_ope()
 
 

@@ -15,7 +15,7 @@ from serving_fakes import RANK_PREDICTIONS, Context, Holder, KeptLog, NoStore, r
 
 from recsys_rl import contracts
 from recsys_rl.fusion import fusion_scores
-from recsys_rl.gaussian import standard_log_density
+from recsys_rl.gaussian import ScalarGaussian, standard_log_density
 from recsys_rl.pair_state import PairHistory
 from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.policies import (
@@ -64,7 +64,7 @@ class LinearValue:
 
 
 TERM = UserAuthorTermDecider(
-    LinearValue(), weight_logit_mean=math.log(2.0), weight_logit_std=0.3, term_id="linear-1", version="ua-1"
+    LinearValue(), weight=ScalarGaussian(math.log(2.0), 0.3, "ua-1"), term_id="linear-1", version="ua-1"
 )
 
 

@@ -50,7 +50,7 @@ from recsys_rl import signals
 from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
-from recsys_rl.gaussian import log_density
+from recsys_rl.gaussian import ScalarGaussian, log_density
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
 from recsys_rl.registry.policy_files import POLICY_MANIFEST, file_digests, mismatched_policy_files
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
@@ -509,6 +509,10 @@ class RankingTerm:
     weight_logit_mean: float
     weight_logit_std: float
     term_id: str  # which term function (``term_id``)
+
+    def weight(self, version: str) -> ScalarGaussian:
+        """The weight logit's Gaussian: what serving draws each Rank's weight from and the gate scores."""
+        return ScalarGaussian(self.weight_logit_mean, self.weight_logit_std, version)
 
 
 def ranking_term(manifest: dict[str, Any], where: str | Path) -> RankingTerm:
