@@ -992,12 +992,16 @@ def test_a_first_exposure_serves_its_term_to_the_canary_share_only(
     assert len(by_user[in_canary].terms) == 20 and not by_user["user-1"].policy_version
 
 
-def test_the_terms_draws_reach_the_gates_steps_through_kafka_and_the_pipeline(
+def test_a_first_exposures_draws_reach_the_gate_through_kafka_and_the_pipeline_and_earn_its_blessing(
     pair_value_run, redis_features, redis_server, embedded_kafka, tmp_path, serve
 ):
-    """What the server logs of the term is what the user_author gate weighs: the records go through
-    Kafka and the transition pipeline, and the gate's steps are the logged weight logits and their
-    log-densities, in order, for the candidate with the served term function."""
+    """A new term's way in, with the real pieces: approved first exposure, canary, the server's logs of
+    the term through Kafka and the transition pipeline, the user_author gate on them, the report attached,
+    stable. The gate's steps are the logged weight logits and their log-densities, in order, for the
+    candidate with the served term function."""
+    from recsys_rl.kafka.producer import EventProducer
+    from recsys_rl.ope.evaluate import EvaluateConfig, run_evaluation
+    from recsys_rl.ope.gate import GateConfig
     from recsys_rl.ope.logged import LoggedSteps
     from recsys_rl.pipelines.build_transitions import BuildTransitionsConfig, build_transitions
     from recsys_rl.training.agents.data import open_dataset
@@ -1007,7 +1011,11 @@ def test_the_terms_draws_reach_the_gates_steps_through_kafka_and_the_pipeline(
     ensure_topics(
         embedded_kafka.bootstrap_servers, [TopicSpec(decisions_topic, 1), TopicSpec(feedback_topic, 1)]
     )
-    root = user_author_registry(pair_value_run, tmp_path)
+    root = tmp_path / "registry"
+    registry.register(root, "user_author", run=pair_value_run, version="ua1")
+    registry.approve_exposure(root, "user_author", "ua1", max_canary_fraction=0.05, reason="first logs")
+    registry.promote(root, "user_author", "ua1", "canary", canary_fraction=0.05)
+    canary = [f"user-{i}" for i in range(1000) if registry.arm_for_user(f"user-{i}", 0.05) == "canary"][:3]
     server = serve(
         registry=str(root),
         **redis_feature_settings(redis_features, redis_server, tmp_path),
@@ -1017,16 +1025,36 @@ def test_the_terms_draws_reach_the_gates_steps_through_kafka_and_the_pipeline(
         shadow_topic=shadow_topic,
     )
     answers = []
-    with channel(server) as ch:
-        for i in range(12):  # one session of user-1: a page every 30 s
-            request = rank_request(f"term-{i}")
-            request.context.event_time_ms = REQUEST_TIME_MS + 30_000 * i
+    with channel(server) as ch, EventProducer(embedded_kafka.bootstrap_servers) as producer:
+        for i in range(12):  # three canary users, two sessions an hour apart, two pages each, a video watched
+            user = canary[i % 3]
+            request = rank_request(f"term-{i}", user)
+            request.context.event_time_ms = REQUEST_TIME_MS + 3_600_000 * (i // 6) + 30_000 * (i % 6)
             request.candidates[3].author_id = "author-1"
             answers.append(ranking(ch).Rank(request))
+            watched = contracts.FeedbackEvent(
+                schema_version=1,
+                request_id=request.request_id,
+                user_id=user,
+                item_id=answers[-1].item_ids[0],
+                event_time_ms=request.context.event_time_ms + 10_000,
+                item_type=contracts.ITEM_TYPES["video"],
+                signals=contracts.FeedbackSignals(  # each signal from each user: the gate's intervals
+                    watch_time_s=5.0 + i,  # resample users, and a signal needs a baseline in each
+                    click=1,
+                    like=i // 3 % 2,
+                    follow=1 - i // 3 % 2,
+                    comment=i // 3 % 2,
+                    share=1 - i // 3 % 2,
+                    hate=int(i // 3 == 3),
+                ),
+            )
+            producer.send(feedback_topic, user.encode(), contracts.encode(watched), watched.event_time_ms)
     server.stop(1.0)
     logged = decisions(embedded_kafka.bootstrap_servers, decisions_topic)
     assert [r.request_id for r in logged] == [f"term-{i}" for i in range(12)]
     assert {a.user_author_version for a in answers} == {"ua1"}
+    assert {r.user_author.routing_arm for r in logged} == {RANK["canary"]}
 
     result = build_transitions(
         BuildTransitionsConfig(
@@ -1044,9 +1072,31 @@ def test_the_terms_draws_reach_the_gates_steps_through_kafka_and_the_pipeline(
     served_term = term_id(json.loads((policy / "policy.json").read_text()))
     steps = LoggedSteps.from_dataset(open_dataset(result.dataset_dir), served_term)
     assert steps.rows == 12 and steps.excluded == {}
-    np.testing.assert_array_equal(
-        steps.actions[:, 0], [np.float32(r.user_author.weight_logit) for r in logged]
+    # each step is one logged draw with its own density (the steps come grouped by session)
+    drawn = sorted(
+        (float(np.float32(r.user_author.weight_logit)), r.user_author.log_propensity) for r in logged
     )
-    np.testing.assert_array_equal(steps.behaviour_log_prob, [r.user_author.log_propensity for r in logged])
+    assert sorted(zip(steps.actions[:, 0].tolist(), steps.behaviour_log_prob.tolist(), strict=True)) == drawn
     with pytest.raises(ValueError, match="without the evaluated user-author term function"):
         LoggedSteps.from_dataset(open_dataset(result.dataset_dir), "another-term")
+    assert steps.rewards[:, 0].sum() == pytest.approx(sum(5.0 + i for i in range(12)))
+
+    # the gate on the canary's own logs (a lenient one: what is under test is the path, not the verdict)
+    gate = GateConfig(
+        surface="user_author",
+        resamples=20,
+        interval="percentile",
+        min_main_lift=-1.0,
+        default_tolerance=10.0,
+        min_ess=0,
+        max_weight_share=1.0,
+    )
+    report = tmp_path / "report"
+    run_evaluation(
+        EvaluateConfig(
+            candidate=str(pair_value_run), data=str(result.dataset_dir), out=str(report), gate=gate
+        )
+    )
+    assert registry.attach_report(root, "user_author", "ua1", report)
+    assert registry.get_version(root, "user_author", "ua1").why_not_blessed is None
+    assert registry.promote(root, "user_author", "ua1", "stable").after.stable == "ua1"
