@@ -398,6 +398,8 @@ def _routing_line(state: registry.RoutingState) -> str:
 def _status(info: registry.VersionInfo) -> str:
     if info.defects:
         return "DEFECTIVE"
+    if info.blessing is None and info.exposure is not None:
+        return f"first exposure <= {info.exposure.max_canary_fraction:.1%}"
     if info.blessing is None:
         return "unblessed"
     return "blessed" if info.blessing.passed else "refused"

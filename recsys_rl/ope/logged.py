@@ -205,7 +205,8 @@ class LoggedSteps:
                     for r, c in excluded.items()
                 )
                 + "; nothing is left to weight (log with a server that explores: serve without "
-                "--no-explore; and, for a user-author term, with that term serving)"
+                "--no-explore; and, for a user-author term, with that term serving: a new term has no "
+                "logs until it serves, so approve its first exposure, registry approve-exposure)"
             )
         session = _session_codes(table)
 

@@ -296,6 +296,9 @@ def test_a_first_exposure_is_approved_shown_promoted_and_ended_by_a_refused_repo
     assert "first exposure approved for at most 1.0%: new follow critic" in show  # the history line
     (entry,) = json.loads(cli(capsys, "registry", "list", "--json", *where).out)
     assert entry["exposure"]["max_canary_fraction"] == 0.01 and entry["exposure"]["actor"] == "carol"
+    assert entry["status"] == "first exposure <= 1.0%"
+    row = cli(capsys, "registry", "list", *where).out.splitlines()[2]
+    assert row.split()[:6] == ["ua1", "first", "exposure", "<=", "1.0%", "canary"]
 
     refused = make_report(tmp_path / "refused", policy, passed=False, reasons=("follow: lift below 0",))
     result = cli(capsys, "registry", "attach", "ua1", "--report", refused, *where)

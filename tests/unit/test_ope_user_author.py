@@ -110,7 +110,8 @@ def test_logs_without_the_term_have_no_session_to_weight_and_say_why(logs, tmp_p
         ValueError,
         match=rf"every session in the Parquet shards \[.*{shard}.*without the evaluated user-author term "
         r"function.*; nothing is left to weight \(log with a server that explores: serve without "
-        r"--no-explore; and, for a user-author term, with that term serving\)",
+        r"--no-explore; and, for a user-author term, with that term serving: a new term has no logs "
+        r"until it serves, so approve its first exposure, registry approve-exposure\)",
     ):
         LoggedSteps.from_dataset(open_dataset(old), term)
     empty = tmp_path / "empty.parquet"
