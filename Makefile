@@ -55,6 +55,7 @@ bench: install
 	$(BIN)/python bench/pipeline.py --full --out bench/results/pipeline.json
 	$(BIN)/python bench/training.py --full --out bench/results/training.json
 	$(BIN)/python bench/policy_quality.py --full --out bench/results/policy_quality.json --docs docs/policy_quality.md
+	$(BIN)/python bench/stage_one_actors.py --full --out bench/results/stage_one_actors.json
 	$(BIN)/python bench/allocation_quality.py --full --out bench/results/allocation_quality.json --docs docs/allocation_quality.md
 	$(BIN)/python bench/user_author.py --full --out bench/results/user_author.json --docs docs/user_author.md
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
