@@ -9,7 +9,8 @@ the behaviour policy on the same draws, from expected responses (recsys_rl.sim.g
 
 An actor raises its signal when the paired difference is beyond 1.96 standard errors in the signal's good
 direction (hate: down). Reported per seed, with the watch-time lift beside it, and
-``every_actor_raises_its_signal``: every actor, on every seed.
+``every_actor_raises_its_signal``: every actor, on every seed. ``--discount 0`` makes every critic head
+myopic, which tells whether an actor misses its signal by chasing the session's continuation.
 
     python bench/stage_one_actors.py --full --out bench/results/stage_one_actors.json
 """
@@ -66,12 +67,11 @@ class ActorMean:
         return mean, np.zeros(mean.shape[0])
 
 
-def stage_one_actors(dataset, settings: dict, seed: int) -> tuple[list, float]:
+def stage_one_actors(dataset, settings: dict, seed: int, config: AgentConfig) -> tuple[list, float]:
     """The stage-one actors after ``settings['steps']`` stage-one steps, and the seconds it took."""
+    tf.config.experimental.enable_op_determinism()  # as training jobs run: the same seed, the same actors
     tf.random.set_seed(seed)
-    agent = build_agent(
-        "tscac", transition_statistics(dataset), AgentConfig(), stage_one_steps=settings["steps"]
-    )
+    agent = build_agent("tscac", transition_statistics(dataset), config, stage_one_steps=settings["steps"])
     step = tf.function(lambda batch: agent.train(batch, stage=STAGE_ONE), autograph=False)
     batches = iter(read_transitions(dataset, settings["batch_size"], seed=seed))
     started = time.perf_counter()
@@ -97,7 +97,12 @@ def verdict(behaviour: PolicyValues, actor: ActorMean, values) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = bench_parser(__doc__, "stage_one_actors").parse_args(argv)
+    parser = bench_parser(__doc__, "stage_one_actors")
+    parser.add_argument(
+        "--discount", type=float, help="one discount for every critic head (default: each signal's)"
+    )
+    args = parser.parse_args(argv)
+    agent_config = AgentConfig(discount=args.discount)
     settings = MODES[args.mode]
     started, commit = time.perf_counter(), git_commit()
     world = evaluation_worlds(args.seed, 1)[0]
@@ -111,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built,
     ):
         dataset = open_dataset(built.dataset_dir)
-        trained = {seed: stage_one_actors(dataset, settings, seed) for seed in settings["seeds"]}
+        trained = {
+            seed: stage_one_actors(dataset, settings, seed, agent_config) for seed in settings["seeds"]
+        }
     behaviour = values(behaviour_feed_policy())
     per_seed = {}
     for seed, (actors, seconds) in trained.items():
@@ -128,7 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         "mode": args.mode,
         "seed": args.seed,
         "commit": commit,
-        "config": {**settings, "evaluation_world": world, "eval_days": 1, "interval_z": Z},
+        "config": {
+            **settings,
+            "discount": args.discount,
+            "evaluation_world": world,
+            "eval_days": 1,
+            "interval_z": Z,
+        },
         "per_seed": per_seed,
         "raised_own_signal": raised,
         "every_actor_raises_its_signal": all(all(r) for r in raised.values()),
