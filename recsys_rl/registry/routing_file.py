@@ -1,7 +1,8 @@
 """``routing.json`` of one surface: which version holds each role, as one validated record.
 
-Kept apart from ``routing`` (which changes it and resolves it to versions) because registering and
-attaching evidence also read it, to refuse changes under a version that serves.
+Kept apart from ``routing`` (which decides the changes and resolves it to versions) because registering
+and attaching evidence also read it, to refuse changes under a version that serves, and attaching a
+refused blessing to a first-exposure canary also writes it (``write_routing``, one write for both).
 """
 
 from __future__ import annotations
