@@ -193,7 +193,7 @@ def test_serving_builds_the_exported_ranking_term_and_refuses_an_export_without_
         agent.train(next(batches))
     export_pair_value_policy(agent, tmp_path / "policy", {"version": "pair-v1"})
     decider = load_user_author_decider(tmp_path / "policy", "ua-v1")
-    assert (decider.weight_logit_mean, decider.weight_logit_std) == (pytest.approx(np.log(3.0)), 0.3)
+    assert (decider.weight.mean, decider.weight.std) == (pytest.approx(np.log(3.0)), 0.3)
     states = next(batches).time_step.observation.numpy()
     values = agent.policy.values(states).numpy()
     assert np.all(np.abs(values).max(axis=0) > 1e-7)
