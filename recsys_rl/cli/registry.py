@@ -48,6 +48,12 @@ fraction = _argument(registry.check_fraction, _number)
 exposure_fraction = _argument(check_exposure_fraction, _number)
 
 
+def _reason(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("should say why this version should be exposed, but is empty")
+    return text
+
+
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser(
         "registry",
@@ -160,7 +166,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
         required=True,
         help=f"largest share of users the canary may serve, in (0, {registry.MAX_FIRST_EXPOSURE_FRACTION:g}]",
     )
-    a.add_argument("--reason", required=True, help="why this version should be exposed (audited)")
+    a.add_argument(
+        "--reason", type=_reason, required=True, help="why this version should be exposed (audited)"
+    )
     a.set_defaults(handler=_with_settings(_approve_exposure))
 
 
