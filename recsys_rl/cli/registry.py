@@ -19,7 +19,7 @@ from recsys_rl.cli.options import add_config_option, env_default, table_lines
 from recsys_rl.config import ConfigError, load_config, read_config_file
 from recsys_rl.logs import quiet_native_imports
 from recsys_rl.ope.blessing import Blessing
-from recsys_rl.registry.exposure import check_exposure_fraction
+from recsys_rl.registry.exposure import check_exposure_fraction, check_reason
 
 REGISTRY_ENV = "RECSYS_RL_REGISTRY"
 
@@ -46,12 +46,7 @@ def _number(text: str) -> float | str:
 version_name = _argument(registry.check_version_name)
 fraction = _argument(registry.check_fraction, _number)
 exposure_fraction = _argument(check_exposure_fraction, _number)
-
-
-def _reason(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("should say why this version should be exposed, but is empty")
-    return text
+reason = _argument(check_reason)
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -167,7 +162,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help=f"largest share of users the canary may serve, in (0, {registry.MAX_FIRST_EXPOSURE_FRACTION:g}]",
     )
     a.add_argument(
-        "--reason", type=_reason, required=True, help="why this version should be exposed (audited)"
+        "--reason", type=reason, required=True, help="why this version should be exposed (audited)"
     )
     a.set_defaults(handler=_with_settings(_approve_exposure))
 

@@ -31,7 +31,8 @@ class ExposureApproval:
 
     def __post_init__(self) -> None:
         check_exposure_fraction(self.max_canary_fraction)
-        for name in ("policy_sha256", "reason", "actor", "approved_at"):
+        check_reason(self.reason)
+        for name in ("policy_sha256", "actor", "approved_at"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{name} should be a non-empty string, but is {value!r}")
@@ -51,6 +52,12 @@ def check_exposure_fraction(value: float) -> float:
             f"reaches few users), but is {value!r}"
         )
     return float(value)
+
+
+def check_reason(reason: str) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"reason should say why this version should be exposed, but is {reason!r}")
+    return reason
 
 
 def read_exposure(path: Path) -> ExposureApproval:

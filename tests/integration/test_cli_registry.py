@@ -281,7 +281,9 @@ def test_a_first_exposure_is_approved_shown_promoted_and_ended_by_a_refused_repo
     too_many = cli(capsys, *approve, "--max-canary-fraction", "0.5")
     one_line_error(too_many, 2, "max_canary_fraction should be in")
     unexplained = cli(capsys, *approve, "--max-canary-fraction", "0.01", "--reason", " ")
-    one_line_error(unexplained, 2, "--reason: should say why this version should be exposed, but is empty")
+    one_line_error(
+        unexplained, 2, "--reason: reason should say why this version should be exposed, but is ' '"
+    )
     result = cli(capsys, *approve, "--max-canary-fraction", "0.01")
     assert result.code == 0, result
     lines = result.out.splitlines()

@@ -83,7 +83,7 @@ def test_the_share_is_capped(root, share):
 
 
 def test_an_empty_reason_is_refused(root):
-    with pytest.raises(ValueError, match="reason should be a non-empty string"):
+    with pytest.raises(ValueError, match="reason should say why this version should be exposed"):
         approve_exposure(root, "user_author", "ua1", max_canary_fraction=0.01, reason="  ")
 
 
