@@ -150,6 +150,5 @@ def run_days(
     """The simulator's record of ``days`` days of the policies on the world of ``seed``."""
     if days < 1:
         raise ValueError(f"days should be at least 1, but is {days}")
-    track_pairs = hasattr(feed_policy, "candidate_scores")  # it ranks with its pairs' histories
-    sim = Simulator(config, seed, episode_seed=episode_seed, track_pairs=track_pairs)
+    sim = Simulator(config, seed, episode_seed=episode_seed)
     return [sim.run_day(feed_policy, allocation_policy) for _ in range(days)]

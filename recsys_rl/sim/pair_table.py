@@ -7,6 +7,9 @@ each finished day's views (``add_day``, what the day's feedback events say: the 
 follow, gift) and answers any (user, author) with the pair's state (``states``), so a ranking term in the
 simulator sees exactly what the pipeline would have trained it on.
 
+The same counts are the users' memory of authors in the simulated world: the views a user has had of an
+author make that author's videos more appealing (``views``; docs/simulator.md, "Familiarity").
+
 Pairs are keyed ``user * n_authors + author`` in sorted arrays, as the follow graph is: a page asks for
 tens of thousands of pairs at once, and a sorted search answers them without a Python loop.
 """
@@ -69,8 +72,9 @@ class PairTable:
             np.insert(column, fresh, values[~known]) for column, values in zip(columns, today, strict=True)
         )
 
-    def states(self, users: np.ndarray, authors: np.ndarray, at_ms: np.ndarray) -> np.ndarray:
-        """The states (..., D) of the pairs (users, authors) at ``at_ms``: shapes that broadcast."""
+    def _columns(self, users: np.ndarray, authors: np.ndarray):
+        """A reader of any column at the pairs (users, authors) (shapes that broadcast), with a default for
+        pairs that never met."""
         keys = np.asarray(users, np.int64) * self._n_authors + np.asarray(authors, np.int64)
         at = np.minimum(np.searchsorted(self._keys, keys), max(self._keys.size - 1, 0))
         found = self._keys[at] == keys if self._keys.size else np.zeros(keys.shape, bool)
@@ -78,6 +82,15 @@ class PairTable:
         def column(values: np.ndarray, default):
             return np.where(found, values[at], default) if values.size else np.full(keys.shape, default)
 
+        return column
+
+    def views(self, users: np.ndarray, authors: np.ndarray) -> np.ndarray:
+        """How many of each author's items each user has seen through the last finished day."""
+        return self._columns(users, authors)(self._views, 0)
+
+    def states(self, users: np.ndarray, authors: np.ndarray, at_ms: np.ndarray) -> np.ndarray:
+        """The states (..., D) of the pairs (users, authors) at ``at_ms``: shapes that broadcast."""
+        column = self._columns(users, authors)
         return pair_states(
             column(self._views, 0),
             column(self._clicks, 0),

@@ -52,6 +52,11 @@ class ResponseModel:
     satiation: float = 0.15
     # appeal added to the videos of an author the user follows
     follow_affinity: float = 0.3
+    # familiarity (mere exposure, docs/simulator.md "Familiarity"): appeal added to an author's videos
+    # after the user has seen that author's items, growing linearly to its full size at
+    # familiarity_saturation_views earlier views, then flat
+    familiarity_appeal: float = 0.27
+    familiarity_saturation_views: int = 10
     # per-view exit probability:
     #   exit_base[group] * exp(-exit_satisfaction * (sat - exit_reference) - patience_weight * patience)
     # where patience is the session so far: patience <- patience_decay * patience + (sat - exit_reference)
@@ -115,6 +120,9 @@ class SimConfig:
     #: spread (log-normal sigma) of how many videos each author posts: a few prolific authors post most of
     #: the catalogue (docs/simulator.md, "Authors' supply")
     author_output_spread: float = 1.0
+    #: share of each author's videos on the author's own topic (their niche); the rest on random topics
+    #: (docs/simulator.md, "Authors' niches")
+    author_niche_share: float = 0.7
     #: spread (log-normal sigma) of each user's own rate of like, follow, comment, share and hate, drawn
     #: independently per signal, and of each video's (an author's, for follows): distinct drivers per
     #: signal (docs/simulator.md)
@@ -175,10 +183,10 @@ class SimConfig:
                 )
         if abs(sum(self.group_probs) - 1.0) > 1e-6:
             raise ValueError(f"SimConfig.group_probs should sum to 1, but sums to {sum(self.group_probs)}")
-        if not 0.0 <= self.live_availability <= 1.0:
-            raise ValueError(
-                f"SimConfig.live_availability should be in [0, 1], but is {self.live_availability}"
-            )
+        shares = {"live_availability": self.live_availability, "author_niche_share": self.author_niche_share}
+        for name, value in shares.items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"SimConfig.{name} should be in [0, 1], but is {value}")
         spreads = {
             "author_output_spread": self.author_output_spread,
             "user_signal_spread": self.user_signal_spread,

@@ -71,10 +71,12 @@ class VideoResponseProbs:
         videos: np.ndarray,
         topic_clicks: np.ndarray | None = None,
         followed: np.ndarray | None = None,
+        author_views: np.ndarray | None = None,
     ) -> VideoResponseProbs:
         """``users`` has shape (n,) and ``videos`` (n, m): one row of items per user. ``topic_clicks``
         (n, topics) counts each user's clicked views per topic earlier in the session (satiation);
-        ``followed`` (n, m) says which videos are by an author the user follows."""
+        ``followed`` (n, m) says which videos are by an author the user follows; ``author_views`` (n, m)
+        how many of the video's author's items the user has seen before (familiarity)."""
         v = world.videos
         attributes = np.take(v.attributes, videos, axis=1)  # (VIDEO_ATTRIBUTES, n, m)
         quality, bait, duration, factors = attributes[0], attributes[1], attributes[2], attributes[3:]
@@ -87,6 +89,9 @@ class VideoResponseProbs:
             appeal -= (model.satiation * take_in_rows(topic_clicks, topics)).astype(np.float32)
         if followed is not None:
             appeal += model.follow_affinity * followed
+        if author_views is not None:
+            saturation = model.familiarity_saturation_views
+            appeal += model.familiarity_appeal * np.minimum(author_views, saturation) / saturation
         table = np.empty((len(_PROB_ROWS), *videos.shape), np.float32)
         table[_CLICK] = _sigmoid(
             model.click_bias

@@ -231,12 +231,9 @@ def _concat(cls, parts: list[dict[str, np.ndarray]]):
 class Simulator:
     """A seeded world plus what the feature store knows of its users; ``run_day`` advances it by one day."""
 
-    def __init__(
-        self, config: SimConfig, seed: int, episode_seed: int = 0, *, track_pairs: bool = False
-    ) -> None:
+    def __init__(self, config: SimConfig, seed: int, episode_seed: int = 0) -> None:
         """``seed`` fixes the world; ``episode_seed`` the users' draws on it, so that ground truth can
-        replay the world of a logged run with episodes independent of the logged ones. ``track_pairs``
-        keeps every user-author pair's history, which a feed policy with ``candidate_scores`` needs.
+        replay the world of a logged run with episodes independent of the logged ones.
 
         They come from distinct spawn keys of one ``SeedSequence``: the world is child 0, the users' draws
         of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out) and the
@@ -254,9 +251,9 @@ class Simulator:
         # the platform's user table holds every account's group from the start (see events.write_user_table)
         self.store = SimulatedFeatureStore(self.world.users.group)
         self.follows = FollowGraph(config.n_authors, self.world.videos.author)
-        # the feature store's user-author pairs (issue 22): each pair's history through the last day;
-        # kept only when asked for, since counting them costs about a tenth of a day's simulation
-        self.pairs = PairTable(config.n_authors) if track_pairs else None
+        # every user-author pair's history through the last day: the users' familiarity with authors,
+        # and what the feature store serves a feed policy that scores candidates by their pairs
+        self.pairs = PairTable(config.n_authors)
         self.day = 0
         self._next_request = 0
         self._next_session = 0
@@ -341,8 +338,7 @@ class Simulator:
             cfg.interest_floor,
         )
         self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
-        if self.pairs is not None:
-            self.pairs.add_day(*_pair_meetings(views, self.world))
+        self.pairs.add_day(*_pair_meetings(views, self.world))
         log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
         self.day += 1
         return log
@@ -482,8 +478,12 @@ class Simulator:
             followed_video = self.follows.followed_videos(users[fans], pick[:, i])
             candidates[fans, j] = np.where(followed_video >= 0, followed_video, candidates[fans, j])
         followed = np.zeros(candidates.shape, bool)
-        followed[fans] = self.follows.follows(users[fans, None], world.videos.author[candidates[fans]])
-        probs = VideoResponseProbs.of(world, model, users, candidates, session.topic_clicks, followed)
+        candidate_authors = world.videos.author[candidates]
+        followed[fans] = self.follows.follows(users[fans, None], candidate_authors[fans])
+        author_views = self.pairs.views(users[:, None], candidate_authors)
+        probs = VideoResponseProbs.of(
+            world, model, users, candidates, session.topic_clicks, followed, author_views
+        )
         expected = probs.expected(model)
         noise = draws.normal(rows, Purpose.PREDICTION_NOISE, expected.shape[1:])
         predictions = expected * np.exp(model.prediction_noise * noise)
@@ -492,13 +492,8 @@ class Simulator:
         action, log_propensity = _act(feed_policy, state, self.rng, context)
         scores = fusion_scores(predictions, action)
         if (candidate_scores := getattr(feed_policy, "candidate_scores", None)) is not None:
-            if self.pairs is None:
-                raise ValueError(
-                    f"feed policy {feed_policy.version} scores candidates by their user-author pairs: "
-                    "run it on a Simulator(..., track_pairs=True)"
-                )
             at_ms = context.request.time_ms[:, None]
-            pairs = self.pairs.states(users[:, None], world.videos.author[candidates], at_ms)
+            pairs = self.pairs.states(users[:, None], candidate_authors, at_ms)
             scores = scores + candidate_scores(dataclasses.replace(context, pair_states=pairs))
         ranked_cols = top_k(scores, size)
 

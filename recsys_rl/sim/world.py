@@ -121,18 +121,22 @@ def _generate_users(config: SimConfig, rng: np.random.Generator) -> Users:
 
 def _generate_videos(config: SimConfig, rng: np.random.Generator) -> Videos:
     n = config.n_videos
+    # each author posts at their own rate, heavy-tailed across authors; the catalogue is what they posted
+    output = np.exp(config.author_output_spread * rng.standard_normal(config.n_authors))
+    author = rng.choice(config.n_authors, size=n, p=output / output.sum())
+    # most of an author's videos are on the author's own topic, the rest anywhere (authors' niches)
+    niche = rng.integers(0, config.n_topics, config.n_authors)
+    on_niche = rng.random(n) < config.author_niche_share
+    topic = np.where(on_niche, niche[author], rng.integers(0, config.n_topics, n))
     # Every topic gets at least one video so that candidate sampling never hits an empty topic.
-    topic = np.sort(
-        np.concatenate([np.arange(config.n_topics), rng.integers(0, config.n_topics, n - config.n_topics)])
-    )
+    topic[: config.n_topics] = np.arange(config.n_topics)
+    by_topic = np.argsort(topic, kind="stable")
+    topic, author = topic[by_topic], author[by_topic]
     counts = np.bincount(topic, minlength=config.n_topics)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     duration_s = np.clip(rng.lognormal(np.log(26.0), 0.55, n), 5.0, 300.0)
     quality = rng.standard_normal(n)
     clickbait = rng.beta(1.0, 6.0, n)
-    # each author posts at their own rate, heavy-tailed across authors; the catalogue is what they posted
-    output = np.exp(config.author_output_spread * rng.standard_normal(config.n_authors))
-    author = rng.choice(config.n_authors, size=n, p=output / output.sum())
     appeal = _log_factors(rng, (n, len(FACTOR_SIGNALS)), config.item_signal_spread)
     # a follow goes to the author, so its pull is the author's, shared by all their videos
     follow = FACTOR_SIGNALS.index("follow")

@@ -1,4 +1,5 @@
-"""Follows persist and feed the user their authors; interests drift toward what the user watched."""
+"""Follows persist and feed the user their authors; authors keep to their niches and grow familiar;
+interests drift toward what the user watched."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
-from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.parameters import ResponseModel, SimConfig
 from recsys_rl.sim.responses import VideoResponseProbs
 from recsys_rl.sim.simulator import Simulator
 
@@ -59,6 +60,70 @@ def test_a_few_authors_post_most_of_the_catalogue():
     flat = Simulator(SimConfig(n_users=10, author_output_spread=0.0), 0).world
     posted = np.sort(np.bincount(flat.videos.author, minlength=SimConfig().n_authors))[::-1]
     assert posted[: posted.size // 10].sum() < 0.2 * posted.sum()  # Poisson noise alone: about 16%
+
+
+def _niche_share(config: SimConfig) -> float:
+    """The share of the catalogue on its author's most common topic, over authors with 20 videos or more."""
+    videos = Simulator(config, 0).world.videos
+    keys = videos.author * config.n_topics + videos.topic
+    per_topic = np.bincount(keys, minlength=config.n_authors * config.n_topics).reshape(config.n_authors, -1)
+    prolific = per_topic.sum(axis=1) >= 20
+    return per_topic[prolific].max(axis=1).sum() / per_topic[prolific].sum()
+
+
+def test_authors_post_mostly_on_their_own_topic():
+    # 0.7 on the niche, and the other 0.3 spread over 16 topics (one sixteenth of it lands on the niche)
+    assert _niche_share(SimConfig(n_users=10)) == pytest.approx(0.7 + 0.3 / 16, abs=0.02)
+    # without niches the most common of 16 topics holds little more than a sixteenth of 20+ videos
+    assert _niche_share(SimConfig(n_users=10, author_niche_share=0.0)) < 0.25
+    videos = Simulator(SimConfig(n_users=10), 0).world.videos
+    assert np.all(np.diff(videos.topic) >= 0)  # still sorted by topic, as candidate sampling needs
+    np.testing.assert_array_equal(videos.topic_count, np.bincount(videos.topic, minlength=16))
+
+
+def test_an_authors_videos_grow_more_appealing_with_views_until_ten():
+    sim = Simulator(SimConfig(n_users=20), 0)
+    users, videos = np.arange(20), np.tile(np.arange(0, 20_000, 1000), (20, 1))
+    model = sim.config.response
+
+    def probs(seen: int) -> VideoResponseProbs:
+        return VideoResponseProbs.of(
+            sim.world, model, users, videos, author_views=np.full(videos.shape, seen)
+        )
+
+    never, five, ten, twenty = probs(0), probs(5), probs(10), probs(20)
+    assert np.all(never.click < five.click) and np.all(five.click < ten.click)
+    np.testing.assert_array_equal(ten.click, twenty.click)  # the effect has saturated by ten views
+    # the full effect is familiarity_appeal of appeal: the click logit rises by click_appeal times it
+    logit = np.log(ten.click / (1 - ten.click)) - np.log(never.click / (1 - never.click))
+    np.testing.assert_allclose(logit, model.click_appeal * model.familiarity_appeal, rtol=1e-3)
+    plain = VideoResponseProbs.of(sim.world, model, users, videos)
+    np.testing.assert_array_equal(plain.click, never.click)
+
+
+def test_the_world_remembers_yesterdays_views_of_an_author_and_not_todays():
+    """Day 0 has no history, so familiarity cannot change it; from day 1 on, the views of day 0 count."""
+    config = SimConfig(n_users=300)
+    unfamiliar = SimConfig(n_users=300, response=ResponseModel(familiarity_appeal=0.0))
+    days = {}
+    for name, cfg in {"familiar": config, "unfamiliar": unfamiliar}.items():
+        sim = Simulator(cfg, 2)
+        days[name] = [sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy()) for _ in range(2)]
+    np.testing.assert_array_equal(days["familiar"][0].views.signals, days["unfamiliar"][0].views.signals)
+    assert not np.array_equal(days["familiar"][1].feed.predictions, days["unfamiliar"][1].feed.predictions)
+    # the higher appeal is on the candidates whose authors the user met on day 0, and only there
+    sim = Simulator(config, 2)
+    day0 = sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy())
+    feed1 = days["familiar"][1].feed
+    seen = sim.pairs.views(feed1.user[:, None], sim.world.videos.author[feed1.candidates]) > 0
+    assert 0 < seen.mean() < 0.5 and day0.views.user.size > 0
+    # the first pages of day 1 are the same users and candidates in both runs (their paths part later)
+    familiar, other = feed1, days["unfamiliar"][1].feed
+    first = slice(0, 50)
+    np.testing.assert_array_equal(familiar.candidates[first], other.candidates[first])
+    more, plain = familiar.predictions[first, :, 1], other.predictions[first, :, 1]
+    assert seen[first].any() and np.all(more[seen[first]] > plain[seen[first]])
+    np.testing.assert_array_equal(more[~seen[first]], plain[~seen[first]])
 
 
 def test_followers_meet_their_authors_again_and_like_them_better():

@@ -111,7 +111,7 @@ def test_a_zero_weight_term_ranks_as_its_base_policy_and_sees_the_pairs_of_finis
         np.testing.assert_array_equal(a.views.signals, b.views.signals)
 
     # the pair states shown on day 1 are the histories of day 0's views, nothing from day 1 itself
-    sim = Simulator(CONFIG, 3, episode_seed=1, track_pairs=True)
+    sim = Simulator(CONFIG, 3, episode_seed=1)
     day0 = sim.run_day(base, behaviour_allocation_policy())
     start_day = recording.contexts[0].request.time_ms.min() // DAY_MS
     first_day = [c for c in recording.contexts if c.request.time_ms.max() // DAY_MS == start_day]
@@ -193,9 +193,3 @@ def _context(states):
         users=np.arange(n), requests=np.arange(n), sessions=np.arange(n), request=None,
         candidates=np.zeros((n, c), np.int64), predictions=np.zeros((n, c, 7)),
     )  # fmt: skip
-
-
-def test_a_policy_that_scores_pairs_needs_a_simulator_that_tracks_them():
-    policy = TermRanking(behaviour_feed_policy(), FollowProbabilityTerm(), 1.0)
-    with pytest.raises(ValueError, match="track_pairs=True"):
-        Simulator(CONFIG, 0).run_day(policy, behaviour_allocation_policy())

@@ -125,6 +125,7 @@ def test_behaviour_policy_density_is_the_closed_form_gaussian_with_non_unit_sigm
         pytest.param({"group_probs": (0.5, 0.5)}, "group_probs should have 4 values", id="wrong-group-count"),
         pytest.param({"group_probs": (0.5, 0.5, 0.5, 0.5)}, "should sum to 1", id="probs-not-normalised"),
         pytest.param({"live_availability": 1.5}, "live_availability should be in", id="availability"),
+        pytest.param({"author_niche_share": -0.1}, "author_niche_share should be in", id="niche"),
         pytest.param({"n_videos": 3}, "n_videos should be at least n_topics", id="too-few-videos"),
         pytest.param(
             {"author_output_spread": -0.5},
