@@ -208,15 +208,16 @@ def test_the_candidates_actions_are_drawn_at_the_logged_states(logged):
     assert (actions["kind"], actions["series"], actions["states"]) == (
         "continuous",
         ["logged", "candidate"],
-        833,
+        logged.rows,
     )
+    assert logged.rows > 500  # a day of 150 users: enough draws for the bound on the means below
     shift = TARGET.mean(logged.states) - FEED.mean(logged.states)
     for i, name in enumerate(actions["names"]):
         dimension = actions["dimensions"][name]
         moved = dimension["mean"]["candidate"] - dimension["mean"]["logged"]
-        assert moved == pytest.approx(shift[:, i].mean(), abs=4 * 0.3 * (2 / 833) ** 0.5)
+        assert moved == pytest.approx(shift[:, i].mean(), abs=4 * 0.3 * (2 / logged.rows) ** 0.5)
         for series in actions["series"]:
-            assert sum(dimension["counts"][series]) + dimension["outside"][series] == 833
+            assert sum(dimension["counts"][series]) + dimension["outside"][series] == logged.rows
     assert action_distributions(logged, {"candidate": TARGET}, "feed", seed=5) == actions
     assert action_distributions(logged, {"candidate": TARGET}, "feed", seed=6) != actions
     figure = actions_figure(actions)

@@ -52,8 +52,9 @@ def pair_policy(directory, *, mean: float, std: float = LOGGED_STD, variables: s
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    """(dataset directory, the logged term's id, sessions without it) of one simulated day."""
-    day = Simulator(SimConfig(n_users=200), seed=4).run_day(
+    """(dataset directory, the logged term's id, sessions without it) of one simulated day (of enough
+    users that the decisions clear the gate's default minimum effective sample size, 1,000)."""
+    day = Simulator(SimConfig(n_users=250), seed=4).run_day(
         behaviour_feed_policy(), behaviour_allocation_policy()
     )
     logged = LoggedSteps.from_day_logs([day])
