@@ -42,7 +42,9 @@ OPEN_GATE = GateConfig(
 def loop(apache_kafka, tmp_path_factory) -> DemoSummary:
     config = DemoConfig(
         out=str(tmp_path_factory.mktemp("loop") / "demo"),
-        users=250,
+        # enough users that day 0 has several of the rarest signals (follow, hate: one in 60-80 user-days):
+        # the open gate still refuses a signal whose lift some bootstrap resample cannot compute
+        users=450,
         seed=SEED,
         train_steps=60,
         served_days=2,

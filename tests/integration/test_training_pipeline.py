@@ -24,10 +24,11 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def config(apache_kafka, tmp_path: Path) -> PipelineConfig:
     suffix = uuid.uuid4().hex[:8]
-    # enough users that every signal occurs: a signal the logs never saw has no lift, and the gate
-    # (rightly) blesses nothing it cannot judge, open as it is here
+    # enough users that every signal occurs several times (follow, hate: one in 60-80 user-days): a signal
+    # a bootstrap resample never drew has no lift there, and the gate (rightly) blesses nothing it cannot
+    # judge, open as it is here
     sim = SimulateConfig(
-        users=300, seed=11, decisions_topic=f"pl-dec-{suffix}", feedback_topic=f"pl-fb-{suffix}"
+        users=500, seed=11, decisions_topic=f"pl-dec-{suffix}", feedback_topic=f"pl-fb-{suffix}"
     )
     run_simulation(sim, apache_kafka.bootstrap_servers)
     return PipelineConfig(
