@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from open_gate import OPEN_GATE
 
 from recsys_rl import contracts, registry
 from recsys_rl.cli.main import main
@@ -29,10 +30,7 @@ LENIENT_LIVE = {
         "surface": "live_allocation",
         "resamples": 30,
         "interval": "percentile",
-        "min_main_lift": -1.0,
-        "default_tolerance": 10.0,
-        "min_ess": 0,
-        "max_weight_share": 1.0,
+        **OPEN_GATE,
     }
 }
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from open_gate import OPEN_GATE
 
 from recsys_rl import registry
 from recsys_rl.loop.demo import USER_TABLE_DIR, DemoConfig, DemoSummary, run_demo
@@ -33,9 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 SEED = 5
 # The gate is not under test here (tests/integration/test_gate_error_rates.py is): this one blesses
 # anything, so the loop serves each run's candidate.
-OPEN_GATE = GateConfig(
-    resamples=20, min_main_lift=-1.0, default_tolerance=100.0, min_ess=0.0, max_weight_share=1.0
-)
+GATE = GateConfig(resamples=20, **OPEN_GATE)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +50,7 @@ def loop(apache_kafka, tmp_path_factory) -> DemoSummary:
         feature_repo=str(REPO / "features"),
         bootstrap_servers=apache_kafka.bootstrap_servers,
         deadline_s=30.0,  # a loaded CI machine must not turn slow answers into orphaned feedback
-        gate=OPEN_GATE,
+        gate=GATE,
         train_live=False,  # the feed loop is what is checked here; the installed demo trains both surfaces
     )
     lines: list[str] = []

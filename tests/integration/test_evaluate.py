@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import FEED_DATASET_SEED, FEED_DATASET_USERS
+from open_gate import OPEN_GATE
 
 from recsys_rl.cli.main import main
 from recsys_rl.ope.blessing import read_blessing
@@ -20,9 +21,7 @@ pytestmark = pytest.mark.integration
 
 FAST = {"resamples": 30, "interval": "percentile"}
 # a gate nothing can fail, and the strict default one
-LENIENT = {
-    "gate": {**FAST, "min_main_lift": -1.0, "default_tolerance": 10.0, "min_ess": 0, "max_weight_share": 1.0}
-}
+LENIENT = {"gate": {**FAST, **OPEN_GATE}}
 STRICT = {"gate": {**FAST, "min_main_lift": 0.05}}
 
 

@@ -28,6 +28,7 @@ import redis
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from open_gate import OPEN_GATE
 from polling import wait_for
 from registry_fakes import make_report
 
@@ -1082,15 +1083,7 @@ def test_a_first_exposures_draws_reach_the_gate_through_kafka_and_the_pipeline_a
     assert steps.rewards[:, 0].sum() == pytest.approx(sum(5.0 + i for i in range(12)))
 
     # the gate on the canary's own logs (a lenient one: what is under test is the path, not the verdict)
-    gate = GateConfig(
-        surface="user_author",
-        resamples=20,
-        interval="percentile",
-        min_main_lift=-1.0,
-        default_tolerance=10.0,
-        min_ess=0,
-        max_weight_share=1.0,
-    )
+    gate = GateConfig(surface="user_author", resamples=20, interval="percentile", **OPEN_GATE)
     report = tmp_path / "report"
     run_evaluation(
         EvaluateConfig(

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from open_gate import OPEN_GATE
 
 from recsys_rl.cli.main import main
 from recsys_rl.kafka.producer import EventProducer
@@ -43,9 +44,7 @@ def config(apache_kafka, tmp_path: Path) -> PipelineConfig:
             dead_letter_topic="",
         ),
         train={"steps": 20, "batch_size": 64, "checkpoint_every": 10, "log_every": 10},
-        gate=GateConfig(
-            resamples=10, min_main_lift=-1.0, default_tolerance=100.0, min_ess=0.0, max_weight_share=1.0
-        ),
+        gate=GateConfig(resamples=10, **OPEN_GATE),
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import venvs
 import yaml
+from open_gate import OPEN_GATE
 
 from recsys_rl.kafka import Broker
 
@@ -110,13 +111,7 @@ def test_the_installed_demo_runs_outside_the_checkout(
         "users": 150,
         "train_steps": 20,
         "deadline_s": 30.0,
-        "gate": {
-            "resamples": 20,
-            "min_main_lift": -1.0,
-            "default_tolerance": 100.0,
-            "min_ess": 0.0,
-            "max_weight_share": 1.0,
-        },
+        "gate": {"resamples": 20, **OPEN_GATE},
     }
     (elsewhere / "demo.yaml").write_text(yaml.safe_dump(config))
     argv = [str(installed / "recsys-rl"), "demo", "--config", "demo.yaml", "--out", "out"]
