@@ -183,6 +183,11 @@ class SimConfig:
                 )
         if abs(sum(self.group_probs) - 1.0) > 1e-6:
             raise ValueError(f"SimConfig.group_probs should sum to 1, but sums to {sum(self.group_probs)}")
+        if self.response.familiarity_saturation_views < 1:
+            raise ValueError(
+                "SimConfig.response.familiarity_saturation_views should be at least 1 (the views at which "
+                f"familiarity is full), but is {self.response.familiarity_saturation_views}"
+            )
         shares = {"live_availability": self.live_availability, "author_niche_share": self.author_niche_share}
         for name, value in shares.items():
             if not 0.0 <= value <= 1.0:

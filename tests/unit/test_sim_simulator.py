@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.parameters import ResponseModel, SimConfig
 from recsys_rl.sim.simulator import Simulator
 from recsys_rl.state import (
     DAY_MS,
@@ -126,6 +126,11 @@ def test_behaviour_policy_density_is_the_closed_form_gaussian_with_non_unit_sigm
         pytest.param({"group_probs": (0.5, 0.5, 0.5, 0.5)}, "should sum to 1", id="probs-not-normalised"),
         pytest.param({"live_availability": 1.5}, "live_availability should be in", id="availability"),
         pytest.param({"author_niche_share": -0.1}, "author_niche_share should be in", id="niche"),
+        pytest.param(
+            {"response": ResponseModel(familiarity_saturation_views=0)},
+            "familiarity_saturation_views should be at least 1",
+            id="familiar-at-zero-views",
+        ),
         pytest.param({"n_videos": 3}, "n_videos should be at least n_topics", id="too-few-videos"),
         pytest.param(
             {"author_output_spread": -0.5},
