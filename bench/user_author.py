@@ -10,6 +10,12 @@ critic (``train --algo ua-mtcl``). Two questions:
    so the comparison runs at a per-meeting discount of ``COMPARISON_DISCOUNT`` on rows with at least
    ``MIN_LATER_MEETINGS`` later meetings, where the missing tail weighs at most 0.5^5 = 3% (at the
    registry's 0.9 it would weigh 59%, and the comparison would reward the critic that predicts less).
+   A follow is a coin that lands once in two thousand views, so most of a return's spread is the luck of
+   the draws, which no value can predict. The logged run is replayed in the simulator (the same seed
+   gives the same views) for each view's expected click, follow and gift: the share of each head's error
+   that is that luck (``noise_share``, so the most any value could cut the mean's error,
+   ``best_reduction_over_mean``), and each critic's error against the *expected* returns, where the luck
+   is gone and what is left is what a value can learn.
 2. **Does the pair value, as one more term in the ranking score, bring follows without costing the
    rest?** Two user-author terms: every head's value in reward-std units, and the follow head's alone.
    On a tuning world, each term's weight is chosen from a grid (the most follows with no signal broken
@@ -38,6 +44,8 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 
 # isort: split
 import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 from common import bench_parser, git_commit, rounded, write_result
 from trained import evaluation_worlds, logged_dataset, train_runs
 
@@ -45,11 +53,13 @@ from recsys_rl import signals
 from recsys_rl.dataset_contract import USER_AUTHOR
 from recsys_rl.sim.behaviour import FeedPolicy, behaviour_allocation_policy
 from recsys_rl.sim.ground_truth import PolicyValues, evaluate_logs, run_days
-from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.parameters import ResponseModel, SimConfig
 from recsys_rl.sim.ranking_terms import FollowProbabilityTerm, PairValueTerm, TermRanking
 from recsys_rl.sim.sim_eval import compare_values
+from recsys_rl.sim.simulate import SimulateConfig, simulated_days
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS
 from recsys_rl.sim.world import World
-from recsys_rl.training.agents.data import open_dataset
+from recsys_rl.training.agents.data import TransitionDataset, open_dataset
 from recsys_rl.training.agents.policy_io import load_feed_policy, load_pair_value_policy
 from recsys_rl.training.pair_value import (
     PairTransitions,
@@ -100,10 +110,74 @@ MODES: dict[str, dict[str, Any]] = {
 # -- 1. MTCL against independent heads ---------------------------------------------------------------------
 
 
-def critic_errors(data: PairTransitions, steps: int, seed: int) -> dict[str, Any]:
-    """Each critic's RMSE per head on the held-out pairs' rows with enough later meetings."""
+@dataclasses.dataclass(frozen=True)
+class ExpectedRewards:
+    """Per pair row, in PAIR_SIGNALS order: each reward's expectation given everything before its view,
+    and its variance around it (the luck of the draw). The pair's return is no draw of the view's own
+    (it is whether the meeting came on a later day): its own value, variance 0."""
+
+    means: np.ndarray  # (N, S)
+    variances: np.ndarray  # (N, S)
+
+
+#: The pair signals that are draws of the view, and the view signal each is.
+_DRAWN = {"click": "click", "follow": "follow", "gift": "gift"}
+
+
+def expected_rewards(
+    dataset: TransitionDataset, data: PairTransitions, *, users: int, days: int, seed: int
+) -> ExpectedRewards:
+    """The logged run replayed in the simulator, each pair row matched to its view by user, item and time.
+
+    Click and follow are Bernoulli draws, variance p(1 - p); a gift is a Bernoulli times an exponential
+    value of mean m, so its variance is 2 m E - E^2 for its expectation E.
+    """
+    keys = pd.concat(
+        [
+            pq.read_table(path, columns=["user_id", "item_id", "event_time_ms"]).to_pandas()
+            for path in dataset.shard_paths("parquet")
+        ],
+        ignore_index=True,
+    )
+    _, next_day = simulated_days(SimulateConfig(users=users, days=days, seed=seed))
+    views = []
+    for _ in range(days):
+        day = next_day().views
+        items = np.where(day.is_live, "l", "v") + day.item.astype(str)
+        columns = [VIEW_SIGNAL_COLUMNS.index(_DRAWN[s]) for s in _DRAWN]
+        frame = pd.DataFrame(day.expected[:, columns], columns=list(_DRAWN))
+        frame["user_id"] = "u" + day.user.astype(str)
+        frame["item_id"], frame["event_time_ms"] = items, day.time_ms
+        views.append(frame)
+    matched = keys.merge(pd.concat(views), on=["user_id", "item_id", "event_time_ms"], how="left")
+    if len(matched) != len(data.rewards) or matched[list(_DRAWN)].isna().any().any():
+        raise RuntimeError("the replayed run does not have exactly the logged run's pair rows")
+    means = data.rewards.astype(np.float64)
+    variances = np.zeros_like(means)
+    gift_mean = ResponseModel().live_gift_mean
+    for name in _DRAWN:
+        column = signals.PAIR_SIGNALS.index(name)
+        e = matched[name].to_numpy(np.float64)
+        means[:, column] = e
+        variances[:, column] = 2.0 * gift_mean * e - e**2 if name == "gift" else e * (1.0 - e)
+    return ExpectedRewards(means, variances)
+
+
+def critic_errors(data: PairTransitions, expected: ExpectedRewards, steps: int, seed: int) -> dict[str, Any]:
+    """Each critic's RMSE per head on the held-out pairs' rows with enough later meetings, against their
+    Monte-Carlo returns and against the expected returns along the same meetings.
+
+    The luck in a return, ``sum_k g^2k var_k`` over its meetings, is what no value of the row's state can
+    predict; it leaves out that one draw moves later probabilities (a follow ends the pair's follows),
+    which is second order for rare signals, and the luck of which meetings come at all, which only adds
+    to it: ``best_reduction_over_mean`` is an upper bound.
+    """
     discounts = (COMPARISON_DISCOUNT,) * len(signals.PAIR_SIGNALS)
     returns, later = monte_carlo_returns(data, discounts)
+    expected_returns, _ = monte_carlo_returns(dataclasses.replace(data, rewards=expected.means), discounts)
+    luck, _ = monte_carlo_returns(
+        dataclasses.replace(data, rewards=expected.variances), tuple(d * d for d in discounts)
+    )
     held_pairs = np.random.default_rng(seed).random(data.pairs.max() + 1) < HELD_OUT_SHARE
     held = held_pairs[data.pairs]
     train = PairTransitions(*(a[~held] for a in dataclasses.astuple(data)))
@@ -112,17 +186,29 @@ def critic_errors(data: PairTransitions, steps: int, seed: int) -> dict[str, Any
     out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(scored.sum())}
     # the reference any value should beat: each head's mean return over the training pairs' rows
     mean = returns[~held].mean(axis=0)
-    rmse = np.sqrt(((mean - returns[scored]) ** 2).mean(axis=0))
-    out["training_mean"] = dict(zip(signals.PAIR_SIGNALS, map(float, rmse), strict=True))
+
+    def per_head(values: np.ndarray) -> dict[str, float]:
+        return dict(zip(signals.PAIR_SIGNALS, map(float, values), strict=True))
+
+    def rmse(predicted: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+        return per_head(np.sqrt(((predicted - targets[scored]) ** 2).mean(axis=0)))
+
+    predictions = {"training_mean": mean}
     for critic in ("mtcl", "independent"):
         policy = train_pair_value(train, config, critic=critic, steps=steps, batch_size=512, seed=seed)
-        predicted = policy.values(data.states[scored]).numpy()
-        rmse = np.sqrt(((predicted - returns[scored]) ** 2).mean(axis=0))
-        out[critic] = dict(zip(signals.PAIR_SIGNALS, map(float, rmse), strict=True))
-    out["reduction"] = {
-        s: 1.0 - out["mtcl"][s] / out["independent"][s] if out["independent"][s] > 0 else None
-        for s in signals.PAIR_SIGNALS
-    }
+        predictions[critic] = policy.values(data.states[scored]).numpy()
+    out |= {name: rmse(p, returns) for name, p in predictions.items()}
+    out["expected_returns"] = {name: rmse(p, expected_returns) for name, p in predictions.items()}
+    squared_error = ((mean - returns[scored]) ** 2).mean(axis=0)
+    share = np.divide(
+        luck[scored].mean(axis=0), squared_error, out=np.zeros(len(mean)), where=squared_error > 0
+    )
+    out["noise_share"] = {s: v for s, v in per_head(share).items() if s in _DRAWN}
+    for errors in (out, out["expected_returns"]):
+        errors["reduction"] = {
+            s: 1.0 - errors["mtcl"][s] / errors["independent"][s] if errors["independent"][s] > 0 else None
+            for s in signals.PAIR_SIGNALS
+        }
     return out
 
 
@@ -240,10 +326,31 @@ def term_summary(reference: list[Outcome], outcomes: list[Outcome]) -> dict[str,
     }
 
 
+def errors_summary(errors: list[dict[str, Any]], head: str) -> dict[str, Any]:
+    """One head's RMSE of each predictor, averaged over the seeds, and MTCL's reduction of it."""
+    return {
+        **{k: statistics.fmean(e[k][head] for e in errors) for k in ("mtcl", "independent", "training_mean")},
+        "reduction": mean_and_stderr([e["reduction"][head] or 0.0 for e in errors]),
+    }
+
+
 def mean_and_stderr(values: list[float]) -> dict[str, float | None]:
     mean = statistics.fmean(values)
     stderr = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
     return {"mean": mean, "stderr": stderr}
+
+
+def _error_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown rows: each head's RMSE by MTCL, by independent heads and by the training rows' mean."""
+    rows = ["| head | MTCL | independent | reduction | training rows' mean |", "|---|---|---|---|---|"]
+    for s, row in per_head.items():
+        reduction = row["reduction"]
+        rows.append(
+            f"| {s} | {row['mtcl']:.4g} | {row['independent']:.4g} | "
+            f"{100 * reduction['mean']:+.1f}% ± {100 * (reduction['stderr'] or 0):.1f} | "
+            f"{row['training_mean']:.4g} |"
+        )
+    return rows
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -268,21 +375,31 @@ def markdown(result: dict[str, Any]) -> str:
         "seeds), and the RMSE of predicting each head's mean return over the training rows, the "
         "reference a value that learnt something from the pair's state beats:",
         "",
-        "| head | MTCL | independent | reduction | training rows' mean |",
-        "|---|---|---|---|---|",
-    ]
-    for s in signals.PAIR_SIGNALS:
-        row = mtcl["per_head"][s]
-        reference = f"{row['training_mean']:.4g}" if "training_mean" in row else "n/a"
-        lines.append(
-            f"| {s} | {row['mtcl']:.4g} | {row['independent']:.4g} | "
-            f"{100 * row['reduction']['mean']:+.1f}% ± {100 * (row['reduction']['stderr'] or 0):.1f} | "
-            f"{reference} |"
-        )
-    lines += [
+        *_error_table(mtcl["per_head"]),
         "",
         f"`mtcl_error_reduction` (mean over the sparse heads {', '.join(SPARSE_HEADS)}): "
         f"{100 * result['mtcl_error_reduction']:+.1f}% (target: at least +10%).",
+        "",
+        "How much of that error is the luck of the draws, which no value can predict: the share of the "
+        "mean's squared error that is the draws' variance along the meetings (from each view's expected "
+        "click, follow and gift in the replayed run), and the "
+        "most any value could then cut the mean's RMSE (at most, since it leaves out which meetings come):",
+        "",
+        "| head | luck's share of the mean's squared error | best possible reduction over the mean |",
+        "|---|---|---|",
+        *(
+            f"| {s} | {100 * row['noise_share']:.1f}% | {100 * row['best_reduction_over_mean']:.1f}% |"
+            for s, row in mtcl["per_head"].items()
+            if "noise_share" in row
+        ),
+        "",
+        "The same RMSE against the expected returns along the same meetings (the draws' luck taken out; "
+        "the pair's return is no draw of a view, so its row is the one above):",
+        "",
+        *_error_table({s: row["expected_returns"] for s, row in mtcl["per_head"].items()}),
+        "",
+        f"`mtcl_error_reduction_on_expected_returns`: "
+        f"{100 * result['mtcl_error_reduction_on_expected_returns']:+.1f}%.",
         "",
         "## The ranking term",
         "",
@@ -361,8 +478,12 @@ def main(argv: list[str] | None = None) -> int:
             work, users=settings["users"], days=settings["days"], seed=args.seed, user_author_surface=True
         ) as built:
             trained = train_runs(built.dataset_dir, work, runs, seeds)
-            pairs = PairTransitions.from_dataset(open_dataset(built.dataset_dir, USER_AUTHOR))
-        errors = [critic_errors(pairs, settings["critic_steps"], seed) for seed in seeds]
+            surface = open_dataset(built.dataset_dir, USER_AUTHOR)
+            pairs = PairTransitions.from_dataset(surface)
+            expected = expected_rewards(
+                surface, pairs, users=settings["users"], days=settings["days"], seed=args.seed
+            )
+        errors = [critic_errors(pairs, expected, settings["critic_steps"], seed) for seed in seeds]
         tscac = [load_feed_policy(d, numpy=True) for d in trained.policy_dirs["tscac"]]
         values = [load_pair_value_policy(d) for d in trained.policy_dirs["ua-mtcl"]]
         terms = {
@@ -394,13 +515,18 @@ def main(argv: list[str] | None = None) -> int:
         }
     per_head = {
         s: {
-            "mtcl": statistics.fmean(e["mtcl"][s] for e in errors),
-            "independent": statistics.fmean(e["independent"][s] for e in errors),
-            "training_mean": statistics.fmean(e["training_mean"][s] for e in errors),
-            "reduction": mean_and_stderr([e["reduction"][s] or 0.0 for e in errors]),
+            **errors_summary(errors, s),
+            "expected_returns": errors_summary([e["expected_returns"] for e in errors], s),
         }
         for s in signals.PAIR_SIGNALS
     }
+    for s in _DRAWN:
+        shares = [e["noise_share"][s] for e in errors]
+        per_head[s]["noise_share"] = statistics.fmean(shares)
+        # luck above the mean's whole error (a sampling accident) leaves nothing to cut
+        per_head[s]["best_reduction_over_mean"] = statistics.fmean(
+            max(0.0, 1.0 - math.sqrt(share)) for share in shares
+        )
     result: dict[str, Any] = {
         "benchmark": "user_author",
         "commit": commit,
@@ -418,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         },
         "mtcl": {"per_seed": errors, "per_head": per_head, "scored_rows": errors[0]["scored_rows"]},
         "mtcl_error_reduction": statistics.fmean(per_head[s]["reduction"]["mean"] for s in SPARSE_HEADS),
+        "mtcl_error_reduction_on_expected_returns": statistics.fmean(
+            per_head[s]["expected_returns"]["reduction"]["mean"] for s in SPARSE_HEADS
+        ),
         "terms": summaries,
         "headline_term": (headline := headline_term(weights)),
         "follow_lift_over_tscac": summaries[headline]["follow_lift"],

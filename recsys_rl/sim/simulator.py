@@ -199,6 +199,9 @@ class ViewLog:
     position: np.ndarray
     time_ms: np.ndarray  # when the view ended
     signals: np.ndarray  # (n, 9) in VIEW_SIGNAL_COLUMNS order
+    # (n, 9) the same signals' expected values given everything before the view (the probabilities and
+    # means the draws came from): ground truth for measuring how much of a signal is luck of the draw
+    expected: np.ndarray
     session_end: np.ndarray  # (n,) bool: the user left the app after this view
 
 
@@ -221,6 +224,17 @@ def _pair_meetings(views: ViewLog, world: World) -> tuple[np.ndarray, ...]:
     authors[~is_live] = world.videos.author[views.item[~is_live]]
     columns = [VIEW_SIGNAL_COLUMNS.index(name) for name in ("click", "follow", "gift")]
     return (views.user, authors, views.time_ms, *views.signals[:, columns].T)
+
+
+def _view_expected(video: np.ndarray, is_live: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Views' expected signals (n, 9) in VIEW_SIGNAL_COLUMNS order, from the viewed videos' expected
+    responses (n, 7) and the live streams' entry probability, expected gift and watch (n, 3), each row
+    taking the one its view was (a live view's click is its entry, as in ``signals``)."""
+    out = np.zeros((is_live.size, len(VIEW_SIGNAL_COLUMNS)))
+    out[:, :7] = np.where(is_live[:, None], 0.0, video)
+    out[is_live, 1] = live[is_live, 0]
+    out[is_live, 7:] = live[is_live, 1:]
+    return out
 
 
 def _concat(cls, parts: list[dict[str, np.ndarray]]):
@@ -391,6 +405,7 @@ class Simulator:
                 "position": views.slot,
                 "time_ms": request_ms[views.row] + np.round(views.offset_s * 1000.0).astype(np.int64),
                 "signals": views.signals,
+                "expected": views.expected,
                 "session_end": views.session_end,
             }
         )
@@ -533,6 +548,9 @@ class Simulator:
         ins_probs = LiveResponseProbs.of(world, model, users[ins_rows], live_of_row[ins_rows])
         live_draws = draws.uniform(rows[ins_rows], Purpose.LIVE_RESPONSE, (4,))
         live_watch[ins_rows], live_gift[ins_rows], live_sat[ins_rows] = ins_probs.sample(model, live_draws)
+        live_expected = np.zeros((n, 3))  # entry probability, expected gift, expected watch
+        live_expected[ins_rows, 0] = ins_probs.enter
+        live_expected[ins_rows, 2], live_expected[ins_rows, 1] = ins_probs.expected(model)
 
         # every slot's item and response at once; only leaving is sequential (it depends on the page so far)
         is_live = slot_rank < 0
@@ -546,6 +564,7 @@ class Simulator:
         signals[..., 7] = np.where(is_live, live_gift[:, None], 0.0)
         signals[..., 8] = np.where(is_live, live_watch[:, None], 0.0)
         sat = np.where(is_live, live_sat[:, None], take_in_rows(video_sat, safe_rank))
+        slot_expected = take_in_rows(expected, slot_cols)
         surplus = sat - model.exit_reference
 
         exit_base = np.asarray(cfg.exit_base)[world.users.group[users]]
@@ -563,7 +582,6 @@ class Simulator:
         # cumulative sums run slot by slot, as the views happened: the same floats in any batch
         offset = np.cumsum(signals[..., 0] + signals[..., 8] + cfg.item_overhead_s, axis=1)
         feed_reward = _sum_over_slots(np.where(viewed[..., None], slot_video, 0.0))
-        slot_expected = take_in_rows(expected, slot_cols)
         expected_feed_reward = _sum_over_slots(np.where((viewed & ~is_live)[..., None], slot_expected, 0.0))
         live_viewed = (viewed & is_live).any(axis=1)
         reached_end = viewed[:, size - 1]
@@ -614,6 +632,7 @@ class Simulator:
                 is_live=is_live[row, slot],
                 offset_s=offset[row, slot],
                 signals=signals[row, slot],
+                expected=_view_expected(slot_expected[row, slot], is_live[row, slot], live_expected[row]),
                 session_end=exits[row, slot],
                 satisfaction=sat[row, slot],
             ),
@@ -681,6 +700,7 @@ class PageViews:
     is_live: np.ndarray
     offset_s: np.ndarray  # seconds from the request to the end of the view
     signals: np.ndarray
+    expected: np.ndarray
     session_end: np.ndarray
     satisfaction: np.ndarray
 

@@ -8,7 +8,7 @@ import pytest
 
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
-from recsys_rl.sim.simulator import Simulator
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator
 from recsys_rl.state import (
     DAY_MS,
     FEED_STATE_FEATURES,
@@ -249,6 +249,21 @@ def test_live_expected_rewards_agree_with_the_draws_and_count_only_what_was_view
     assert np.all(expected[viewed, 0] > 0) and np.all(expected[~viewed, :2] == 0)
     assert np.any(~viewed & ~skipped)  # some users left the page before its live slot
     _unbiased_and_less_noisy(expected, drawn, {0: "live_watch", 1: "gift", 2: "displaced_watch"})
+
+
+def test_each_views_expected_signals_agree_with_its_draws_and_its_kind():
+    """A view's expected signals are what its own draws came from: their mean within noise of the draws',
+    and zero where the view's kind cannot have the signal (no gift from a video, no follow from a live)."""
+    views = _days(13, days=1, users=3000)[0].views
+    expected, drawn, live = views.expected, views.signals, views.is_live
+    assert expected.shape == drawn.shape
+    video_only = [VIEW_SIGNAL_COLUMNS.index(s) for s in ("like", "follow", "comment", "share", "hate")]
+    live_only = [VIEW_SIGNAL_COLUMNS.index(s) for s in ("gift", "live_watch_time")]
+    assert np.all(expected[np.ix_(live, video_only)] == 0) and np.all(expected[np.ix_(~live, live_only)] == 0)
+    assert np.all((expected[:, 1] > 0) & (expected[:, 1] < 1))  # a click (a live entry) is a probability
+    names = dict(enumerate(VIEW_SIGNAL_COLUMNS))
+    _unbiased_and_less_noisy(expected[~live], drawn[~live], {i: names[i] for i in [0, 1, *video_only]})
+    _unbiased_and_less_noisy(expected[live], drawn[live], {i: names[i] for i in [1, *live_only]})
 
 
 def _first_pages(feed) -> np.ndarray:
