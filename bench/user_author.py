@@ -6,16 +6,19 @@ critic (``train --algo ua-mtcl``). Two questions:
 
 1. **Does MTCL learn the sparse heads better than independent heads?** Both critics train in process on
    the pairs of the dataset but a held-out fifth; each head's prediction error is measured against the
-   held-out rows' Monte-Carlo returns along their pairs' chains. A return is censored at the log's end,
-   so the comparison runs at a per-meeting discount of ``COMPARISON_DISCOUNT`` on rows with at least
-   ``MIN_LATER_MEETINGS`` later meetings, where the missing tail weighs at most 0.5^5 = 3% (at the
-   registry's 0.9 it would weigh 59%, and the comparison would reward the critic that predicts less).
-   A follow is a coin that lands once in two thousand views, so most of a return's spread is the luck of
-   the draws, which no value can predict. The logged run is replayed in the simulator (the same seed
-   gives the same views) for each view's expected click, follow and gift: the share of each head's error
-   that is that luck (``noise_share``, so the most any value could cut the mean's error,
-   ``best_reduction_over_mean``), and each critic's error against the *expected* returns, where the luck
-   is gone and what is left is what a value can learn.
+   held-out rows' Monte-Carlo returns along their pairs' chains. The returns come from the logged run
+   replayed in the simulator (the same seed gives the same views; the replay checks that its rewards are
+   the dataset's) and carried on for ``EXTENSION_DAYS`` more days, so that a row near the log's end still
+   sees its pair's later meetings; the per-meeting discount is ``COMPARISON_DISCOUNT`` (at the registry's
+   0.9 a week's meetings would still leave much of a rare pair's value out). Every held-out row is
+   scored. An earlier version scored only rows with five later meetings in the log, which selected by
+   the future: a follow brings the author's videos back (the following feed), so pairs that followed
+   meet more, and on those rows drawn follows were 0.0058 a meeting against 0.0006 expected.
+   A follow is a coin that lands once in two thousand views, so much of a return's spread is the luck of
+   the draws, which no value can predict. Each view's expected click, follow and gift in the replay
+   give the share of each head's error that is that luck (``noise_share``, so the most any value could
+   cut the mean's error, ``best_reduction_over_mean``), and each critic's error against the *expected*
+   returns, where the luck is gone and what is left is what a value can learn.
 2. **Does the pair value, as one more term in the ranking score, bring follows without costing the
    rest?** Two user-author terms: every head's value in reward-std units, and the follow head's alone.
    On a tuning world, each term's weight is chosen from a grid (the most follows with no signal broken
@@ -59,6 +62,7 @@ from recsys_rl.sim.sim_eval import compare_values
 from recsys_rl.sim.simulate import SimulateConfig, simulated_days
 from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS
 from recsys_rl.sim.world import World
+from recsys_rl.state import DAY_MS
 from recsys_rl.training.agents.data import TransitionDataset, open_dataset
 from recsys_rl.training.agents.policy_io import load_feed_policy, load_pair_value_policy
 from recsys_rl.training.pair_value import (
@@ -70,7 +74,8 @@ from recsys_rl.training.pair_value import (
 
 SPARSE_HEADS = ("follow", "gift", "author_return")
 COMPARISON_DISCOUNT = 0.5
-MIN_LATER_MEETINGS = 5
+#: Days the replay goes on past the log, so that a held-out row's return sees the pair's later meetings.
+EXTENSION_DAYS = 7
 HELD_OUT_SHARE = 0.2
 #: The weight grids the tuning world chooses from: the user-author term is in the critic's reward-std
 #: units per meeting, the boost in a typical view's follow probability (fusion's units).
@@ -111,27 +116,76 @@ MODES: dict[str, dict[str, Any]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class ExpectedRewards:
-    """Per pair row, in PAIR_SIGNALS order: each reward's expectation given everything before its view,
-    and its variance around it (the luck of the draw). The pair's return is no draw of the view's own
-    (it is whether the meeting came on a later day): its own value, variance 0."""
+class ReplayedReturns:
+    """Per pair row of the dataset, in PAIR_SIGNALS order, its returns along the pair's meetings in the
+    replayed run: of the drawn rewards, of their expectations, and the luck (the draws' variance) between
+    the two. The pair's return is no draw of a view (whether the meeting came on a later day than the
+    last): its own value in both, variance 0."""
 
-    means: np.ndarray  # (N, S)
-    variances: np.ndarray  # (N, S)
-
-
-#: The pair signals that are draws of the view, and the view signal each is.
-_DRAWN = {"click": "click", "follow": "follow", "gift": "gift"}
+    drawn: np.ndarray  # (N, S)
+    expected: np.ndarray  # (N, S)
+    luck: np.ndarray  # (N, S): sum over the meetings of discount^2k times each reward's variance
 
 
-def expected_rewards(
+#: The pair signals that are draws of the view (each the view signal of the same name).
+_DRAWN = ("click", "follow", "gift")
+
+
+def replayed_returns(
     dataset: TransitionDataset, data: PairTransitions, *, users: int, days: int, seed: int
-) -> ExpectedRewards:
-    """The logged run replayed in the simulator, each pair row matched to its view by user, item and time.
+) -> ReplayedReturns:
+    """The logged run replayed in the simulator and carried on for EXTENSION_DAYS more days (the same
+    world, users and behaviour policy), each dataset row matched to its view by user, item and time.
 
     Click and follow are Bernoulli draws, variance p(1 - p); a gift is a Bernoulli times an exponential
     value of mean m, so its variance is 2 m E - E^2 for its expectation E.
     """
+    sim, next_day = simulated_days(SimulateConfig(users=users, days=days + EXTENSION_DAYS, seed=seed))
+    n_authors = sim.config.n_authors
+    frames = []
+    for _ in range(days + EXTENSION_DAYS):
+        views = next_day().views
+        live = views.is_live
+        authors = np.where(live, sim.world.lives.author[np.where(live, views.item, 0)], 0)
+        authors[~live] = sim.world.videos.author[views.item[~live]]
+        frame = pd.DataFrame(
+            {
+                "user_id": "u" + views.user.astype(str),
+                "item_id": np.where(live, "l", "v") + views.item.astype(str),
+                "event_time_ms": views.time_ms,
+                "pair": views.user.astype(np.int64) * n_authors + authors,
+            }
+        )
+        for name in _DRAWN:
+            column = VIEW_SIGNAL_COLUMNS.index(name)
+            frame[name], frame[f"expected_{name}"] = views.signals[:, column], views.expected[:, column]
+        frames.append(frame)
+    # each pair's meetings in order, as the pipeline chains them (pipelines.user_author)
+    met = pd.concat(frames, ignore_index=True).sort_values(["pair", "event_time_ms", "item_id"])
+    day = met["event_time_ms"].to_numpy() // DAY_MS
+    pair = met["pair"].to_numpy()
+    first = np.r_[True, pair[1:] != pair[:-1]]
+    returned = ~first & (day > np.r_[0, day[:-1]])
+    drawn = np.column_stack([met["click"] > 0, met["follow"] > 0, met["gift"], returned]).astype(np.float64)
+    expected, variances = drawn.copy(), np.zeros_like(drawn)
+    gift_mean = ResponseModel().live_gift_mean
+    for name in _DRAWN:
+        e = met[f"expected_{name}"].to_numpy(np.float64)
+        expected[:, signals.PAIR_SIGNALS.index(name)] = e
+        variances[:, signals.PAIR_SIGNALS.index(name)] = (
+            2 * gift_mean * e - e**2 if name == "gift" else e * (1 - e)
+        )
+    steps = np.arange(pair.size) - np.flatnonzero(first)[np.cumsum(first) - 1]
+    chain = PairTransitions(np.zeros((pair.size, 0)), np.zeros((pair.size, 0)), drawn, pair, steps)
+    discounts = (COMPARISON_DISCOUNT,) * len(signals.PAIR_SIGNALS)
+    returns = [
+        monte_carlo_returns(dataclasses.replace(chain, rewards=rewards), gammas)[0]
+        for rewards, gammas in (
+            (drawn, discounts),
+            (expected, discounts),
+            (variances, tuple(g * g for g in discounts)),
+        )
+    ]
     keys = pd.concat(
         [
             pq.read_table(path, columns=["user_id", "item_id", "event_time_ms"]).to_pandas()
@@ -139,33 +193,19 @@ def expected_rewards(
         ],
         ignore_index=True,
     )
-    _, next_day = simulated_days(SimulateConfig(users=users, days=days, seed=seed))
-    views = []
-    for _ in range(days):
-        day = next_day().views
-        items = np.where(day.is_live, "l", "v") + day.item.astype(str)
-        columns = [VIEW_SIGNAL_COLUMNS.index(_DRAWN[s]) for s in _DRAWN]
-        frame = pd.DataFrame(day.expected[:, columns], columns=list(_DRAWN))
-        frame["user_id"] = "u" + day.user.astype(str)
-        frame["item_id"], frame["event_time_ms"] = items, day.time_ms
-        views.append(frame)
-    matched = keys.merge(pd.concat(views), on=["user_id", "item_id", "event_time_ms"], how="left")
-    if len(matched) != len(data.rewards) or matched[list(_DRAWN)].isna().any().any():
-        raise RuntimeError("the replayed run does not have exactly the logged run's pair rows")
-    means = data.rewards.astype(np.float64)
-    variances = np.zeros_like(means)
-    gift_mean = ResponseModel().live_gift_mean
-    for name in _DRAWN:
-        column = signals.PAIR_SIGNALS.index(name)
-        e = matched[name].to_numpy(np.float64)
-        means[:, column] = e
-        variances[:, column] = 2.0 * gift_mean * e - e**2 if name == "gift" else e * (1.0 - e)
-    return ExpectedRewards(means, variances)
+    met["row"] = np.arange(len(met))
+    rows = keys.merge(met[["user_id", "item_id", "event_time_ms", "row"]], how="left", validate="one_to_one")
+    if rows["row"].isna().any():
+        raise RuntimeError("the replayed run lacks pair meetings the logged run has")
+    index = rows["row"].to_numpy(np.int64)
+    if not np.array_equal(drawn[index].astype(np.float32), data.rewards):  # the dataset's rewards are float32
+        raise RuntimeError("the replayed run's pair rewards differ from the logged run's")
+    return ReplayedReturns(*(r[index] for r in returns))
 
 
-def critic_errors(data: PairTransitions, expected: ExpectedRewards, steps: int, seed: int) -> dict[str, Any]:
-    """Each critic's RMSE per head on the held-out pairs' rows with enough later meetings, against their
-    Monte-Carlo returns and against the expected returns along the same meetings.
+def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, seed: int) -> dict[str, Any]:
+    """Each critic's RMSE per head on the held-out pairs' rows, against their Monte-Carlo returns and
+    against the expected returns along the same meetings.
 
     The luck in a return, ``sum_k g^2k var_k`` over its meetings, is what no value of the row's state can
     predict; it leaves out that one draw moves later probabilities (a follow ends the pair's follows),
@@ -173,15 +213,11 @@ def critic_errors(data: PairTransitions, expected: ExpectedRewards, steps: int, 
     to it: ``best_reduction_over_mean`` is an upper bound.
     """
     discounts = (COMPARISON_DISCOUNT,) * len(signals.PAIR_SIGNALS)
-    returns, later = monte_carlo_returns(data, discounts)
-    expected_returns, _ = monte_carlo_returns(dataclasses.replace(data, rewards=expected.means), discounts)
-    luck, _ = monte_carlo_returns(
-        dataclasses.replace(data, rewards=expected.variances), tuple(d * d for d in discounts)
-    )
+    returns, expected_returns, luck = replayed.drawn, replayed.expected, replayed.luck
     held_pairs = np.random.default_rng(seed).random(data.pairs.max() + 1) < HELD_OUT_SHARE
     held = held_pairs[data.pairs]
     train = PairTransitions(*(a[~held] for a in dataclasses.astuple(data)))
-    scored = held & (later >= MIN_LATER_MEETINGS)
+    scored = held
     config = PairValueConfig(discounts=discounts)
     out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(scored.sum())}
     # the reference any value should beat: each head's mean return over the training pairs' rows
@@ -370,8 +406,9 @@ def markdown(result: dict[str, Any]) -> str:
         "## MTCL against independent heads",
         "",
         "RMSE of each head against held-out Monte-Carlo returns "
-        f"(discount {COMPARISON_DISCOUNT} per meeting, rows with at least {MIN_LATER_MEETINGS} later "
-        f"meetings: {mtcl['scored_rows']} rows), MTCL's reduction of it (mean ± standard error over "
+        f"(discount {COMPARISON_DISCOUNT} per meeting, along the replayed run and {EXTENSION_DAYS} days "
+        f"past the log; every held-out row: {mtcl['scored_rows']} rows), MTCL's reduction of it (mean ± "
+        "standard error over "
         "seeds), and the RMSE of predicting each head's mean return over the training rows, the "
         "reference a value that learnt something from the pair's state beats:",
         "",
@@ -443,9 +480,11 @@ METHOD = """## The protocol
   the user-author surface: the same dataset trains TSCAC (the feed policy) and the pair critic
   (`train --algo ua-mtcl`) per seed.
 - **MTCL against independent heads.** A fifth of the pairs is held out; both critics train in process on
-  the rest, then each head predicts the held-out rows' discounted returns along their pairs' chains. The
-  returns are censored at the log's end, so this comparison uses a discount of 0.5 per meeting and rows
-  with at least 5 later meetings (the missing tail weighs at most 3%).
+  the rest, then each head predicts the held-out rows' discounted returns along their pairs' chains, at
+  a discount of 0.5 per meeting. The chains are the logged run replayed in the simulator and carried on
+  for 7 days past the log, so that no row's return ends at the log's end, and every held-out row is
+  scored: choosing rows by how many meetings follow them would choose by the future, and a follow makes a
+  pair meet more.
 - **The ranking term.** score = fusion(predictions, TSCAC's action) + weight * term(candidate). The
   user-author terms combine the critic's values of the candidate's pair state (its history through the
   last finished day, as the feature store would serve it) in reward-std units: every head, or the follow
@@ -480,10 +519,10 @@ def main(argv: list[str] | None = None) -> int:
             trained = train_runs(built.dataset_dir, work, runs, seeds)
             surface = open_dataset(built.dataset_dir, USER_AUTHOR)
             pairs = PairTransitions.from_dataset(surface)
-            expected = expected_rewards(
+            replayed = replayed_returns(
                 surface, pairs, users=settings["users"], days=settings["days"], seed=args.seed
             )
-        errors = [critic_errors(pairs, expected, settings["critic_steps"], seed) for seed in seeds]
+        errors = [critic_errors(pairs, replayed, settings["critic_steps"], seed) for seed in seeds]
         tscac = [load_feed_policy(d, numpy=True) for d in trained.policy_dirs["tscac"]]
         values = [load_pair_value_policy(d) for d in trained.policy_dirs["ua-mtcl"]]
         terms = {
