@@ -60,7 +60,7 @@ from recsys_rl.sim.parameters import ResponseModel, SimConfig
 from recsys_rl.sim.ranking_terms import FollowProbabilityTerm, PairValueTerm, TermRanking
 from recsys_rl.sim.sim_eval import compare_values
 from recsys_rl.sim.simulate import SimulateConfig, simulated_days
-from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, pair_meetings
 from recsys_rl.sim.world import World
 from recsys_rl.state import DAY_MS
 from recsys_rl.training.agents.data import TransitionDataset, open_dataset
@@ -127,7 +127,8 @@ class ReplayedReturns:
     luck: np.ndarray  # (N, S): sum over the meetings of discount^2k times each reward's variance
 
 
-#: The pair signals that are draws of the view (each the view signal of the same name).
+#: The pair signals that are draws of the view (each the view signal of the same name), in the order
+#: ``pair_meetings`` gives them.
 _DRAWN = ("click", "follow", "gift")
 
 
@@ -141,24 +142,21 @@ def replayed_returns(
     value of mean m, so its variance is 2 m E - E^2 for its expectation E.
     """
     sim, next_day = simulated_days(SimulateConfig(users=users, days=days + EXTENSION_DAYS, seed=seed))
-    n_authors = sim.config.n_authors
     frames = []
     for _ in range(days + EXTENSION_DAYS):
         views = next_day().views
-        live = views.is_live
-        authors = np.where(live, sim.world.lives.author[np.where(live, views.item, 0)], 0)
-        authors[~live] = sim.world.videos.author[views.item[~live]]
+        user, author, time_ms, *drawn_columns = pair_meetings(views, sim.world)
         frame = pd.DataFrame(
             {
-                "user_id": "u" + views.user.astype(str),
-                "item_id": np.where(live, "l", "v") + views.item.astype(str),
-                "event_time_ms": views.time_ms,
-                "pair": views.user.astype(np.int64) * n_authors + authors,
+                "user_id": "u" + user.astype(str),
+                "item_id": np.where(views.is_live, "l", "v") + views.item.astype(str),
+                "event_time_ms": time_ms,
+                "pair": user.astype(np.int64) * sim.config.n_authors + author,
             }
         )
-        for name in _DRAWN:
-            column = VIEW_SIGNAL_COLUMNS.index(name)
-            frame[name], frame[f"expected_{name}"] = views.signals[:, column], views.expected[:, column]
+        for name, values in zip(_DRAWN, drawn_columns, strict=True):
+            frame[name] = values
+            frame[f"expected_{name}"] = views.expected[:, VIEW_SIGNAL_COLUMNS.index(name)]
         frames.append(frame)
     # each pair's meetings in order, as the pipeline chains them (pipelines.user_author)
     met = pd.concat(frames, ignore_index=True).sort_values(["pair", "event_time_ms", "item_id"])
@@ -217,9 +215,8 @@ def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, 
     held_pairs = np.random.default_rng(seed).random(data.pairs.max() + 1) < HELD_OUT_SHARE
     held = held_pairs[data.pairs]
     train = PairTransitions(*(a[~held] for a in dataclasses.astuple(data)))
-    scored = held
     config = PairValueConfig(discounts=discounts)
-    out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(scored.sum())}
+    out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(held.sum())}
     # the reference any value should beat: each head's mean return over the training pairs' rows
     mean = returns[~held].mean(axis=0)
 
@@ -227,17 +224,17 @@ def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, 
         return dict(zip(signals.PAIR_SIGNALS, map(float, values), strict=True))
 
     def rmse(predicted: np.ndarray, targets: np.ndarray) -> dict[str, float]:
-        return per_head(np.sqrt(((predicted - targets[scored]) ** 2).mean(axis=0)))
+        return per_head(np.sqrt(((predicted - targets[held]) ** 2).mean(axis=0)))
 
     predictions = {"training_mean": mean}
     for critic in ("mtcl", "independent"):
         policy = train_pair_value(train, config, critic=critic, steps=steps, batch_size=512, seed=seed)
-        predictions[critic] = policy.values(data.states[scored]).numpy()
+        predictions[critic] = policy.values(data.states[held]).numpy()
     out |= {name: rmse(p, returns) for name, p in predictions.items()}
     out["expected_returns"] = {name: rmse(p, expected_returns) for name, p in predictions.items()}
-    squared_error = ((mean - returns[scored]) ** 2).mean(axis=0)
+    squared_error = ((mean - returns[held]) ** 2).mean(axis=0)
     share = np.divide(
-        luck[scored].mean(axis=0), squared_error, out=np.zeros(len(mean)), where=squared_error > 0
+        luck[held].mean(axis=0), squared_error, out=np.zeros(len(mean)), where=squared_error > 0
     )
     out["noise_share"] = {s: v for s, v in per_head(share).items() if s in _DRAWN}
     for errors in (out, out["expected_returns"]):

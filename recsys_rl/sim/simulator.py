@@ -215,9 +215,10 @@ class DayLog:
     sessions: int
 
 
-def _pair_meetings(views: ViewLog, world: World) -> tuple[np.ndarray, ...]:
-    """A day's views as ``PairTable.add_day`` counts them: user, the item's author, time, click, follow
-    and gift of each (a live stream's author for a live view)."""
+def pair_meetings(views: ViewLog, world: World) -> tuple[np.ndarray, ...]:
+    """A day's views as meetings of user-author pairs, as ``PairTable.add_day`` counts them (and
+    ``bench/user_author.py`` chains them): user, the item's author, time, click, follow and gift of each
+    (a live stream's author for a live view)."""
     is_live = views.is_live
     authors = np.empty(views.item.size, np.int64)
     authors[is_live] = world.lives.author[views.item[is_live]]
@@ -352,7 +353,7 @@ class Simulator:
             cfg.interest_floor,
         )
         self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
-        self.pairs.add_day(*_pair_meetings(views, self.world))
+        self.pairs.add_day(*pair_meetings(views, self.world))
         log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
         self.day += 1
         return log
