@@ -9,9 +9,9 @@ critic (``train --algo ua-mtcl``). Two questions:
    held-out rows' Monte-Carlo returns along their pairs' chains. The returns come from the logged run
    replayed in the simulator (the same seed gives the same views; the replay checks that its rewards are
    the dataset's) and carried on for ``EXTENSION_DAYS`` more days, so that a row near the log's end still
-   sees its pair's later meetings; the per-meeting discount is ``COMPARISON_DISCOUNT`` (at the registry's
-   0.9 a week's meetings would still leave much of a rare pair's value out). Every held-out row is
-   scored. An earlier version scored only rows with five later meetings in the log, which selected by
+   sees its pair's later meetings. The returns discount as the registry's critic does (``CRITIC``: per
+   meeting, and per day between meetings, which is what lets a finite replay measure them). Every held-out
+   row is scored. An earlier version scored only rows with five later meetings in the log, which selected by
    the future: a follow brings the author's videos back (the following feed), so pairs that followed
    meet more, and on those rows drawn follows were 0.0058 a meeting against 0.0006 expected.
    A follow is a coin that lands once in two thousand views, so much of a return's spread is the luck of
@@ -73,9 +73,12 @@ from recsys_rl.training.pair_value import (
 )
 
 SPARSE_HEADS = ("follow", "gift", "author_return")
-COMPARISON_DISCOUNT = 0.5
-#: Days the replay goes on past the log, so that a held-out row's return sees the pair's later meetings.
-EXTENSION_DAYS = 7
+#: The critic settings both critics train with, and the returns they are scored on discount by: the
+#: registry's (``train --algo ua-mtcl``), so that the benchmark scores the critic that would serve.
+CRITIC = PairValueConfig()
+#: Days the replay goes on past the log, so that a held-out row's return sees the pair's later meetings:
+#: what comes after is discounted by at least CRITIC.daily_discount ** 14 (4% at 0.8).
+EXTENSION_DAYS = 14
 HELD_OUT_SHARE = 0.2
 #: The weight grids the tuning world chooses from: the user-author term is in the critic's reward-std
 #: units per meeting, the boost in a typical view's follow probability (fusion's units).
@@ -174,14 +177,18 @@ def replayed_returns(
             2 * gift_mean * e - e**2 if name == "gift" else e * (1 - e)
         )
     steps = np.arange(pair.size) - np.flatnonzero(first)[np.cumsum(first) - 1]
-    chain = PairTransitions(np.zeros((pair.size, 0)), np.zeros((pair.size, 0)), drawn, pair, steps)
-    discounts = (COMPARISON_DISCOUNT,) * len(signals.PAIR_SIGNALS)
+    time_ms = met["event_time_ms"].to_numpy()
+    last = np.r_[first[1:], True]
+    gap_days = np.where(last, 0, np.r_[time_ms[1:] - time_ms[:-1], 0]) / DAY_MS
+    empty = np.zeros((pair.size, 0))
+    chain = PairTransitions(empty, empty, drawn, pair, steps, gap_days, last)
+    discounts, daily = CRITIC.discounts, CRITIC.daily_discount
     returns = [
-        monte_carlo_returns(dataclasses.replace(chain, rewards=rewards), gammas)[0]
-        for rewards, gammas in (
-            (drawn, discounts),
-            (expected, discounts),
-            (variances, tuple(g * g for g in discounts)),
+        monte_carlo_returns(dataclasses.replace(chain, rewards=rewards), gammas, per_day)[0]
+        for rewards, gammas, per_day in (
+            (drawn, discounts, daily),
+            (expected, discounts, daily),
+            (variances, tuple(g * g for g in discounts), daily**2),
         )
     ]
     keys = pd.concat(
@@ -210,12 +217,10 @@ def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, 
     which is second order for rare signals, and the luck of which meetings come at all, which only adds
     to it: ``best_reduction_over_mean`` is an upper bound.
     """
-    discounts = (COMPARISON_DISCOUNT,) * len(signals.PAIR_SIGNALS)
     returns, expected_returns, luck = replayed.drawn, replayed.expected, replayed.luck
     held_pairs = np.random.default_rng(seed).random(data.pairs.max() + 1) < HELD_OUT_SHARE
     held = held_pairs[data.pairs]
     train = PairTransitions(*(a[~held] for a in dataclasses.astuple(data)))
-    config = PairValueConfig(discounts=discounts)
     out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(held.sum())}
     # the reference any value should beat: each head's mean return over the training pairs' rows
     mean = returns[~held].mean(axis=0)
@@ -228,7 +233,7 @@ def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, 
 
     predictions = {"training_mean": mean}
     for critic in ("mtcl", "independent"):
-        policy = train_pair_value(train, config, critic=critic, steps=steps, batch_size=512, seed=seed)
+        policy = train_pair_value(train, CRITIC, critic=critic, steps=steps, batch_size=512, seed=seed)
         predictions[critic] = policy.values(data.states[held]).numpy()
     out |= {name: rmse(p, returns) for name, p in predictions.items()}
     out["expected_returns"] = {name: rmse(p, expected_returns) for name, p in predictions.items()}
@@ -403,7 +408,8 @@ def markdown(result: dict[str, Any]) -> str:
         "## MTCL against independent heads",
         "",
         "RMSE of each head against held-out Monte-Carlo returns "
-        f"(discount {COMPARISON_DISCOUNT} per meeting, along the replayed run and {EXTENSION_DAYS} days "
+        f"(discount {CRITIC.discounts[0]} per meeting and {CRITIC.daily_discount} per day, along the "
+        f"replayed run and {EXTENSION_DAYS} days "
         f"past the log; every held-out row: {mtcl['scored_rows']} rows), MTCL's reduction of it (mean ± "
         "standard error over "
         "seeds), and the RMSE of predicting each head's mean return over the training rows, the "
@@ -477,11 +483,12 @@ METHOD = """## The protocol
   the user-author surface: the same dataset trains TSCAC (the feed policy) and the pair critic
   (`train --algo ua-mtcl`) per seed.
 - **MTCL against independent heads.** A fifth of the pairs is held out; both critics train in process on
-  the rest, then each head predicts the held-out rows' discounted returns along their pairs' chains, at
-  a discount of 0.5 per meeting. The chains are the logged run replayed in the simulator and carried on
-  for 7 days past the log, so that no row's return ends at the log's end, and every held-out row is
-  scored: choosing rows by how many meetings follow them would choose by the future, and a follow makes a
-  pair meet more.
+  the rest, with the registry's settings, then each head predicts the held-out rows' discounted returns
+  along their pairs' chains, discounted as the critics' targets are: per meeting, and per day between
+  meetings. The chains are the logged run replayed in the simulator and carried on for 14 days past the
+  log, so that no row's return ends at the log's end (what would follow is discounted by 0.8^14 = 4% at
+  least), and every held-out row is scored: choosing rows by how many meetings follow them would choose
+  by the future, and a follow makes a pair meet more.
 - **The ranking term.** score = fusion(predictions, TSCAC's action) + weight * term(candidate). The
   user-author terms combine the critic's values of the candidate's pair state (its history through the
   last finished day, as the feature store would serve it) in reward-std units: every head, or the follow

@@ -5,18 +5,21 @@ interaction of the pair (the user was shown one of the author's items and respon
 is the pair's *next* interaction, which may come days and hundreds of requests later (the paper's Sparse
 Cross-Request Interaction MDP). Two consequences shape this module:
 
-* **The discount applies once per interaction of the pair, not per request or per day.** Chained
-  through the user's requests, a pair seen every third day would see its follow-up discounted by
-  gamma to the power of every request in between, and its value targets would vanish; here the next
-  interaction is the adjacent step however far away it is. How far it was is not lost: the elapsed
-  days are part of the next state, so a critic can learn that a pair which lapses is worth less.
+* **The discount applies once per interaction of the pair, not per request.** Chained through the
+  user's requests, a pair seen every third day would see its follow-up discounted by gamma to the power
+  of every request in between, and its value targets would vanish; here the next interaction is the
+  adjacent step however far away it is. How far it was is not lost: each row carries ``gap_days``, and
+  the elapsed days are part of the next state, so a critic can discount by time too, and learn that a
+  pair which lapses is worth less (``training.pair_value`` does both, with a gentle per-day discount).
 * **The last interaction before the cut-off has no observed successor** (the pair has not met again
-  yet, which is not the end of the pair). Its next state is approximated by the pair's state at the
-  cut-off: the same history, with the days elapsed until the cut-off, and the step is marked
-  ``truncated`` (bootstrap from it, do not treat it as terminal). This is our reading of the paper's
-  Adjacent State Approximation: only its abstract was reachable while this was written, so the rule
-  above is our design, chosen because a pair's state here depends on nothing but its history and the
-  time since its last interaction, which the cut-off state has exactly up to the unseen extra wait.
+  yet, which is not the end of the pair). Its next state is the pair's state at the cut-off: the same
+  history, with the days elapsed until the cut-off, and the step is marked ``truncated`` (bootstrap from
+  it, do not treat it as terminal). This is our reading of the paper's Adjacent State Approximation:
+  only its abstract was reachable while this was written, so the rule above is our design, chosen
+  because a pair's state here depends on nothing but its history and the time since its last
+  interaction. It is a *waiting* pair's state, not a meeting's: the critic values it as a pair that has
+  waited that long (``training.pair_value``), since valuing it as a meeting at the cut-off assumed that
+  every pair meets again, which most do not for weeks.
 
 The state is the pair's history through its last *finished* UTC day before the step (views, clicks,
 follow, gifts, and the days since the last interaction before that day): what a feature store

@@ -28,7 +28,7 @@ from recsys_rl.training.agents.data import (
     read_transitions,
     transition_statistics,
 )
-from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
+from recsys_rl.training.agents.specs import GAP_DAYS_KEY, LOG_PROPENSITY_KEY, TRUNCATED_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -156,18 +156,25 @@ def test_pair_rows_arrive_once_as_transitions_that_never_end_and_carry_no_action
     rows = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
     batch = _all_rows_once(dataset)
 
-    # a permutation of the rows: match each by its state, next state and rewards
-    def keys(states, next_states, rewards) -> list[bytes]:
+    # a permutation of the rows: match each by its state, next state, rewards, gap and truncation
+    def keys(*columns) -> list[bytes]:
         return [
-            np.asarray(a, np.float32).tobytes() + np.asarray(b, np.float32).tobytes() + r.tobytes()
-            for a, b, r in zip(states, next_states, rewards, strict=True)
+            b"".join(np.asarray(c, np.float32).tobytes() for c in row) for row in zip(*columns, strict=True)
         ]
 
     rewards = rows[[f"reward_{s}" for s in signals.PAIR_SIGNALS]].to_numpy(np.float32)
     read = batch.next_time_step.reward.numpy()
+    info = {k: v.numpy() for k, v in batch.action_step.info.items()}
     assert sorted(
-        keys(batch.time_step.observation.numpy(), batch.next_time_step.observation.numpy(), read)
-    ) == (sorted(keys(rows["state"], rows["next_state"], rewards)))
+        keys(
+            batch.time_step.observation.numpy(),
+            batch.next_time_step.observation.numpy(),
+            read,
+            info[GAP_DAYS_KEY],
+            info[TRUNCATED_KEY],
+        )
+    ) == sorted(keys(rows["state"], rows["next_state"], rewards, rows["gap_days"], rows["truncated"]))
+    assert 0 < info[TRUNCATED_KEY].sum() < len(rows)
     assert read[:, signals.PAIR_SIGNALS.index("click")].std() > 0
     np.testing.assert_array_equal(batch.next_time_step.discount.numpy(), 1.0)  # no row ends a pair
     assert not (batch.next_time_step.step_type.numpy() == ts.StepType.LAST).any()

@@ -34,7 +34,10 @@ def _world(rows: int, seed: int = 0) -> PairTransitions:
     next_states = rng.normal(size=states.shape).astype(np.float32)
     next_states[:, 2] = stays
     rewards = np.where(loyal[:, None], LOYAL_REWARD, 0.0).astype(np.float32)
-    return PairTransitions(states, next_states, rewards, pairs=np.arange(rows), steps=np.zeros(rows, int))
+    zeros = np.zeros(rows)
+    return PairTransitions(
+        states, next_states, rewards, np.arange(rows), zeros.astype(int), gap_days=zeros, truncated=zeros > 0
+    )
 
 
 @pytest.mark.parametrize("critic", ["mtcl", "independent"])
@@ -47,6 +50,68 @@ def test_each_head_learns_its_discounted_value_and_never_treats_a_row_as_the_end
     expected = LOYAL_REWARD / (1.0 - GAMMA * STAY)  # 2.5, 0, 1.25, 2.5: bootstrapping every row
     np.testing.assert_allclose(values[loyal].mean(axis=0), expected, rtol=0.15, atol=0.2)
     np.testing.assert_allclose(values[~loyal].mean(axis=0), 0.0, atol=0.3)
+
+
+MEETING, DAILY, CLICK = 0.9, 0.8, 0.5
+COME_BACK = {0: 0.1, 1: 0.9}  # by kind: a passing pair mostly never meets again, a loyal one mostly does
+
+
+def _waiting_world(pairs: int, seed: int, log_days: float = 5.0) -> PairTransitions:
+    """Pairs of two kinds (told apart by "followed"), each first met at a random time of a log of
+    ``log_days``: a meeting brings a click with probability CLICK, and the pair meets again one day later
+    with its kind's COME_BACK probability, else never. The log cannot tell the two apart at its end: a
+    pair's last row before the cut-off waits there, whether it would have come back or not."""
+    rng = np.random.default_rng(seed)
+    days, first, followed = (
+        PAIR_STATE_FEATURES.index(f) for f in ("log_days_since_last", "first", "followed")
+    )
+    rows: dict[str, list] = {
+        k: [] for k in ("states", "next_states", "pairs", "steps", "gap_days", "truncated")
+    }
+
+    def state(kind: int, step: int, since: float) -> np.ndarray:
+        s = np.zeros(len(PAIR_STATE_FEATURES), np.float32)
+        s[followed], s[first], s[days] = kind, step == 0, np.log1p(since)
+        return s
+
+    for pair in range(pairs):
+        kind, time, step = pair % 2, rng.uniform(0, log_days), 0
+        while True:
+            again = rng.random() < COME_BACK[kind] and time + 1 <= log_days
+            gap = 1.0 if again else log_days - time
+            rows["states"].append(state(kind, step, 0.0 if step == 0 else 1.0))
+            rows["next_states"].append(state(kind, step + 1, gap))
+            for key, value in (("pairs", pair), ("steps", step), ("gap_days", gap), ("truncated", not again)):
+                rows[key].append(value)
+            if not again:
+                break
+            time, step = time + 1, step + 1
+    n = len(rows["pairs"])
+    rewards = np.zeros((n, len(PAIR_SIGNALS)), np.float32)
+    rewards[:, PAIR_SIGNALS.index("click")] = rng.random(n) < CLICK
+    return PairTransitions(
+        np.array(rows["states"]),
+        np.array(rows["next_states"]),
+        rewards,
+        **{k: np.array(v) for k, v in rows.items() if k not in ("states", "next_states")},
+    )
+
+
+@pytest.mark.parametrize("critic", ["mtcl", "independent"])
+def test_a_pair_left_waiting_at_the_cut_off_is_valued_by_how_often_waiting_pairs_came_back(critic):
+    # The value of a meeting is V = CLICK + COME_BACK * MEETING * DAILY * V, one day to the next. Most
+    # of a passing pair's rows wait at the cut-off: standing a meeting in at the cut-off for them would
+    # value a pair that rarely meets again as if it always did (1.88 and 1.63 here); ending its chain there
+    # would value a loyal pair as if it lapsed (0.51 and 0.86). The waits past the log's length are
+    # pinned by no data, which leaves 5-10% over.
+    config = PairValueConfig(discounts=(MEETING,) * 4, daily_discount=DAILY, hidden=(32, 32))
+    value = train_pair_value(_waiting_world(3000, seed=0), config, critic=critic, steps=2500, seed=3)
+    probe = _waiting_world(400, seed=1)
+    click = value.values(probe.states).numpy()[:, PAIR_SIGNALS.index("click")]
+    for kind, come_back in COME_BACK.items():
+        expected = CLICK / (1.0 - come_back * MEETING * DAILY)  # 0.54 passing, 1.42 loyal
+        of_kind = probe.states[:, PAIR_STATE_FEATURES.index("followed")] == kind
+        assert click[of_kind].mean() == pytest.approx(expected, rel=0.15), kind
 
 
 def test_rows_come_from_the_surfaces_parquet_shards():
@@ -80,8 +145,9 @@ def test_rows_come_from_the_surfaces_parquet_shards():
     assert data.pairs.tolist() == [0, 0, 0] and data.steps.tolist() == [0, 1, 2]
 
 
-def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order():
-    # pair 7: three meetings; pair 3: one; rows shuffled
+@pytest.mark.parametrize("daily", [1.0, 0.5])
+def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order(daily):
+    # pair 7: three meetings, 1 then 2 days apart; pair 3: one; rows shuffled
     rewards = np.array(
         [[0, 0, 2, 1], [1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0]], np.float32
     )  # pair 7 step 2, pair 3 step 0, pair 7 step 1, pair 7 step 0
@@ -91,11 +157,14 @@ def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order():
         rewards,
         pairs=np.array([7, 3, 7, 7]),
         steps=np.array([2, 0, 1, 0]),
+        gap_days=np.array([3.0, 5.0, 2.0, 1.0]),  # a chain's last gap runs to the cut-off: never read
+        truncated=np.array([True, True, False, False]),
     )
-    returns, following = monte_carlo_returns(data, (0.5, 0.5, 0.5, 0.1))
+    returns, following = monte_carlo_returns(data, (0.5, 0.5, 0.5, 0.1), daily)
+    g1, g2 = 0.5 * daily, 0.5 * daily**2  # per meeting, times per day to the next meeting
     step_2 = [0, 0, 2, 1]
-    step_1 = [1 + 0.5 * 0, 1 + 0.5 * 0, 0 + 0.5 * 2, 0 + 0.1 * 1]
-    step_0 = [1 + 0.5 * step_1[0], 0 + 0.5 * step_1[1], 0 + 0.5 * step_1[2], 0 + 0.1 * step_1[3]]
+    step_1 = [1 + g2 * 0, 1 + g2 * 0, 0 + g2 * 2, 0 + 0.1 * daily**2 * 1]
+    step_0 = [1 + g1 * step_1[0], 0 + g1 * step_1[1], 0 + g1 * step_1[2], 0 + 0.1 * daily * step_1[3]]
     np.testing.assert_allclose(returns, [step_2, [1, 0, 0, 0], step_1, step_0])
     assert following.tolist() == [0, 0, 1, 2]
 

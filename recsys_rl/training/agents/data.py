@@ -28,7 +28,7 @@ from recsys_rl.dataset_contract import (
 )
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
-from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
+from recsys_rl.training.agents.specs import GAP_DAYS_KEY, LOG_PROPENSITY_KEY, TRUNCATED_KEY
 
 FEED = "feed"
 #: A feed action is one fusion-weight logit per prediction; an allocation is one insert flag; a pair's
@@ -170,6 +170,8 @@ def _feature_spec(dataset: TransitionDataset) -> dict[str, tf.io.FixedLenFeature
     }
     if dataset.surface == USER_AUTHOR:
         spec["pair_step"] = tf.io.FixedLenFeature([], tf.int64)
+        spec[GAP_DAYS_KEY] = tf.io.FixedLenFeature([], tf.float32)
+        spec[TRUNCATED_KEY] = tf.io.FixedLenFeature([], tf.int64)
     else:
         spec.update(
             action=tf.io.FixedLenFeature([ACTION_SIZES[dataset.surface]], tf.float32),
@@ -183,8 +185,9 @@ def _feature_spec(dataset: TransitionDataset) -> dict[str, tf.io.FixedLenFeature
 
 def _pair_row_as_request_row(parsed: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     """A pair row with the fields of a request row. It has no action, propensity or end: no row ends a
-    pair (its last one before the cut-off bootstraps from the cut-off's stand-in state,
-    ``pipelines.user_author``), so those are empty, zero and never; its ``pair_step`` is the step."""
+    pair (its last one before the cut-off bootstraps from the pair waiting at the cut-off,
+    ``pipelines.user_author``), so those are empty, zero and never; its ``pair_step`` is the step, and
+    its gap and truncation go with the propensity (``pair_transition_spec``)."""
     batch = tf.shape(parsed["pair_step"])[0]
     return {
         **parsed,
@@ -192,6 +195,7 @@ def _pair_row_as_request_row(parsed: dict[str, tf.Tensor]) -> dict[str, tf.Tenso
         "done": tf.zeros([batch], tf.int64),
         "action": tf.zeros([batch, 0], tf.float32),
         "log_propensity": tf.zeros([batch], tf.float32),
+        TRUNCATED_KEY: tf.cast(parsed[TRUNCATED_KEY], tf.float32),
     }
 
 
@@ -213,9 +217,8 @@ def _to_transition(parsed: dict[str, tf.Tensor], signal_names: tuple[str, ...]) 
         discount=1.0 - tf.cast(done, tf.float32),
         observation=parsed["next_state"],
     )
-    action = policy_step.PolicyStep(
-        action=parsed["action"], state=(), info={LOG_PROPENSITY_KEY: parsed["log_propensity"]}
-    )
+    info = {key: parsed[key] for key in (LOG_PROPENSITY_KEY, GAP_DAYS_KEY, TRUNCATED_KEY) if key in parsed}
+    action = policy_step.PolicyStep(action=parsed["action"], state=(), info=info)
     return trajectory.Transition(current, action, following)
 
 

@@ -22,6 +22,11 @@ from recsys_rl.state import FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 #: further out the ranking no longer changes, so the bound only keeps a sampled action finite and sane.
 ACTION_BOUND = 8.0
 LOG_PROPENSITY_KEY = "log_propensity"
+#: A pair transition's days from its meeting to the pair's next one (to the cut-off on the pair's last
+#: row): the pair critic's per-day discount is raised to it (``PairValueConfig.daily_discount``).
+GAP_DAYS_KEY = "gap_days"
+#: 1.0 on a pair's last row before the cut-off, whose next state is the pair waiting at the cut-off.
+TRUNCATED_KEY = "truncated"
 
 
 def feed_observation_spec() -> tf.TensorSpec:
@@ -95,7 +100,8 @@ def pair_time_step_spec() -> time_step.TimeStep:
 
 
 def pair_transition_spec() -> trajectory.Transition:
-    info = {LOG_PROPENSITY_KEY: tf.TensorSpec((), tf.float32, name=LOG_PROPENSITY_KEY)}
+    keys = (LOG_PROPENSITY_KEY, GAP_DAYS_KEY, TRUNCATED_KEY)
+    info = {key: tf.TensorSpec((), tf.float32, name=key) for key in keys}
     return trajectory.Transition(
         time_step=pair_time_step_spec(),
         action_step=policy_step.PolicyStep(action=tf.TensorSpec((0,), tf.float32), state=(), info=info),
