@@ -221,7 +221,7 @@ def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, 
     held_pairs = np.random.default_rng(seed).random(data.pairs.max() + 1) < HELD_OUT_SHARE
     held = held_pairs[data.pairs]
     train = PairTransitions(*(a[~held] for a in dataclasses.astuple(data)))
-    out: dict[str, Any] = {"held_out_rows": int(held.sum()), "scored_rows": int(held.sum())}
+    out: dict[str, Any] = {"held_out_rows": int(held.sum())}
     # the reference any value should beat: each head's mean return over the training pairs' rows
     mean = returns[~held].mean(axis=0)
 
@@ -410,7 +410,7 @@ def markdown(result: dict[str, Any]) -> str:
         "RMSE of each head against held-out Monte-Carlo returns "
         f"(discount {CRITIC.discounts[0]} per meeting and {CRITIC.daily_discount} per day, along the "
         f"replayed run and {EXTENSION_DAYS} days "
-        f"past the log; every held-out row: {mtcl['scored_rows']} rows), MTCL's reduction of it (mean ± "
+        f"past the log; every held-out row: {mtcl['held_out_rows']} rows), MTCL's reduction of it (mean ± "
         "standard error over "
         "seeds), and the RMSE of predicting each head's mean return over the training rows, the "
         "reference a value that learnt something from the pair's state beats:",
@@ -585,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
             "feed_rows": built.manifest["surfaces"]["feed"]["rows"],
             "dataset_version": built.manifest["version"],
         },
-        "mtcl": {"per_seed": errors, "per_head": per_head, "scored_rows": errors[0]["scored_rows"]},
+        "mtcl": {"per_seed": errors, "per_head": per_head, "held_out_rows": errors[0]["held_out_rows"]},
         "mtcl_error_reduction": statistics.fmean(per_head[s]["reduction"]["mean"] for s in SPARSE_HEADS),
         "mtcl_error_reduction_on_expected_returns": statistics.fmean(
             per_head[s]["expected_returns"]["reduction"]["mean"] for s in SPARSE_HEADS
