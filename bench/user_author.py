@@ -179,7 +179,7 @@ def replayed_returns(
     steps = np.arange(pair.size) - np.flatnonzero(first)[np.cumsum(first) - 1]
     time_ms = met["event_time_ms"].to_numpy()
     last = np.r_[first[1:], True]
-    gap_days = np.where(last, 0, np.r_[time_ms[1:] - time_ms[:-1], 0]) / DAY_MS
+    gap_days = np.where(last, 0, np.r_[np.diff(time_ms), 0]) / DAY_MS
     empty = np.zeros((pair.size, 0))
     chain = PairTransitions(empty, empty, drawn, pair, steps, gap_days, last)
     discounts, daily = CRITIC.discounts, CRITIC.daily_discount

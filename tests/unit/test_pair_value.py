@@ -176,6 +176,8 @@ def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order(da
         ({"discounts": (0.9,)}, "one value per signal"),
         ({"task_weights": (1.0, -1.0, 1.0, 1.0)}, "task_weights should be >= 0"),
         ({"target_update": 0.0}, r"target_update should be in \(0, 1\]"),
+        ({"daily_discount": 0.0}, r"daily_discount should be in \(0, 1\], but is 0.0"),
+        ({"daily_discount": 1.5}, r"daily_discount should be in \(0, 1\], but is 1.5"),
         ({"discounts": (1.0, 0.9, 0.9, 0.9)}, r"in \[0, 1\)"),
         ({"term_coefficients": (1.0,)}, "term_coefficients should have one value per signal"),
         ({"term_weight": 0.0}, "term_weight and term_weight_std should be positive"),
