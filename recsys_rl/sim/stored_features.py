@@ -47,9 +47,11 @@ class SimulatedFeatureStore:
         increments = user_increments(view_signal_columns(views), views.is_live)
         days = views.time_ms // DAY_MS
         first_day, span = int(days.min()), int(days.max() - days.min()) + 1
-        keys, codes = np.unique(views.user * span + (days - first_day), return_inverse=True)
-        sums = np.zeros((len(keys), increments.shape[1]), dtype=np.int64)
-        np.add.at(sums, codes, increments)
+        keys = views.user * span + (days - first_day)
+        order = np.argsort(keys, kind="stable")  # a sort and sums over runs: half the time of np.add.at
+        keys = keys[order]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        keys, sums = keys[starts], np.add.reduceat(increments[order], starts, axis=0)
         user, day = keys // span, first_day + keys % span
         latest = np.r_[user[1:] != user[:-1], True]  # keys are sorted by user, then day
         newer = latest & (day >= self._rows.day[user])

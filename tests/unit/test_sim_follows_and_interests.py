@@ -115,7 +115,7 @@ def test_the_world_remembers_yesterdays_views_of_an_author_and_not_todays():
     sim = Simulator(config, 2)
     day0 = sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy())
     feed1 = days["familiar"][1].feed
-    seen = sim.pairs.views(feed1.user[:, None], sim.world.videos.author[feed1.candidates]) > 0
+    seen = sim.familiarity.views(feed1.user[:, None], sim.world.videos.author[feed1.candidates]) > 0
     assert 0 < seen.mean() < 0.5 and day0.views.user.size > 0
     # the first pages of day 1 are the same users and candidates in both runs (their paths part later)
     familiar, other = feed1, days["unfamiliar"][1].feed

@@ -37,7 +37,7 @@ meetings = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(meetings, st.integers(4 * DAY_MS, 6 * DAY_MS))  # after every meeting, as a ranker asks
 def test_the_table_gives_each_pair_the_state_its_history_gives_after_every_day(rows, at_ms):
-    table = PairTable(N_AUTHORS)
+    table = PairTable(3, N_AUTHORS)
     histories: dict[tuple[int, int], PairHistory] = {}
     for day in range(4):
         today = sorted((r for r in rows if r[2] == day), key=lambda r: r[3])
@@ -141,7 +141,7 @@ def test_a_term_reorders_the_page_by_its_scores():
 
     def followed_share(logs) -> float:
         world = Simulator(CONFIG, 5).world
-        table = PairTable(CONFIG.n_authors)
+        table = PairTable(CONFIG.n_users, CONFIG.n_authors)
         shares = []
         for day in logs:
             users = day.feed.user

@@ -128,8 +128,13 @@ def test_behaviour_policy_density_is_the_closed_form_gaussian_with_non_unit_sigm
         pytest.param({"author_niche_share": -0.1}, "author_niche_share should be in", id="niche"),
         pytest.param(
             {"response": ResponseModel(familiarity_saturation_views=0)},
-            "familiarity_saturation_views should be at least 1",
+            r"familiarity_saturation_views .* should be in \[1, 255\], but is 0",
             id="familiar-at-zero-views",
+        ),
+        pytest.param(
+            {"response": ResponseModel(familiarity_saturation_views=256)},
+            r"familiarity_saturation_views .* should be in \[1, 255\], but is 256",
+            id="familiar-past-a-byte",
         ),
         pytest.param({"n_videos": 3}, "n_videos should be at least n_topics", id="too-few-videos"),
         pytest.param(
