@@ -1,7 +1,9 @@
-"""The users' memory of authors (familiarity): views counted per pair across days, up to the saturation."""
+"""The users' memory of authors (familiarity): views counted per pair across days, up to the saturation;
+and what the simulator's dense per-pair tables cost."""
 
 from __future__ import annotations
 
+import tracemalloc
 from collections import Counter
 
 import numpy as np
@@ -9,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recsys_rl.sim.familiarity import Familiarity
+from recsys_rl.sim.pair_table import PairTable
 
 USERS, AUTHORS, SATURATION = 3, 4, 5
 days_of_views = st.lists(
@@ -36,3 +39,17 @@ def test_a_user_who_keeps_watching_an_author_stays_at_the_saturation():
     for _ in range(3):
         memory.add_day(np.zeros(300, np.int64), np.full(300, 2))
     assert memory.views(np.array([0, 0, 1]), np.array([2, 1, 2])).tolist() == [255, 0, 0]
+
+
+def test_the_dense_tables_cost_what_their_docstrings_say_a_pair():
+    """Both tables are dense over users x authors, so their width is their memory: a byte a pair for
+    familiarity, 4 bytes of row index a pair for the pair table (numpy reports to tracemalloc)."""
+    pairs = 1_000 * 2_000
+    for make, budget in ((lambda: Familiarity(1_000, 2_000, 10), 1), (lambda: PairTable(1_000, 2_000), 4)):
+        tracemalloc.start()
+        try:
+            table = make()
+            allocated = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert budget * pairs <= allocated < budget * pairs + 64_000, type(table).__name__
