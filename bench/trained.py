@@ -7,9 +7,12 @@ dataset of behaviour-policy logs; this builds the dataset and trains every named
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,11 +71,19 @@ def train_runs(
     work: str | Path,
     runs: Mapping[str, Mapping[str, Any]],
     seeds: Sequence[int],
+    processes: int | None = None,
 ) -> TrainedRuns:
     """Train every run (a label and its TrainConfig fields, an agent section such as ``agent`` or
     ``pair`` as a mapping of its fields, ``seeds`` to train fewer than all) once per seed on
-    ``dataset_dir``; seeds outermost."""
-    out = TrainedRuns({k: [] for k in runs}, {k: [] for k in runs}, {k: [] for k in runs})
+    ``dataset_dir``; seeds outermost.
+
+    The runs train side by side in ``processes`` worker processes (one a core by default), each with
+    one TensorFlow thread: these networks are too small for TensorFlow's thread pools to keep two cores
+    busy (a run used 1.2 of the 2 here), so two one-thread runs at once finish 1.4 times as many steps
+    a second as one run on both. Op determinism makes a run's result the same on any number of
+    threads. A run's ``train_seconds`` are therefore with other runs beside it.
+    """
+    planned = []
     for seed in seeds:
         for label, fields_ in runs.items():
             settings = dict(fields_)
@@ -89,10 +100,30 @@ def train_runs(
                 config,
                 **{k: dataclasses.replace(getattr(config, k), **v) for k, v in sections.items()},
             )
-            started = time.perf_counter()
-            result = train(config)
-            out.train_seconds[label].append(time.perf_counter() - started)
-            out.final_metrics[label].append(result.manifest["final_metrics"])
+            planned.append((label, config))
+    out = TrainedRuns({k: [] for k in runs}, {k: [] for k in runs}, {k: [] for k in runs})
+    workers = processes or os.cpu_count() or 1
+    spawn = multiprocessing.get_context("spawn")  # TensorFlow does not survive a fork
+    with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_one_tensorflow_thread) as pool:
+        for (label, config), (seconds, final_metrics) in zip(
+            planned, pool.map(_timed_train, (config for _, config in planned)), strict=True
+        ):
+            out.train_seconds[label].append(seconds)
+            out.final_metrics[label].append(final_metrics)
             out.policy_dirs[label].append(Path(config.out) / "policy")
-            print(f"trained {label} seed {seed} in {out.train_seconds[label][-1]:.0f} s", file=sys.stderr)
+            print(f"trained {label} seed {config.seed} in {seconds:.0f} s", file=sys.stderr)
     return out
+
+
+def _one_tensorflow_thread() -> None:
+    """A training worker's TensorFlow runs its ops one at a time, on one thread (before it runs any)."""
+    import tensorflow as tf  # recsys_rl, imported above, has chosen the Keras 2 API already
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def _timed_train(config: TrainConfig) -> tuple[float, dict[str, float]]:
+    started = time.perf_counter()
+    result = train(config)
+    return time.perf_counter() - started, result.manifest["final_metrics"]
