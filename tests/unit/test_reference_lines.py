@@ -74,12 +74,26 @@ def test_the_oracle_trades_between_segments_under_the_global_constraints():
     greedy[1, [0, like]] = [1.3, 0.0]  # segment 1's most watch time, but it gives up all its likes
     # candidate 0: the behaviour itself
     values = [_totals(behaviour), _totals(first), _totals(second), _totals(greedy)]
-    assert rl._best_global(values, _totals(behaviour)) == 0  # alone, neither new candidate holds
-    chosen = rl._best_per_segment(values, _totals(behaviour), fallback=0, rng=np.random.default_rng(0))
+    assert rl._most_watch_holding(values, _totals(behaviour)) == 0  # alone, neither new candidate holds
+    chosen = rl._segment_assignments(values, _totals(behaviour), rng=np.random.default_rng(0))[0]
     # first where it gains, second where it pays the likes back (not greedy, which would break them)
     assert chosen[:2].tolist() == [1, 2]
     total = sum(values[c].by_segment[s] for s, c in enumerate(chosen))
     assert rl.holds(total, behaviour.sum(axis=0)) and total[0] > behaviour[:, 0].sum()
+
+
+def test_the_oracle_is_the_assignment_whose_own_run_has_the_most_watch_time_within_the_constraints():
+    """Runs of the global weighting (first) and of three shortlisted assignments: the one with the most
+    watch time breaks a constraint as run, so the next holding one wins; none holding leaves the global."""
+    like = signals.FEED_SIGNALS.index("like")
+    behaviour = _totals(np.ones((rl.N_SEGMENTS, K)))
+    runs = []
+    for watch, likes in ((1.01, 1.0), (1.5, 0.99), (1.2, 1.0), (1.1, 1.05)):
+        run = np.ones((rl.N_SEGMENTS, K))
+        run[:, [0, like]] = watch, likes
+        runs.append(_totals(run))
+    assert rl._most_watch_holding(runs, behaviour) == 2
+    assert rl._most_watch_holding([runs[0], runs[1]], behaviour) == 0
 
 
 def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_global():
@@ -88,9 +102,18 @@ def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_glob
     assert lines.candidates.shape == (1 + 2 * K + 2 + 1, K)
     np.testing.assert_array_equal(lines.candidates[0], behaviour_feed_policy().base_logits)
     global_total = lines.values[lines.global_index].total
-    oracle_total = sum(lines.values[c].by_segment[s] for s, c in enumerate(lines.oracle_indices))
     if lines.global_index:  # a candidate other than the behaviour's own logits must hold
         assert rl.holds(global_total, lines.behaviour.total)
-    assert oracle_total[0] >= global_total[0] - 1e-9
+    # chosen by its own run: never below the global weighting's, and holding when it is not that
+    assert lines.oracle_composite.total[0] >= global_total[0]
+    if not np.array_equal(lines.oracle_indices, np.full(rl.N_SEGMENTS, lines.global_index)):
+        assert rl.holds(lines.oracle_composite.total, lines.behaviour.total)
     summary = lines.summary()
     assert set(summary["selection_lift"]) == {"global", "oracle"}
+    # the composite is the oracle policy itself, run on the selection world with the same draws
+    rerun = rl.segment_totals(
+        SimConfig(n_users=search.users), lines.oracle_policy, seed=search.seed, days=search.days
+    )
+    np.testing.assert_array_equal(lines.oracle_composite.by_segment, rerun.by_segment)
+    composite_lift = (rerun.total - lines.behaviour.total) / np.abs(lines.behaviour.total)
+    assert list(summary["oracle_composite_lift"].values()) == pytest.approx(composite_lift.tolist())
