@@ -18,12 +18,9 @@ each signal moved alone, random directions, then local rounds around the best gl
 CMA-ES would search further, but every candidate costs a simulated world.
 
 Segment values come from one run per candidate: the users are independent in the simulator, so a
-segment's requests under a global candidate are what they would be under any policy that serves that
-segment the same way. A user can move between the two interaction buckets between days, so this is an
-approximation; it can only make the oracle worse at scoring time (the composite policy is simulated as it
-is), never flatter it.
-
-That approximation is coarse, and the per-segment choice exploits it. On the benchmark's selection
+segment's requests under a global candidate would be what they are under any policy that serves that
+segment the same way, if users stayed in their segment. They do not, so this is an approximation, and
+a coarse one, which the per-segment choice exploits. On the benchmark's selection
 world (20,000 users x 3 days) a third of the users, with half the requests, change segment: every user
 starts a run at the prior, and the interaction bucket follows what the policy showed them. Four random
 assignments of candidates to segments, unselected, ran as one policy 0.4-0.9 points of watch time away

@@ -75,7 +75,11 @@ def test_the_oracle_trades_between_segments_under_the_global_constraints():
     # candidate 0: the behaviour itself
     values = [_totals(behaviour), _totals(first), _totals(second), _totals(greedy)]
     assert rl._most_watch_holding(values, _totals(behaviour)) == 0  # alone, neither new candidate holds
-    chosen = rl._segment_assignments(values, _totals(behaviour), rng=np.random.default_rng(0))[0]
+    shortlist = rl._segment_assignments(values, _totals(behaviour), rng=np.random.default_rng(0))
+    sums = [sum(values[c].by_segment[s] for s, c in enumerate(a)) for a in shortlist]
+    assert all(rl.holds(total, behaviour.sum(axis=0)) for total in sums)  # every one holds by its sums
+    assert [t[0] for t in sums] == sorted((t[0] for t in sums), reverse=True)  # most watch first
+    chosen = shortlist[0]
     # first where it gains, second where it pays the likes back (not greedy, which would break them)
     assert chosen[:2].tolist() == [1, 2]
     total = sum(values[c].by_segment[s] for s, c in enumerate(chosen))
@@ -100,7 +104,15 @@ def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_glob
     search = rl.SearchConfig(users=300, days=1, random_candidates=2, local_candidates=1, local_scales=(0.2,))
     lines = rl.search_reference_lines(search, SimConfig())
     assert lines.candidates.shape == (1 + 2 * K + 2 + 1, K)
-    np.testing.assert_array_equal(lines.candidates[0], behaviour_feed_policy().base_logits)
+    base = behaviour_feed_policy().base_logits
+    np.testing.assert_array_equal(lines.candidates[0], base)
+    # then each signal's logit moved alone, up and then down, by the axis step
+    np.testing.assert_allclose(lines.candidates[1 : 1 + K] - base, search.axis_step * np.eye(K))
+    np.testing.assert_allclose(lines.candidates[1 + K : 1 + 2 * K] - base, -search.axis_step * np.eye(K))
+    assert (lines.global_policy.version, lines.oracle_policy.version) == (
+        "reference-global",
+        "reference-oracle",
+    )
     global_total = lines.values[lines.global_index].total
     if lines.global_index:  # a candidate other than the behaviour's own logits must hold
         assert rl.holds(global_total, lines.behaviour.total)
