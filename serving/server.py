@@ -26,6 +26,7 @@ from recsys_rl.errors import OperationalError
 from recsys_rl.logs import get_logger, log_event
 from recsys_rl.registry import RegistryError
 from recsys_rl.registry.layout import open_registry
+from recsys_rl.serving import heap
 from recsys_rl.serving.auth import AdminTokenInterceptor, read_token
 from recsys_rl.serving.call_accounting import CallAccounting
 from recsys_rl.serving.decision_log import DecisionLog
@@ -209,7 +210,11 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         flush_timeout_s=config.log_flush_timeout_s,
     )
 
+    ready = threading.Event()
+
     def on_reload(surface: str, outcome: str, error: str | None) -> None:
+        if outcome == "applied" and ready.is_set():  # the first load settles once, when all are loaded
+            heap.settle()
         metrics.reloads.labels(surface, outcome).inc()
         metrics.routing_revision.labels(surface).set(holders[surface].current.revision)
         fields = {"surface": surface, "outcome": outcome, "revision": holders[surface].current.revision}
@@ -224,7 +229,6 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
             registry, "user_author", load_user_author_decider, NoUserAuthorTerm(), on_reload
         ),
     }
-    ready = threading.Event()
     handlers = Handlers(config, holders, features, pairs, decision_log, metrics, ready.is_set, started_at_ms)
 
     requests = MetricChildren(metrics.requests)
@@ -252,6 +256,7 @@ def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServ
         warmed = features.warm_up(warm_users)
         for holder in holders.values():
             holder.refresh()
+        heap.settle()
         ready.set()
         loop.run(_set_health(health_servicer, offered, health_pb2.HealthCheckResponse.SERVING))
         log_event(

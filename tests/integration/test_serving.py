@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.request import urlopen
@@ -335,6 +337,29 @@ def test_hot_reload_under_concurrent_load_fails_no_request(registry_dir, serve):
     assert failures == []
     assert {(RANK["stable"], v1), (RANK["stable"], "v2"), (RANK["canary"], v1)} <= versions
     assert server.metrics.value("recsys_serving_reloads_total", surface="feed", outcome="applied") >= 4
+
+
+class _Cycle:
+    """Garbage only the cyclic collector frees (it refers to itself)."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+def test_the_server_freezes_its_heap_when_ready_and_frees_frozen_garbage_at_a_reload(registry_dir, serve):
+    """Full collections over TensorFlow's objects paused serving for 200 ms (serving.heap): the server
+    freezes what it holds once loaded, and a reload, which drops the old policies, settles it again."""
+    gc.unfreeze()
+    frozen_at_start = _Cycle()  # alive when the server freezes its heap
+    server = serve(registry=str(registry_dir))
+    assert gc.get_freeze_count() > 0
+    dropped = weakref.ref(frozen_at_start)
+    del frozen_at_start
+    gc.collect()
+    assert dropped() is not None, "frozen: ordinary collections leave it alone"
+    registry.promote(registry_dir, "feed", "v2", "stable")
+    wait_for(lambda: server.holders["feed"].current.stable.version == "v2", "v2 to become stable")
+    wait_for(lambda: dropped() is None, "the reload to collect the garbage frozen before it")
 
 
 def test_a_corrupt_artifact_is_refused_and_the_previous_policy_keeps_serving(registry_dir, serve):
