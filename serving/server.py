@@ -45,6 +45,7 @@ from recsys_rl.serving.reflection import enable_reflection
 from recsys_rl.serving.routing import PolicyHolder, RoutingWatcher
 from recsys_rl.serving.service import Handlers
 from recsys_rl.serving.settings import ServeConfig
+from recsys_rl.serving.workers import pin_to_cpu
 
 _SERVICES = serving_pb2.DESCRIPTOR.services_by_name
 RANKING = _SERVICES["RankingService"].full_name
@@ -189,6 +190,8 @@ def _open_registry(path: str | None) -> Path | None:
 
 def start_server(config: ServeConfig, *, wait_ready: bool = True) -> RunningServer:
     """Start serving ``config``; with ``wait_ready``, return once health says SERVING."""
+    if config.cpu is not None:
+        pin_to_cpu(config.cpu)
     log = get_logger("serve")
     started_at_ms = time.time_ns() // 1_000_000
     registry = _open_registry(config.registry)

@@ -14,6 +14,10 @@ class ServeConfig:
     # Share the port with other processes (SO_REUSEPORT): set for the worker processes of serve --workers.
     # Off otherwise, so that a second server started on a taken port fails instead of taking half its calls.
     reuse_port: bool = False
+    # Give each worker of serve --workers one CPU of those this process may use, in turn (a worker's event
+    # loop and gRPC's poller thread then hand requests over on one core, without waking another).
+    pin_workers: bool = True
+    cpu: int | None = None  # the CPU this process runs on (set for each worker by the supervisor); None: any
     max_concurrent_rpcs: int = 256  # unary calls at once; more are refused with RESOURCE_EXHAUSTED at once
     # decision logging
     bootstrap_servers: str | None = None  # Kafka; None: decisions are counted but not logged
@@ -69,8 +73,8 @@ class ServeConfig:
             raise ValueError(
                 f"decisions_topic and shadow_topic should differ, but both are {self.shadow_topic!r}"
             )
-        for name in ("port", "live_position"):
-            if getattr(self, name) < 0:
+        for name in ("port", "live_position", "cpu"):
+            if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} should be >= 0, but is {getattr(self, name)}")
         for name in (
             "worker_processes",

@@ -29,6 +29,7 @@ _OPTIONS = (
     "shutdown_drain_s",
     "shutdown_grace_s",
     "worker_processes",
+    "pin_workers",
 )
 
 
@@ -72,6 +73,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
         metavar="N",
         help="server processes sharing the port (SO_REUSEPORT), each with its own GIL: for machines with "
         "more cores, and callers that open several connections (default 1)",
+    )
+    p.add_argument(
+        "--no-pin-workers",
+        dest="pin_workers",
+        action="store_const",
+        const=False,
+        help="with --workers, let the scheduler place the workers instead of giving each one CPU in turn",
     )
     p.add_argument(
         "--shutdown-drain-s",

@@ -636,6 +636,19 @@ def _requests_served(metrics_url: str) -> float:
     )
 
 
+def _cpus_of_each_worker(supervisor: int) -> list[set[int]]:
+    """The CPUs that any thread of each of ``supervisor``'s child processes may run on, in start order."""
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    return [
+        set().union(*(os.sched_getaffinity(int(t.name)) for t in Path(f"/proc/{child}/task").iterdir()))
+        for child in sorted(children, key=int)
+    ]
+
+
+def _dealt(cpus: list[int], workers: int) -> list[set[int]]:
+    return [{cpus[i % len(cpus)]} for i in range(workers)]
+
+
 def test_worker_processes_share_the_port_and_stop_together_on_sigterm(registry_dir):
     with serve_process(
         "--registry",
@@ -671,6 +684,7 @@ def test_worker_processes_share_the_port_and_stop_together_on_sigterm(registry_d
         assert {a.policy_version for a in answers} == {"v1"}
         served = [_requests_served(url) for url in metrics_urls]
         assert sum(served) == len(answers) and min(served) > 0
+        assert _cpus_of_each_worker(process.pid) == _dealt(sorted(os.sched_getaffinity(0)), 2)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
         assert process.stdout.read().strip().splitlines()[-1] == "stopped"
