@@ -10,6 +10,10 @@ rate. Baseline in the same run: a bare gRPC echo server of the same API (one pro
 the targets were set against) under the same load generator; beside it, for the record, the same echo on
 grpc.aio (the server's own model), at saturation.
 
+Each phase takes the servers in turn, several rounds of a few seconds each (server, echo, server, echo,
+...), and pools each one's slices: this machine's speed drifts by a third within minutes, and a phase
+measured on one server after the other compared a slow spell with a quick one.
+
 Targets: p99 at most 10 ms at 500 requests/s offered, zero errors (DESIGN 12); saturation at least half
 the echo server's; p99 at most 5 ms at 1,000 requests/s offered, or 1.5 times the echo server's p99 at
 that rate where the echo server's own is above 3 ms (a busy machine).
@@ -26,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from common import bench_parser, write_result
 
@@ -48,9 +54,9 @@ BUSY_FACTOR = 1.5
 TARGET_SATURATION_RATIO = 0.5
 CHANNELS = 16  # connections: the kernel spreads them over the worker processes, the more the evener
 WORKERS = max(1, min(4, os.cpu_count() or 1))
-MODES = {
-    "quick": {"users": 300, "seconds": 3.0, "saturation_seconds": 2.0},
-    "full": {"users": 1_000, "seconds": 20.0, "saturation_seconds": 5.0},
+MODES = {  # a phase runs each server rounds x slice_seconds (saturation: x saturation_slice_seconds)
+    "quick": {"users": 300, "rounds": 1, "slice_seconds": 3.0, "saturation_slice_seconds": 2.0},
+    "full": {"users": 1_000, "rounds": 4, "slice_seconds": 5.0, "saturation_slice_seconds": 2.5},
 }
 LENIENT_GATE = GateConfig(
     resamples=20,
@@ -115,43 +121,48 @@ def _cpu_s(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _open(target: str, pid: int, qps: float, seconds: float) -> dict:
-    """Open loop at ``qps``, with the server's CPU per request."""
+def _slice(target: str, pid: int, seconds: float, qps: float | None) -> dict:
+    """One run of the load generator, open loop at ``qps`` or (None) closed loop with 16 calls in flight
+    over the connections, with the server's CPU seconds over it."""
+    loop = ("open", "--qps", str(qps)) if qps is not None else ("closed", "--concurrency", "16")
     cpu_before = _cpu_s(pid)
-    offered = _load(
-        "open", "--target", target, "--qps", str(qps), "--seconds", str(seconds), "--channels", str(CHANNELS)
-    )
-    offered["server_cpu_ms_per_request"] = 1000.0 * (_cpu_s(pid) - cpu_before) / offered["requests"]
-    return offered
+    result = _load(*loop, "--target", target, "--seconds", str(seconds), "--channels", str(CHANNELS))
+    result["server_cpu_s"] = _cpu_s(pid) - cpu_before
+    return result
 
 
-def _measure(target: str, pid: int, seconds: float, saturation_seconds: float) -> dict:
-    """Open loop at the target rate and at the high rate, then closed loop (saturation).
+def _pooled(slices: list[dict]) -> dict:
+    """One server's slices of a phase as one run: its latencies pooled, its requests and CPU summed.
 
     CPU per request is the one number here that other load on the machine barely moves (latencies
     there are queueing behind whatever else runs): it says what the server costs, and 1000 / it is
     the rate one free core would sustain.
     """
+    latencies = np.concatenate([np.asarray(s["latencies_ms"], float) for s in slices])
+    requests, errors = sum(s["requests"] for s in slices), sum(s["errors"] for s in slices)
     return {
-        "open": _open(target, pid, TARGET_QPS, seconds),
-        "open_high": _open(target, pid, HIGH_QPS, seconds),
-        "saturation": _saturation(target, saturation_seconds),
+        "requests": requests,
+        "errors": errors,
+        "qps_offered": slices[0]["qps_offered"],
+        "qps_achieved": (requests - errors) / sum(s["elapsed_s"] for s in slices),
+        "p50_ms": float(np.percentile(latencies, 50)) if latencies.size else None,
+        "p99_ms": float(np.percentile(latencies, 99)) if latencies.size else None,
+        "client_cpu_ms_per_request": 1000.0 * sum(s["client_cpu_s"] for s in slices) / requests,
+        "server_cpu_ms_per_request": 1000.0 * sum(s["server_cpu_s"] for s in slices) / requests,
+        "slices": [{"qps_achieved": s["qps_achieved"], "p99_ms": s["p99_ms"]} for s in slices],
     }
 
 
-def _saturation(target: str, seconds: float) -> dict:
-    """Closed loop, 16 calls in flight over the connections: the most the server answers."""
-    return _load(
-        "closed",
-        "--target",
-        target,
-        "--concurrency",
-        "16",
-        "--seconds",
-        str(seconds),
-        "--channels",
-        str(CHANNELS),
-    )
+def _interleaved(
+    servers: dict[str, tuple[str, int]], rounds: int, seconds: float, qps: float | None = None
+) -> dict[str, dict]:
+    """Each of ``servers`` (name -> (target, pid)) in turn, ``rounds`` times: a slow spell of the
+    machine falls on all of them alike."""
+    slices: dict[str, list[dict]] = {name: [] for name in servers}
+    for _ in range(rounds):
+        for name, (target, pid) in servers.items():
+            slices[name].append(_slice(target, pid, seconds, qps))
+    return {name: _pooled(taken) for name, taken in slices.items()}
 
 
 def p99_bar_at_high(echo_p99_ms: float) -> float:
@@ -160,7 +171,14 @@ def p99_bar_at_high(echo_p99_ms: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = bench_parser(__doc__, "serving").parse_args(argv)
+    parser = bench_parser(__doc__, "serving")
+    parser.add_argument(
+        "--no-pin-workers",
+        dest="pin_workers",
+        action="store_false",
+        help="let the scheduler place the server's workers (serve --no-pin-workers), for comparison",
+    )
+    args = parser.parse_args(argv)
     settings = MODES[args.mode]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, open_broker(None, "embedded") as broker:
@@ -183,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 topic,
                 "--workers",
                 str(WORKERS),
+                *([] if args.pin_workers else ["--no-pin-workers"]),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -198,22 +217,27 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             _wait_started(server)
-            _warm_up(f"127.0.0.1:{server_port}")
-            served = _measure(
-                f"127.0.0.1:{server_port}", server.pid, settings["seconds"], settings["saturation_seconds"]
-            )
-            _warm_up(f"127.0.0.1:{echo_port}")
-            echoed = _measure(
-                f"127.0.0.1:{echo_port}", echo.pid, settings["seconds"], settings["saturation_seconds"]
-            )
-            _warm_up(f"127.0.0.1:{aio_echo_port}")
-            aio_echoed = _saturation(f"127.0.0.1:{aio_echo_port}", settings["saturation_seconds"])
+            servers = {
+                "server": (f"127.0.0.1:{server_port}", server.pid),
+                "echo": (f"127.0.0.1:{echo_port}", echo.pid),
+            }
+            with_aio = {**servers, "aio_echo": (f"127.0.0.1:{aio_echo_port}", aio_echo.pid)}
+            for target, _ in with_aio.values():
+                _warm_up(target)
+            rounds, seconds = settings["rounds"], settings["slice_seconds"]
+            phases = {
+                "open": _interleaved(servers, rounds, seconds, TARGET_QPS),
+                "open_high": _interleaved(servers, rounds, seconds, HIGH_QPS),
+                "saturation": _interleaved(with_aio, rounds, settings["saturation_slice_seconds"]),
+            }
         finally:
             for process in (server, echo, aio_echo):
                 process.terminate()
             for process in (server, echo, aio_echo):
                 process.wait(timeout=60)
         decisions_logged = sum(high_watermarks(broker.bootstrap_servers, topic).values())
+    served, echoed = ({phase: runs[name] for phase, runs in phases.items()} for name in ("server", "echo"))
+    aio_echoed = phases["saturation"]["aio_echo"]
     offered, high, echo_high = served["open"], served["open_high"], echoed["open_high"]
     ratio = served["saturation"]["qps_achieved"] / echoed["saturation"]["qps_achieved"]
     bar_at_high = p99_bar_at_high(echo_high["p99_ms"])
@@ -234,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             "high_qps_offered": HIGH_QPS,
             "decision_logging": True,
             "worker_processes": WORKERS,
+            "workers_pinned": args.pin_workers,
             "client_channels": CHANNELS,
         },
         "p50_ms": offered["p50_ms"],

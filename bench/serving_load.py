@@ -137,6 +137,10 @@ def _summary(results: list[tuple[float, bool]], elapsed: float, cpu: float, offe
         "p99_ms": float(np.percentile(latencies, 99)) if latencies.size else None,
         # the generator's own CPU: what it takes from the machine the server shares
         "client_cpu_ms_per_request": 1000.0 * cpu / max(len(results), 1),
+        "elapsed_s": elapsed,
+        "client_cpu_s": cpu,
+        # every answered call's latency, for a caller that pools several runs (bench/serving.py)
+        "latencies_ms": latencies.tolist(),
     }
 
 

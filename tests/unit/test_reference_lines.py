@@ -25,9 +25,10 @@ def test_segments_are_the_activity_group_and_whether_the_logged_interaction_rate
             _state(0, PRIOR_INTERACTION_RATE * 2),
             _state(0, PRIOR_INTERACTION_RATE / 2),
             _state(3, PRIOR_INTERACTION_RATE * 2),
+            _state(2, PRIOR_INTERACTION_RATE),  # at the prior: no evidence of more, so not the social half
         ]
     )
-    assert rl.segment_of(states).tolist() == [1, 0, 7]
+    assert rl.segment_of(states).tolist() == [1, 0, 7, 4]
 
 
 def test_a_segmented_policy_serves_its_segments_logits_plus_the_state_dependence():
@@ -51,9 +52,10 @@ def test_holds_asks_every_auxiliary_signal_to_keep_its_level_in_its_direction():
     worse = reference.copy()
     worse[signals.FEED_SIGNALS.index("hate")] = 1.1
     assert not rl.holds(worse, reference)
-    fewer_likes = reference.copy()
-    fewer_likes[signals.FEED_SIGNALS.index("like")] = 0.99
-    assert not rl.holds(fewer_likes, reference)
+    for signal in signals.FEED_SIGNALS[1:-1]:  # each one alone, the first after watch time too
+        fewer = reference.copy()
+        fewer[signals.FEED_SIGNALS.index(signal)] = 0.99
+        assert not rl.holds(fewer, reference), signal
 
 
 def _totals(by_segment: np.ndarray) -> rl.SegmentTotals:
@@ -86,6 +88,19 @@ def test_the_oracle_trades_between_segments_under_the_global_constraints():
     assert rl.holds(total, behaviour.sum(axis=0)) and total[0] > behaviour[:, 0].sum()
 
 
+def test_the_shortlist_is_ordered_by_watch_time_not_by_the_assignments_or_another_signal():
+    """Two weightings that hold everywhere: the first gives more watch time, the second more clicks and
+    likes; uniform segments make each assignment all one or all the other."""
+    click, like = signals.FEED_SIGNALS.index("click"), signals.FEED_SIGNALS.index("like")
+    behaviour = np.ones((rl.N_SEGMENTS, K))
+    watchful, engaging = behaviour.copy(), behaviour.copy()
+    watchful[:, 0] = 1.2
+    engaging[:, [0, click, like]] = [1.1, 1.1, 1.2]
+    values = [_totals(behaviour), _totals(watchful), _totals(engaging)]
+    shortlist = rl._segment_assignments(values, _totals(behaviour), rng=np.random.default_rng(0))
+    assert [a.tolist() for a in shortlist] == [[1] * rl.N_SEGMENTS, [2] * rl.N_SEGMENTS]
+
+
 def test_the_oracle_is_the_assignment_whose_own_run_has_the_most_watch_time_within_the_constraints():
     """Runs of the global weighting (first) and of three shortlisted assignments: the one with the most
     watch time breaks a constraint as run, so the next holding one wins; none holding leaves the global."""
@@ -98,6 +113,31 @@ def test_the_oracle_is_the_assignment_whose_own_run_has_the_most_watch_time_with
         runs.append(_totals(run))
     assert rl._most_watch_holding(runs, behaviour) == 2
     assert rl._most_watch_holding([runs[0], runs[1]], behaviour) == 0
+    # none holds, not even the first: the first all the same (the default), not the most watch time
+    assert rl._most_watch_holding([runs[1], runs[1], _totals(np.full((rl.N_SEGMENTS, K), 0.5))], behaviour) == 0
+
+
+def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
+    coef = behaviour_feed_policy().state_coef
+    candidates = np.array([[0.123456] * K, [1.987654] * K, [2.0] * K])
+    ones = _totals(np.ones((rl.N_SEGMENTS, K)))
+    oracle = np.array([1, 2] * (rl.N_SEGMENTS // 2))
+    lines = rl.ReferenceLines(
+        global_policy=rl.SegmentedFeedPolicy.global_weighting(candidates[1], coef),
+        oracle_policy=rl.SegmentedFeedPolicy(candidates[oracle], coef),
+        candidates=candidates,
+        behaviour=ones,
+        values=[ones, _totals(np.full((rl.N_SEGMENTS, K), 2.0)), ones],
+        global_index=1,
+        oracle_indices=oracle,
+        oracle_composite=ones,
+    )
+    summary = lines.summary()
+    assert summary["candidates"] == 3
+    assert summary["global_logits"] == [1.9877] * K
+    assert summary["oracle_logits"] == [[1.9877] * K, [2.0] * K] * (rl.N_SEGMENTS // 2)
+    assert summary["selection_lift"]["global"] == dict.fromkeys(signals.FEED_SIGNALS, 1.0)
+    assert summary["oracle_composite_lift"] == dict.fromkeys(signals.FEED_SIGNALS, 0.0)
 
 
 def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_global():
