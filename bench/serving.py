@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from common import bench_parser, write_result
 
 from recsys_rl import registry
