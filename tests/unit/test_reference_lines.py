@@ -114,7 +114,8 @@ def test_the_oracle_is_the_assignment_whose_own_run_has_the_most_watch_time_with
     assert rl._most_watch_holding(runs, behaviour) == 2
     assert rl._most_watch_holding([runs[0], runs[1]], behaviour) == 0
     # none holds, not even the first: the first all the same (the default), not the most watch time
-    assert rl._most_watch_holding([runs[1], runs[1], _totals(np.full((rl.N_SEGMENTS, K), 0.5))], behaviour) == 0
+    nothing_holds = [runs[1], runs[1], _totals(np.full((rl.N_SEGMENTS, K), 0.5))]
+    assert rl._most_watch_holding(nothing_holds, behaviour) == 0
 
 
 def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
