@@ -71,9 +71,13 @@ def pin_to_cpu(cpu: int) -> None:
 
     Why: a request crosses threads inside a worker (gRPC's poller thread wakes the event loop, the
     decision log's sender takes the record). On a virtual machine a wake-up on another core costs an
-    inter-processor interrupt, a trip through the hypervisor. With the two worker processes of a 2-core
-    machine pinned one a core, the server spent 0.89-1.07 ms of CPU a Rank at 1,000 requests/s against
-    1.14-1.46 ms unpinned, alternated three times in one session (bench/serving.py's set-up).
+    inter-processor interrupt, a trip through the hypervisor. Measured on the 2-core machine with
+    bench/serving.py's set-up (the load generator and the broker on the same cores): at 1,000 Rank
+    requests/s, pinned and unpinned alternated 7 times, pinned cost less CPU a request in 5 (0.86-1.40 ms
+    against 0.97-1.46); in the interleaved benchmark, twice each, the server's CPU a request was 2.53
+    and 2.65 times the echo server's pinned against 2.83 and 2.98 unpinned, while the saturation ratio
+    stayed within the machine's noise (0.41, 0.42 pinned; 0.45, 0.43 unpinned). Less CPU a request is
+    the figure other load moves least, hence the default; ``--no-pin-workers`` turns it off.
     """
     allowed = os.sched_getaffinity(0)
     if cpu not in allowed:
