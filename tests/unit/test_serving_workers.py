@@ -9,6 +9,9 @@ import textwrap
 
 import pytest
 
+from recsys_rl.cli import serve
+from recsys_rl.cli.main import build_parser
+from recsys_rl.config import load_config
 from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.serving.workers import WorkerError, pin_to_cpu, worker_config
 
@@ -24,6 +27,13 @@ def test_the_workers_are_dealt_the_cpus_in_turn():
 def test_without_pinning_the_workers_run_anywhere():
     config = ServeConfig(worker_processes=2, pin_workers=False)
     assert [worker_config(config, i, 5000, [0, 1]).cpu for i in range(2)] == [None, None]
+
+
+@pytest.mark.parametrize(("flags", "pinned"), [((), True), (("--no-pin-workers",), False)])
+def test_the_command_line_pins_the_workers_unless_told_not_to(flags, pinned):
+    args = build_parser().parse_args(["serve", "--workers", "2", *flags])
+    config = load_config(ServeConfig, None, {k: getattr(args, k) for k in serve._OPTIONS})
+    assert (config.worker_processes, config.pin_workers) == (2, pinned)
 
 
 def test_a_negative_cpu_is_refused_by_name():
