@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf import message
 
 from recsys_rl import contracts, signals
 from recsys_rl.fusion import FEED_ACTION_NAMES
@@ -117,7 +118,7 @@ def _check_candidate(field: str, candidate: contracts.Candidate, width: int, ite
             )
 
 
-def _check_common(request: contracts.RankRequest | contracts.AllocateRequest) -> None:
+def _check_common(request: wire.RankHead | contracts.AllocateRequest) -> None:
     _check_version(request.schema_version)
     _check_id("request_id", request.request_id)
     _check_id("user_id", request.user_id)
@@ -133,9 +134,7 @@ class RankCandidates:
     predictions: np.ndarray  # (candidates, prediction names)
 
 
-def validate_rank(
-    request: contracts.RankRequest, *, max_candidates: int, max_page_size: int
-) -> RankCandidates:
+def validate_rank(request: wire.RankHead, *, max_candidates: int, max_page_size: int) -> RankCandidates:
     """The request's candidates; InvalidRequest for the first field that cannot be ranked."""
     _check_common(request)
     _check_prediction_names(request.prediction_names, FEED_ACTION_NAMES)
@@ -150,14 +149,15 @@ def validate_rank(
     return rank_candidates(request, len(FEED_ACTION_NAMES))
 
 
-def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidates:
+def rank_candidates(request: wire.RankHead, width: int) -> RankCandidates:
     """The candidates of ``request``, after checking every one (``width`` predictions each, all videos).
 
     The common case (everything valid, encoded as protobuf encoders do) is read and checked in bulk
     from the encoded bytes (recsys_rl.serving.wire), which is what keeps 200 candidates cheap; any other
-    request is walked candidate by candidate, to name the first bad field or to accept an unusual encoding.
+    request is decoded in full and walked candidate by candidate, to name the first bad field or to
+    accept an unusual encoding.
     """
-    encoded = wire.encoded_candidates(request)
+    encoded = list(request.candidates)
     columns = wire.candidate_columns(encoded, width)
     if (
         columns is not None
@@ -168,14 +168,19 @@ def rank_candidates(request: contracts.RankRequest, width: int) -> RankCandidate
         and np.all((columns.predictions >= 0) & (columns.predictions <= MAX_PREDICTION))
     ):
         return RankCandidates(encoded, columns.item_ids, columns.predictions)
+    try:
+        candidates = wire.full_request(request).candidates
+    except message.DecodeError as err:
+        expected = contracts.Candidate.DESCRIPTOR.full_name
+        raise InvalidRequest("candidates", f"do not decode as {expected}: {err}") from None
     seen: set[str] = set()
-    for j, candidate in enumerate(request.candidates):
+    for j, candidate in enumerate(candidates):
         _check_candidate(f"candidates[{j}]", candidate, width, RANK_ITEM_TYPE)
         if candidate.item_id in seen:
             raise InvalidRequest(f"candidates[{j}].item_id", f"repeats {candidate.item_id!r}")
         seen.add(candidate.item_id)
-    predictions = np.array([list(c.predictions) for c in request.candidates], np.float64)
-    return RankCandidates(encoded, [c.item_id for c in request.candidates], predictions.reshape(-1, width))
+    predictions = np.array([list(c.predictions) for c in candidates], np.float64)
+    return RankCandidates(encoded, [c.item_id for c in candidates], predictions.reshape(-1, width))
 
 
 def _ids_within_limits(encoded: list[bytes], columns: wire.Columns) -> bool:

@@ -20,13 +20,14 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from recsys_rl import contracts
 from recsys_rl.config import ConfigError
 from recsys_rl.contracts import serving_pb2, serving_pb2_grpc
 from recsys_rl.errors import OperationalError
 from recsys_rl.logs import get_logger, log_event
 from recsys_rl.registry import RegistryError
 from recsys_rl.registry.layout import open_registry
-from recsys_rl.serving import heap
+from recsys_rl.serving import heap, wire
 from recsys_rl.serving.auth import AdminTokenInterceptor, read_token
 from recsys_rl.serving.call_accounting import CallAccounting
 from recsys_rl.serving.decision_log import DecisionLog
@@ -341,16 +342,22 @@ async def _set_health(servicer: health.aio.HealthServicer, offered: list[str], s
 
 
 def _add_services(server: grpc.aio.Server, handlers: Handlers, *, with_admin: bool) -> None:
-    class Ranking(serving_pb2_grpc.RankingServiceServicer):
-        Rank = staticmethod(handlers.instrumented("Rank", handlers.rank))
-
     class Allocation(serving_pb2_grpc.AllocationServiceServicer):
         Allocate = staticmethod(handlers.instrumented("Allocate", handlers.allocate))
 
     class Status(serving_pb2_grpc.StatusServiceServicer):
         Status = staticmethod(handlers.instrumented("Status", handlers.status))
 
-    serving_pb2_grpc.add_RankingServiceServicer_to_server(Ranking(), server)
+    # Rank requests decode as wire.RankHead: the candidates stay encoded until the handler reads them
+    rank = {
+        "Rank": grpc.unary_unary_rpc_method_handler(
+            handlers.instrumented("Rank", handlers.rank),
+            request_deserializer=wire.RankHead.FromString,
+            response_serializer=contracts.RankResponse.SerializeToString,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(RANKING, rank),))
+    server.add_registered_method_handlers(RANKING, rank)
     serving_pb2_grpc.add_AllocationServiceServicer_to_server(Allocation(), server)
     serving_pb2_grpc.add_StatusServiceServicer_to_server(Status(), server)
     if with_admin:

@@ -28,6 +28,7 @@ import numpy as np
 from recsys_rl import contracts
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.logs import get_logger
+from recsys_rl.serving import wire
 from recsys_rl.serving.decision_log import DecisionLog
 from recsys_rl.serving.metrics import MetricChildren, ServingMetrics
 from recsys_rl.serving.online_features import PairHistoryReader, UserFeatureReader
@@ -36,7 +37,6 @@ from recsys_rl.serving.policies import Decider, PairTerm, request_seed, user_aut
 from recsys_rl.serving.request_validation import InvalidRequest, validate_allocate, validate_rank
 from recsys_rl.serving.routing import PolicyHolder
 from recsys_rl.serving.settings import ServeConfig
-from recsys_rl.serving.wire import record_candidates
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 #: Time kept back from the client's deadline for inference and the answer, when budgeting the lookup.
@@ -248,9 +248,7 @@ class Handlers:
 
     # --- RankingService --------------------------------------------------------------------------------
 
-    async def rank(
-        self, request: contracts.RankRequest, context: grpc.aio.ServicerContext
-    ) -> contracts.RankResponse:
+    async def rank(self, request: wire.RankHead, context: grpc.aio.ServicerContext) -> contracts.RankResponse:
         candidates = validate_rank(
             request, max_candidates=self._config.max_candidates, max_page_size=self._config.max_page_size
         )
@@ -271,7 +269,7 @@ class Handlers:
         scores, order = _ranking(candidates.predictions, served.action, request.page_size, term)
         self._still_wanted(context)
         # the candidates go into the record as they came, encoded once for the served and shadow records
-        logged_candidates = record_candidates(candidates.encoded)
+        logged_candidates = wire.record_candidates(candidates.encoded)
         item_ids = [candidates.item_ids[j] for j in order]
         record = self._ranking_record(request, state, missing, time_ms, served, term, item_ids)
         self._emit("feed", record, served.arm, logged_candidates)
@@ -298,7 +296,7 @@ class Handlers:
         )
 
     async def _candidate_pairs(self, request, time_ms: int, budget_s: float) -> CandidatePairs:
-        authors = [candidate.author_id for candidate in request.candidates]
+        authors = [candidate.author_id for candidate in wire.full_request(request).candidates]
         linked = np.flatnonzero(np.array(authors, dtype=bool))
         rows: dict[str, int] = {}  # author -> its row, in order of first appearance
         author_rows = np.array([rows.setdefault(authors[j], len(rows)) for j in linked], dtype=np.intp)

@@ -7,14 +7,17 @@ request's CPU. Two facts of the wire format make it cheap instead:
 
 * an embedded message and a ``bytes`` field are encoded alike, so the same bytes parsed by a message
   that declares the field ``bytes`` hand over each candidate's encoding without decoding it, and a
-  message that declares DecisionRecord's candidates field ``bytes`` writes them back unchanged;
+  message that declares DecisionRecord's candidates field ``bytes`` writes them back unchanged. The
+  server decodes Rank requests as ``RankHead`` (RankRequest with its candidates declared so): one
+  parse of the request's fields, none of its candidates' (a full parse and the re-encoding that got
+  the candidates' bytes back were a tenth of the handler);
 * encoded messages merge on concatenation (repeated fields append), so ``encode(record) +
   record_candidates(encoded)`` decodes as the record with its candidates, and all candidates joined
   and parsed once by a message with Candidate's ``item_id``, ``item_type`` and ``predictions``
   declared repeated give every item id, item type and packed prediction block in one parse.
 
-The views below are those messages, built from the contract's own field numbers in a private
-descriptor pool (they are no part of the API). ``candidate_columns`` separates the candidates with an
+The views below are those messages, built from the contract's own descriptors in private descriptor
+pools (they are no part of the API). ``candidate_columns`` separates the candidates with an
 empty item id, an item type 0 and an empty prediction block: a candidate that lacks a field, repeats
 one or sends its predictions unpacked breaks the alternation and is left to the per-candidate checks.
 So is one that writes its item type as a packed list: protobuf parsers drop that unread (Candidate's
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor, descriptor_pb2, descriptor_pool, message, message_factory
 
 from recsys_rl import contracts
 
@@ -42,8 +45,6 @@ def _number(message: type, field: str) -> int:
 def _views() -> dict[str, type]:
     """name -> message class of each view: (field name, field number, type) per view, all repeated."""
     views = {
-        # RankRequest's candidates, each as its encoded bytes
-        "RequestCandidates": [("candidates", _number(contracts.RankRequest, "candidates"), "bytes")],
         # DecisionRecord's candidates, written from encoded bytes
         "RecordCandidates": [("candidates", _number(contracts.DecisionRecord, "candidates"), "bytes")],
         # Candidate's item id and packed predictions, repeated: many candidates parsed as one
@@ -79,14 +80,43 @@ def _views() -> dict[str, type]:
 
 
 _VIEWS = _views()
+
+
+def _rank_head() -> type:
+    """RankRequest with ``candidates`` declared ``repeated bytes``: every other field as the contract
+    has it (names, types, UTF-8 checks), from a copy of the contract's files in a private pool."""
+    pool = descriptor_pool.DescriptorPool()
+
+    def add(file: descriptor.FileDescriptor, candidates_as_bytes: bool) -> None:
+        for dependency in file.dependencies:
+            add(dependency, False)
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        if candidates_as_bytes:
+            (request,) = (m for m in proto.message_type if m.name == contracts.RankRequest.DESCRIPTOR.name)
+            (field,) = (f for f in request.field if f.name == "candidates")
+            field.type = _FieldProto.TYPE_BYTES
+            field.ClearField("type_name")
+        try:
+            pool.FindFileByName(proto.name)
+        except KeyError:
+            pool.Add(proto)
+
+    request = contracts.RankRequest.DESCRIPTOR
+    add(request.file, True)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(request.full_name))
+
+
+#: What the server decodes a Rank request as: ``candidates`` holds each candidate's encoding, in order.
+RankHead = _rank_head()
 #: Between two candidates when parsing them as one: an empty item id, item type 0, an empty prediction block.
 _SEPARATOR = _VIEWS["CandidateColumns"](item_id=[""], item_type=[0], predictions=[b""]).SerializeToString()
 _FLOAT32 = np.dtype("<f4")
 
 
-def encoded_candidates(request: contracts.RankRequest) -> list[bytes]:
-    """Each candidate of ``request`` as its encoded bytes, in order."""
-    return list(_VIEWS["RequestCandidates"].FromString(request.SerializeToString()).candidates)
+def full_request(head: RankHead) -> contracts.RankRequest:
+    """``head`` with its candidates decoded (DecodeError if one does not decode as a Candidate)."""
+    return contracts.RankRequest.FromString(head.SerializeToString())
 
 
 def record_candidates(encoded: list[bytes]) -> bytes:
@@ -107,11 +137,14 @@ class Columns:
 
 
 def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
-    """Item ids, item types and predictions of the encoded candidates, or None unless each candidate has
-    exactly one item id, one item type (as a varint, however protobuf encoders write a set enum) and one
-    packed block of ``width`` predictions (the per-candidate checks say why)."""
+    """Item ids, item types and predictions of the encoded candidates, or None unless each candidate
+    decodes and has exactly one item id, one item type (as a varint, however protobuf encoders write a
+    set enum) and one packed block of ``width`` predictions (the per-candidate checks say why)."""
     joined = _SEPARATOR.join(encoded) + _SEPARATOR
-    columns = _VIEWS["CandidateColumns"].FromString(joined)
+    try:
+        columns = _VIEWS["CandidateColumns"].FromString(joined)
+    except message.DecodeError:  # an id that is not UTF-8, say: the full parse names it
+        return None
     n = len(encoded)
     ids, types, blocks = list(columns.item_id), list(columns.item_type), list(columns.predictions)
     if len(ids) != 2 * n or len(types) != 2 * n or len(blocks) != 2 * n:

@@ -8,6 +8,7 @@ import numpy as np
 
 from recsys_rl import contracts
 from recsys_rl.fusion import FEED_ACTION_NAMES
+from recsys_rl.serving import wire
 from recsys_rl.serving.online_features import Lookup
 from recsys_rl.serving.routing import ServingSet
 
@@ -69,3 +70,13 @@ def rank_request(request_id: str = "r-1", author_ids: tuple[str, ...] = ()) -> c
             for j, row in enumerate(RANK_PREDICTIONS.tolist())
         ],
     )
+
+
+def as_received(request: contracts.RankRequest) -> wire.RankHead:
+    """``request`` as the server decodes it off the wire (its candidates left encoded)."""
+    return wire.RankHead.FromString(request.SerializeToString())
+
+
+def encoded(request: contracts.RankRequest) -> list[bytes]:
+    """Each candidate of ``request`` as its encoded bytes, in order."""
+    return list(as_received(request).candidates)

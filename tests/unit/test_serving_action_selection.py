@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import replace
 
 import pytest
-from serving_fakes import Context, Holder, KeptLog, NoStore, rank_request
+from serving_fakes import Context, Holder, KeptLog, NoStore, as_received, rank_request
 
 from recsys_rl import contracts
 from recsys_rl.serving.metrics import ServingMetrics
@@ -59,7 +59,7 @@ def _allocate() -> contracts.AllocateRequest:
 def test_every_logged_record_says_how_its_action_was_chosen(explore, selection):
     log = KeptLog()
     handlers = _handlers(explore, log)
-    asyncio.run(handlers.rank(rank_request(), Context()))
+    asyncio.run(handlers.rank(as_received(rank_request()), Context()))
     asyncio.run(handlers.allocate(_allocate(), Context()))
     arms = contracts.ROUTING_ARMS
     logged = [
@@ -86,7 +86,7 @@ def test_the_mode_is_what_no_explore_serves():
     for explore in (True, False):
         for request_id in ("r-1", "r-2"):
             log = KeptLog()
-            asyncio.run(_handlers(explore, log).rank(rank_request(request_id), Context()))
+            asyncio.run(_handlers(explore, log).rank(as_received(rank_request(request_id)), Context()))
             actions[explore, request_id] = list(log.records[0][1].action)
     assert actions[False, "r-1"] == actions[False, "r-2"]
     assert actions[True, "r-1"] != actions[True, "r-2"]

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from serving_fakes import RANK_PREDICTIONS, Context, Holder, KeptLog, NoStore, rank_request
+from serving_fakes import RANK_PREDICTIONS, Context, Holder, KeptLog, NoStore, as_received, rank_request
 
 from recsys_rl import contracts
 from recsys_rl.fusion import fusion_scores
@@ -94,7 +94,7 @@ def rank(user_author: ServingSet, pairs: DictPairs, request_id: str = "r-1", met
     log = KeptLog()
     request = rank_request(request_id, AUTHORS)
     request.context.event_time_ms = NOW_MS
-    response = asyncio.run(handlers(user_author, pairs, log, metrics).rank(request, Context()))
+    response = asyncio.run(handlers(user_author, pairs, log, metrics).rank(as_received(request), Context()))
     return response, log.records
 
 
@@ -157,7 +157,7 @@ def test_the_weight_draw_is_its_own_and_leaves_the_fusion_action_as_without_a_te
 def test_no_explore_serves_the_weights_mean():
     log = KeptLog()
     request = rank_request("r-1", AUTHORS)
-    asyncio.run(handlers(stable(TERM), DictPairs(), log, explore=False).rank(request, Context()))
+    asyncio.run(handlers(stable(TERM), DictPairs(), log, explore=False).rank(as_received(request), Context()))
     assert log.records[0][1].user_author.weight_logit == pytest.approx(math.log(2.0))
 
 

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 import numpy as np
 import pytest
+from serving_fakes import as_received, encoded
 
 from recsys_rl import contracts
 from recsys_rl.fusion import FEED_ACTION_NAMES
@@ -62,13 +63,13 @@ def allocate_request() -> contracts.AllocateRequest:
 
 
 def test_a_well_formed_request_passes():
-    validate_rank(rank_request(), **LIMITS)
+    validate_rank(as_received(rank_request()), **LIMITS)
     validate_allocate(allocate_request())
 
 
 @pytest.mark.parametrize("offset", [-840, -330, -1, 0, 840])
 def test_utc_offsets_within_fourteen_hours_either_way_are_accepted(offset):
-    validate_rank(rank_request(**{"context.utc_offset_minutes": offset}), **LIMITS)
+    validate_rank(as_received(rank_request(**{"context.utc_offset_minutes": offset})), **LIMITS)
 
 
 @pytest.mark.parametrize(
@@ -87,7 +88,7 @@ def test_utc_offsets_within_fourteen_hours_either_way_are_accepted(offset):
     ],
 )
 def test_values_at_each_documented_limit_are_accepted(changes):
-    validate_rank(rank_request(**changes), **LIMITS)
+    validate_rank(as_received(rank_request(**changes)), **LIMITS)
 
 
 @pytest.mark.parametrize("n", [1, 5])
@@ -96,7 +97,7 @@ def test_one_to_max_candidates_are_accepted(n):
     del request.candidates[:]
     for j in range(n):
         request.candidates.add(item_id=f"v{j}", item_type=VIDEO, predictions=[0.5] * 7)
-    assert validate_rank(request, **LIMITS).item_ids == [f"v{j}" for j in range(n)]
+    assert validate_rank(as_received(request), **LIMITS).item_ids == [f"v{j}" for j in range(n)]
 
 
 @pytest.mark.parametrize(
@@ -171,7 +172,7 @@ def test_one_to_max_candidates_are_accepted(n):
 )
 def test_each_bad_scalar_field_is_named_with_what_it_should_be(changes, field, problem):
     with pytest.raises(InvalidRequest) as err:
-        validate_rank(rank_request(**changes), **LIMITS)
+        validate_rank(as_received(rank_request(**changes)), **LIMITS)
     assert err.value.field == field
     assert str(err.value) == f"{field} {problem}"
 
@@ -180,7 +181,7 @@ def test_prediction_names_must_be_the_policys_in_order():
     request = rank_request()
     request.prediction_names[0], request.prediction_names[1] = FEED_ACTION_NAMES[1], FEED_ACTION_NAMES[0]
     with pytest.raises(InvalidRequest, match=r"^prediction_names should be \['watch_time', 'click'"):
-        validate_rank(request, **LIMITS)
+        validate_rank(as_received(request), **LIMITS)
 
 
 @pytest.mark.parametrize(
@@ -226,7 +227,7 @@ def test_each_bad_candidate_field_is_named(mutate, message):
     request = rank_request()
     mutate(request)
     with pytest.raises(InvalidRequest) as err:
-        validate_rank(request, **LIMITS)
+        validate_rank(as_received(request), **LIMITS)
     assert str(err.value) == message
     assert message.startswith(err.value.field + " ")
 
@@ -248,7 +249,7 @@ def test_an_item_id_encoded_explicitly_empty_is_refused():
     )
     assert [c.item_id for c in request.candidates] == ["v0", "", "v2"]
     with pytest.raises(InvalidRequest, match=r"^candidates\[1\]\.item_id is empty$"):
-        validate_rank(request, **LIMITS)
+        validate_rank(as_received(request), **LIMITS)
 
 
 def test_a_valid_request_as_protobuf_encodes_it_is_checked_in_bulk(monkeypatch):
@@ -262,7 +263,7 @@ def test_a_valid_request_as_protobuf_encodes_it_is_checked_in_bulk(monkeypatch):
     request = rank_request()
     request.candidates[0].predictions[:] = [1e6, 0.0, 0.5, 1.0, 0.25, 0.0, 1e6]
     request.candidates[2].item_id, request.candidates[2].author_id = "v" * 128, "a" * 128
-    candidates = validate_rank(request, **LIMITS)
+    candidates = validate_rank(as_received(request), **LIMITS)
     assert candidates.item_ids == ["v0", "v1", "v" * 128]
     expected = [
         [1e6, 0.0, 0.5, 1.0, 0.25, 0.0, 1e6],
@@ -348,7 +349,7 @@ def test_a_rank_candidate_that_is_not_a_video_is_refused(item_type, message):
     request = rank_request()
     request.candidates[1].item_type = item_type
     with pytest.raises(InvalidRequest) as err:
-        validate_rank(request, **LIMITS)
+        validate_rank(as_received(request), **LIMITS)
     assert err.value.field == "candidates[1].item_type"
     assert str(err.value) == message
 
@@ -391,10 +392,10 @@ def test_id_lengths_are_checked_at_the_limit_in_characters(item_id, author_id, f
     request = rank_request()
     request.candidates[1].item_id, request.candidates[1].author_id = item_id, author_id
     if field is None:
-        assert validate_rank(request, **LIMITS).item_ids[1] == item_id
+        assert validate_rank(as_received(request), **LIMITS).item_ids[1] == item_id
     else:
         with pytest.raises(InvalidRequest) as err:
-            validate_rank(request, **LIMITS)
+            validate_rank(as_received(request), **LIMITS)
         assert err.value.field == field
 
 
@@ -406,8 +407,11 @@ def _ids_ok_by_the_slow_path(request: contracts.RankRequest) -> bool:
 @pytest.mark.parametrize("seed", range(5))
 def test_the_bulk_id_length_check_agrees_with_the_per_candidate_loop(seed):
     short = rank_request()  # every candidate's encoding is far under 128 bytes
-    encoded = wire.encoded_candidates(short)
-    assert _ids_within_limits(encoded, wire.candidate_columns(encoded, len(FEED_ACTION_NAMES))) is True
+    short_encoded = encoded(short)
+    assert (
+        _ids_within_limits(short_encoded, wire.candidate_columns(short_encoded, len(FEED_ACTION_NAMES)))
+        is True
+    )
     rng = np.random.default_rng(seed)
     lengths = [0, 1, 60, 120, 127, 128, 129, 200]
     for _ in range(40):
@@ -416,10 +420,10 @@ def test_the_bulk_id_length_check_agrees_with_the_per_candidate_loop(seed):
             char = str(rng.choice(["v", "é", "\U0001f600"]))  # 1, 2 and 4 bytes a character
             candidate.item_id = f"{j}" + char * (int(rng.choice(lengths[1:])) - 1)
             candidate.author_id = char * int(rng.choice(lengths))
-        encoded = wire.encoded_candidates(request)
-        columns = wire.candidate_columns(encoded, len(FEED_ACTION_NAMES))
+        request_encoded = encoded(request)
+        columns = wire.candidate_columns(request_encoded, len(FEED_ACTION_NAMES))
         assert columns is not None  # the fast path reads these candidates
-        assert _ids_within_limits(encoded, columns) is _ids_ok_by_the_slow_path(request)
+        assert _ids_within_limits(request_encoded, columns) is _ids_ok_by_the_slow_path(request)
 
 
 class _Context:
@@ -464,7 +468,7 @@ def test_a_rank_call_with_a_candidate_id_past_128_characters_is_invalid_argument
     setattr(request.candidates[1], where, "x" * length)
     context = _Context()
     with pytest.raises(grpc.RpcError):
-        asyncio.run(handlers.instrumented("Rank", handlers.rank)(request, context))
+        asyncio.run(handlers.instrumented("Rank", handlers.rank)(as_received(request), context))
     code, message = context.aborted
     if refused:
         assert code == grpc.StatusCode.INVALID_ARGUMENT

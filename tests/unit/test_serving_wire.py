@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 import pytest
+from serving_fakes import as_received, encoded
 
 from recsys_rl import contracts
 from recsys_rl.serving import wire
@@ -26,7 +27,7 @@ def request(n: int = 20, seed: int = 0, item_types: tuple[int, ...] = (VIDEO,)) 
 
 def test_columns_match_the_objects_reference_loop():
     req = request(item_types=(VIDEO, LIVE, LIVE))
-    columns = wire.candidate_columns(wire.encoded_candidates(req), 7)
+    columns = wire.candidate_columns(encoded(req), 7)
     assert columns is not None
     assert columns.item_ids == [c.item_id for c in req.candidates]
     assert columns.item_types == [c.item_type for c in req.candidates]
@@ -40,7 +41,7 @@ def test_the_record_with_spliced_candidates_decodes_as_the_record_with_copied_on
     req = request()
     record = contracts.DecisionRecord(schema_version=1, request_id="r", user_id="u", action=[0.5, 1.5])
     record.served_item_ids.append("v3-é")
-    spliced = contracts.encode(record) + wire.record_candidates(wire.encoded_candidates(req))
+    spliced = contracts.encode(record) + wire.record_candidates(encoded(req))
     copied = contracts.DecisionRecord()
     copied.CopyFrom(record)
     copied.candidates.extend(req.candidates)
@@ -112,7 +113,7 @@ def _rank_request(encoded: list[bytes]) -> contracts.RankRequest:
 
 def _outcome(req: contracts.RankRequest) -> tuple[list[str], list[list[float]]] | str:
     try:
-        candidates = rank_candidates(req, 7)
+        candidates = rank_candidates(as_received(req), 7)
     except InvalidRequest as err:
         return str(err)
     return candidates.item_ids, candidates.predictions.tolist()
@@ -143,11 +144,44 @@ def test_the_bulk_read_accepts_and_refuses_item_types_as_the_reference_loop_does
 
 def test_a_valid_request_the_bulk_read_refuses_is_accepted_the_slow_way(monkeypatch):
     req = request(5)
-    assert wire.candidate_columns(wire.encoded_candidates(req), 7) is not None
+    assert wire.candidate_columns(encoded(req), 7) is not None
     monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width: None)
-    candidates = rank_candidates(req, 7)
+    candidates = rank_candidates(as_received(req), 7)
     assert candidates.item_ids == [c.item_id for c in req.candidates]
     np.testing.assert_array_equal(
         candidates.predictions, np.array([list(c.predictions) for c in req.candidates])
     )
     assert candidates.encoded == [c.SerializeToString() for c in req.candidates]
+
+
+def test_the_server_decodes_a_rank_request_in_full_but_for_its_candidates_encodings():
+    req = request(5)
+    req.context.session_id, req.context.page_index = "s-é", 3
+    req.prediction_names.extend(["watch_time", "click"])
+    head = as_received(req)
+    assert [f.name for f in type(head).DESCRIPTOR.fields] == [f.name for f in req.DESCRIPTOR.fields]
+    assert head.SerializeToString() == req.SerializeToString()
+    for field in req.DESCRIPTOR.fields:
+        value, sent = getattr(head, field.name), getattr(req, field.name)
+        if field.message_type is None:
+            assert value == sent, field.name
+        elif field.name != "candidates":  # messages of another pool: compared by their encoding
+            assert value.SerializeToString() == sent.SerializeToString() != b"", field.name
+    assert list(head.candidates) == [c.SerializeToString() for c in req.candidates]
+    assert wire.full_request(head) == req
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        pytest.param(_item(b"\xff\xfe") + V + _packed(SEVEN), id="id-not-utf8"),
+        pytest.param(b"\x0a\x05ab", id="truncated"),
+    ],
+)
+def test_a_candidate_that_does_not_decode_is_refused_by_name(candidate):
+    """The server decodes only the request's head: a broken candidate is found by the checks, not by
+    gRPC's decoder, and is refused as INVALID_ARGUMENT naming the candidates field."""
+    head = wire.RankHead(candidates=[_item(b"a") + V + _packed(SEVEN), candidate])
+    with pytest.raises(InvalidRequest, match=r"^candidates do not decode as recsys\.v1\.Candidate: ") as err:
+        rank_candidates(head, 7)
+    assert err.value.field == "candidates"
