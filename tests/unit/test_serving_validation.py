@@ -239,17 +239,17 @@ def _candidate_bytes(item_id: bytes) -> bytes:
 
 
 def test_an_item_id_encoded_explicitly_empty_is_refused():
-    # protobuf encoders omit an empty string, but the wire format allows writing it: still "is empty",
-    # whichever way the candidates are read (today the request is re-encoded, which drops the empty id)
+    # protobuf encoders omit an empty string, but the wire format allows writing it, and the server
+    # reads the candidates' bytes as they came: still "is empty"
     head = rank_request()
     head.ClearField("candidates")
     candidates = [_candidate_bytes(b"v0"), _candidate_bytes(b""), _candidate_bytes(b"v2")]
-    request = contracts.RankRequest.FromString(
-        head.SerializeToString() + b"".join(b"\x2a" + bytes([len(c)]) + c for c in candidates)
-    )
-    assert [c.item_id for c in request.candidates] == ["v0", "", "v2"]
+    sent = head.SerializeToString() + b"".join(b"\x2a" + bytes([len(c)]) + c for c in candidates)
+    assert [c.item_id for c in contracts.RankRequest.FromString(sent).candidates] == ["v0", "", "v2"]
+    received = wire.RankHead.FromString(sent)  # as the server decodes it
+    assert list(received.candidates) == candidates
     with pytest.raises(InvalidRequest, match=r"^candidates\[1\]\.item_id is empty$"):
-        validate_rank(as_received(request), **LIMITS)
+        validate_rank(received, **LIMITS)
 
 
 def test_a_valid_request_as_protobuf_encodes_it_is_checked_in_bulk(monkeypatch):
