@@ -32,6 +32,7 @@ from feature_reads import DAY, materialised_store
 from serving_load import requests
 
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
+from recsys_rl.serving import wire
 from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.online_features import PairHistoryReader, UserFeatureReader
 from recsys_rl.serving.policies import (
@@ -144,11 +145,14 @@ def main() -> None:
             for i, request in enumerate(pool):
                 request.user_id = f"user-{i % mode['users']}"
                 request.context.event_time_ms = (DAY + 1) * 86_400_000 + 9 * 3_600_000
+            received = [
+                wire.RankHead.FromString(r.SerializeToString()) for r in pool
+            ]  # as the server decodes
             times: dict[str, list[float]] = {arm: [] for arm in arms}
             for round_ in range(mode["rounds"] + 1):  # round 0 fills the caches and is not counted
                 for arm, routing in arms.items():
                     holders["user_author"].current = routing
-                    for request in pool:
+                    for request in received:
                         took = _timed(loop, handlers.rank(request, CONTEXT))
                         if round_:
                             times[arm].append(took)

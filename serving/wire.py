@@ -38,8 +38,8 @@ from recsys_rl import contracts
 _FieldProto = descriptor_pb2.FieldDescriptorProto
 
 
-def _number(message: type, field: str) -> int:
-    return message.DESCRIPTOR.fields_by_name[field].number
+def _number(message_type: type, field: str) -> int:
+    return message_type.DESCRIPTOR.fields_by_name[field].number
 
 
 def _views() -> dict[str, type]:
@@ -93,8 +93,8 @@ def _rank_head() -> type:
         proto = descriptor_pb2.FileDescriptorProto()
         file.CopyToProto(proto)
         if candidates_as_bytes:
-            (request,) = (m for m in proto.message_type if m.name == contracts.RankRequest.DESCRIPTOR.name)
-            (field,) = (f for f in request.field if f.name == "candidates")
+            (rank,) = (m for m in proto.message_type if m.name == contracts.RankRequest.DESCRIPTOR.name)
+            (field,) = (f for f in rank.field if f.name == "candidates")
             field.type = _FieldProto.TYPE_BYTES
             field.ClearField("type_name")
         try:
