@@ -158,11 +158,10 @@ def rank_candidates(request: wire.RankHead, width: int) -> RankCandidates:
     accept an unusual encoding.
     """
     encoded = list(request.candidates)
-    columns = wire.candidate_columns(encoded, width)
+    columns = wire.candidate_columns(encoded, width, RANK_ITEM_TYPE)
     if (
         columns is not None
         and "" not in columns.item_ids
-        and columns.item_types.count(RANK_ITEM_TYPE) == len(encoded)
         and _ids_within_limits(encoded, columns)
         and len(set(columns.item_ids)) == len(encoded)
         and np.all((columns.predictions >= 0) & (columns.predictions <= MAX_PREDICTION))

@@ -127,7 +127,6 @@ def record_candidates(encoded: list[bytes]) -> bytes:
 @dataclass(frozen=True)
 class Columns:
     item_ids: list[str]
-    item_types: list[int]  # as sent: any value, for the caller to check
     predictions: np.ndarray  # (candidates, width), float64 of the float32 values sent
     _author_ids: Sequence[str]  # the parsed view's column; read only when asked
 
@@ -136,20 +135,23 @@ class Columns:
         return max(map(len, self._author_ids), default=0)
 
 
-def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
-    """Item ids, item types and predictions of the encoded candidates, or None unless each candidate
-    decodes and has exactly one item id, one item type (as a varint, however protobuf encoders write a
-    set enum) and one packed block of ``width`` predictions (the per-candidate checks say why)."""
+def candidate_columns(encoded: list[bytes], width: int, item_type: int) -> Columns | None:
+    """Item ids and predictions of the encoded candidates, or None unless each candidate decodes and has
+    exactly one item id, one item type, ``item_type`` (as a varint, however protobuf encoders write a set
+    enum), and one packed block of ``width`` predictions (the per-candidate checks say why)."""
     joined = _SEPARATOR.join(encoded) + _SEPARATOR
     try:
         columns = _VIEWS["CandidateColumns"].FromString(joined)
     except message.DecodeError:  # an id that is not UTF-8, say: the full parse names it
         return None
     n = len(encoded)
-    ids, types, blocks = list(columns.item_id), list(columns.item_type), list(columns.predictions)
-    if len(ids) != 2 * n or len(types) != 2 * n or len(blocks) != 2 * n:
+    # the item types, separators' included, compared in one go: reading them out costs more
+    if columns.item_type != [item_type, 0] * n:
         return None
-    if ids[1::2].count("") != n or types[1::2].count(0) != n or blocks[1::2].count(b"") != n:
+    ids, blocks = list(columns.item_id), list(columns.predictions)
+    if len(ids) != 2 * n or len(blocks) != 2 * n:
+        return None
+    if ids[1::2].count("") != n or blocks[1::2].count(b"") != n:
         return None
     if columns.ByteSize() != len(joined):  # an item type sent as a packed list (see the module doc)
         return None
@@ -157,4 +159,4 @@ def candidate_columns(encoded: list[bytes], width: int) -> Columns | None:
     if set(map(len, blocks)) != {width * _FLOAT32.itemsize}:
         return None
     values = np.frombuffer(b"".join(blocks), _FLOAT32).astype(np.float64).reshape(n, width)
-    return Columns(item_ids, types[0::2], values, columns.author_id)
+    return Columns(item_ids, values, columns.author_id)

@@ -409,7 +409,9 @@ def test_the_bulk_id_length_check_agrees_with_the_per_candidate_loop(seed):
     short = rank_request()  # every candidate's encoding is far under 128 bytes
     short_encoded = encoded(short)
     assert (
-        _ids_within_limits(short_encoded, wire.candidate_columns(short_encoded, len(FEED_ACTION_NAMES)))
+        _ids_within_limits(
+            short_encoded, wire.candidate_columns(short_encoded, len(FEED_ACTION_NAMES), VIDEO)
+        )
         is True
     )
     rng = np.random.default_rng(seed)
@@ -421,7 +423,7 @@ def test_the_bulk_id_length_check_agrees_with_the_per_candidate_loop(seed):
             candidate.item_id = f"{j}" + char * (int(rng.choice(lengths[1:])) - 1)
             candidate.author_id = char * int(rng.choice(lengths))
         request_encoded = encoded(request)
-        columns = wire.candidate_columns(request_encoded, len(FEED_ACTION_NAMES))
+        columns = wire.candidate_columns(request_encoded, len(FEED_ACTION_NAMES), VIDEO)
         assert columns is not None  # the fast path reads these candidates
         assert _ids_within_limits(request_encoded, columns) is _ids_ok_by_the_slow_path(request)
 

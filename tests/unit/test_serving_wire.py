@@ -26,11 +26,10 @@ def request(n: int = 20, seed: int = 0, item_types: tuple[int, ...] = (VIDEO,)) 
 
 
 def test_columns_match_the_objects_reference_loop():
-    req = request(item_types=(VIDEO, LIVE, LIVE))
-    columns = wire.candidate_columns(encoded(req), 7)
+    req = request()
+    columns = wire.candidate_columns(encoded(req), 7, VIDEO)
     assert columns is not None
     assert columns.item_ids == [c.item_id for c in req.candidates]
-    assert columns.item_types == [c.item_type for c in req.candidates]
     np.testing.assert_array_equal(
         columns.predictions, np.array([list(c.predictions) for c in req.candidates])
     )
@@ -75,9 +74,11 @@ V = _type(VIDEO)
 
 
 def test_one_id_one_type_and_one_block_per_candidate_is_read_in_bulk():
-    columns = wire.candidate_columns([_item(b"a") + V + _packed(SEVEN), _item(b"b") + _packed(SEVEN) + V], 7)
+    columns = wire.candidate_columns(
+        [_item(b"a") + V + _packed(SEVEN), _item(b"b") + _packed(SEVEN) + V], 7, VIDEO
+    )
     assert columns is not None
-    assert columns.item_ids == ["a", "b"] and columns.item_types == [VIDEO, VIDEO]
+    assert columns.item_ids == ["a", "b"]
 
 
 @pytest.mark.parametrize(
@@ -100,10 +101,16 @@ def test_one_id_one_type_and_one_block_per_candidate_is_read_in_bulk():
             [_item(b"a") + _packed_type(VIDEO) + _packed(SEVEN), _item(b"b") + V + _packed(SEVEN)],
             id="packed-type",
         ),
+        pytest.param(
+            [_item(b"a") + V + _packed(SEVEN), _item(b"b") + _type(LIVE) + _packed(SEVEN)], id="live"
+        ),
+        pytest.param(
+            [_item(b"a") + V + _packed(SEVEN), _item(b"b") + _type(0) + _packed(SEVEN)], id="type-0"
+        ),
     ],
 )
 def test_any_encoding_but_one_id_one_type_and_one_block_per_candidate_is_left_to_the_slow_path(encoded):
-    assert wire.candidate_columns(encoded, 7) is None
+    assert wire.candidate_columns(encoded, 7, VIDEO) is None
 
 
 def _rank_request(encoded: list[bytes]) -> contracts.RankRequest:
@@ -136,7 +143,7 @@ def test_the_bulk_read_accepts_and_refuses_item_types_as_the_reference_loop_does
     encoded = [_item(b"a") + V + _packed(SEVEN), _item(b"b") + TYPE_ENCODINGS[encoding] + _packed(SEVEN)]
     req = _rank_request(encoded)
     fast = _outcome(req)
-    monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width: None)
+    monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width, item_type: None)
     assert fast == _outcome(req)
     accepted = req.candidates[1].item_type == VIDEO
     assert isinstance(fast, tuple) == accepted, fast
@@ -144,8 +151,8 @@ def test_the_bulk_read_accepts_and_refuses_item_types_as_the_reference_loop_does
 
 def test_a_valid_request_the_bulk_read_refuses_is_accepted_the_slow_way(monkeypatch):
     req = request(5)
-    assert wire.candidate_columns(encoded(req), 7) is not None
-    monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width: None)
+    assert wire.candidate_columns(encoded(req), 7, VIDEO) is not None
+    monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width, item_type: None)
     candidates = rank_candidates(as_received(req), 7)
     assert candidates.item_ids == [c.item_id for c in req.candidates]
     np.testing.assert_array_equal(
