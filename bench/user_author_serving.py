@@ -145,9 +145,8 @@ def main() -> None:
             for i, request in enumerate(pool):
                 request.user_id = f"user-{i % mode['users']}"
                 request.context.event_time_ms = (DAY + 1) * 86_400_000 + 9 * 3_600_000
-            received = [
-                wire.RankHead.FromString(r.SerializeToString()) for r in pool
-            ]  # as the server decodes
+            # the requests as the server decodes them
+            received = [wire.RankHead.FromString(r.SerializeToString()) for r in pool]
             times: dict[str, list[float]] = {arm: [] for arm in arms}
             for round_ in range(mode["rounds"] + 1):  # round 0 fills the caches and is not counted
                 for arm, routing in arms.items():
