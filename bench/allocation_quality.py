@@ -30,6 +30,7 @@ single-group actor-critic.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import sys
@@ -168,8 +169,11 @@ def paired_z(
 ABLATIONS = {"sl-mgac-nosl": "supervised heads", "ac-single-group": "group towers"}
 
 
-def issue16_verdicts(outcomes: dict[str, list[AllocationOutcome]]) -> dict[str, Any]:
-    """SL-MGAC against greedy on total usage, and against each ablation on total usage and live watch."""
+def issue16_verdicts(
+    outcomes: dict[str, list[AllocationOutcome]], hull: list[AllocationOutcome]
+) -> dict[str, Any]:
+    """SL-MGAC against greedy on total usage, and against each ablation on total usage and live watch,
+    and on usage above greedy's frontier (``above_frontier``: the ablations insert at other rates)."""
     main = outcomes["sl-mgac"]
     greedy = paired_z(main, outcomes["greedy"])
     out: dict[str, Any] = {
@@ -188,12 +192,18 @@ def issue16_verdicts(outcomes: dict[str, list[AllocationOutcome]]) -> dict[str, 
             # ahead on one beyond two standard errors and not behind on the other beyond two
             "earns_its_place": max(usage["z"], live["z"]) > 2.0 and min(usage["z"], live["z"]) > -2.0,
         }
+        ours_above, theirs_above = above_frontier(main, hull), above_frontier(outcomes[ablation], hull)
+        if ours_above is not None and theirs_above is not None:
+            above = paired_z(ours_above, theirs_above)
+            out[f"sl_mgac_vs_{ablation}"]["usage_above_frontier"] = above
+            out[f"sl_mgac_vs_{ablation}"]["earns_its_place_on_the_frontier"] = above["z"] > 2.0
     return out
 
 
-def frontier_table(thresholds: dict[float, AllocationOutcome]) -> list[dict[str, Any]]:
+def frontier_table(
+    thresholds: dict[float, AllocationOutcome], hull: list[AllocationOutcome]
+) -> list[dict[str, Any]]:
     """Each greedy threshold's live watch, usage and allocation rate, and whether it is on the hull."""
-    hull = upper_hull(list(thresholds.values()))
     return [
         {
             "threshold_s": t,
@@ -206,16 +216,37 @@ def frontier_table(thresholds: dict[float, AllocationOutcome]) -> list[dict[str,
     ]
 
 
-def usage_vs_frontier(ours: list[AllocationOutcome], thresholds: list[AllocationOutcome]) -> dict[str, Any]:
-    """Total usage against greedy's frontier at each seed's own live watch (``allocation_frontier``),
-    paired per user as ``paired_z``; z is None when some seed's live watch is outside the thresholds'
-    range (no threshold rule to compare with there)."""
-    hull = upper_hull(thresholds)
-    points = [frontier_at(hull, float(o.per_user["live_watch_s"].mean())) for o in ours]
-    if any(p is None for p in points):
-        outside = sum(p is None for p in points)
+def frontier_points(
+    ours: list[AllocationOutcome], hull: list[AllocationOutcome]
+) -> list[AllocationOutcome | None]:
+    """Per seed, greedy's frontier at the seed's own mean live watch (``allocation_frontier``); None for
+    a seed whose live watch is outside the thresholds' range (no threshold rule to compare with)."""
+    return [frontier_at(hull, float(o.per_user["live_watch_s"].mean())) for o in ours]
+
+
+def usage_vs_frontier(ours: list[AllocationOutcome], hull: list[AllocationOutcome]) -> dict[str, Any]:
+    """Total usage against greedy's frontier at each seed's own live watch, paired per user as
+    ``paired_z``; None where some seed is outside the thresholds' range."""
+    points = frontier_points(ours, hull)
+    outside = sum(p is None for p in points)
+    if outside:
         return {"difference": None, "stderr": None, "z": None, "outside_seeds": outside}
     return {**paired_z(ours, points), "outside_seeds": 0}
+
+
+def above_frontier(
+    ours: list[AllocationOutcome], hull: list[AllocationOutcome]
+) -> list[AllocationOutcome] | None:
+    """Per seed, each user's outcomes minus the frontier's at the seed's own live watch: a policy's
+    usage with where it sits on the trade-off taken out, so that two policies that insert at different
+    rates compare on what their learning adds. None where some seed is outside the range."""
+    points = frontier_points(ours, hull)
+    if any(p is None for p in points):
+        return None
+    return [
+        dataclasses.replace(o, per_user={m: v - p.per_user[m] for m, v in o.per_user.items()})
+        for o, p in zip(ours, points, strict=True)
+    ]
 
 
 def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
@@ -469,11 +500,12 @@ def main(argv: list[str] | None = None) -> int:
         "train_seconds": trained.train_seconds,
     }
     result["verdicts"] = verdicts(table, paired)
-    result["issue16"] = issue16_verdicts(outcomes)
+    hull = upper_hull(list(thresholds.values()))
+    result["issue16"] = issue16_verdicts(outcomes, hull)
     result["sl_mgac_usage_vs_greedy_z"] = result["issue16"]["sl_mgac_usage_vs_greedy_z"]
-    result["greedy_frontier"] = frontier_table(thresholds)
+    result["greedy_frontier"] = frontier_table(thresholds, hull)
     result["usage_vs_greedy_frontier"] = {
-        algo: usage_vs_frontier(outcomes[algo], list(thresholds.values())) for algo in algorithms
+        algo: usage_vs_frontier(outcomes[algo], hull) for algo in algorithms
     }
     result["sl_mgac_usage_vs_greedy_frontier_z"] = result["usage_vs_greedy_frontier"]["sl-mgac"]["z"]
     result["meets_targets"] = all(
