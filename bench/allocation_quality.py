@@ -88,7 +88,7 @@ MODES = {
         "eval_users": 10_000,
         "eval_days": 2,
         "eval_worlds": 2,
-        "frontier_s": (8.0, 10.0, GREEDY_THRESHOLD_S, 16.0, 20.0, 25.0, 30.0),
+        "frontier_s": (5.0, 6.5, 8.0, 10.0, GREEDY_THRESHOLD_S, 16.0, 20.0, 25.0, 30.0),
     },
 }
 METRICS = ("live_watch_s", "total_usage_s", "video_watch_s", "return_rate", "allocation_rate")
