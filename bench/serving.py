@@ -51,7 +51,10 @@ TARGET_P99_MS_AT_HIGH = 5.0
 BUSY_ECHO_P99_MS = 3.0  # an echo p99 above this at HIGH_QPS marks a busy machine: the bar becomes relative
 BUSY_FACTOR = 1.5
 TARGET_SATURATION_RATIO = 0.5
-CHANNELS = 16  # connections: the kernel spreads them over the worker processes, the more the evener
+#: Connections, opened anew each slice. The kernel spreads connections (by a hash), not calls, over the
+#: worker processes: with 16 the busiest of two workers took 51-75% of their CPU in a slice, and the
+#: slice at 75% had p99 60 ms at 1,000/s; with 64, 51-58% (each slice's ``busiest_worker_share``).
+CHANNELS = 64
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 MODES = {  # a phase runs each server rounds x slice_seconds (saturation: x saturation_slice_seconds)
     "quick": {"users": 300, "rounds": 1, "slice_seconds": 3.0, "saturation_slice_seconds": 2.0},
@@ -103,30 +106,42 @@ def _load(*args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of process ``pid`` and its children so far (Linux /proc)."""
+def _cpu_s(pid: int) -> dict[str, float]:
+    """User plus system CPU seconds so far of process ``pid`` (key "self") and of each of its children
+    (key: their pid), from Linux /proc."""
 
     def stat(path: Path) -> list[str]:
         return path.read_text().rsplit(")", 1)[1].split()
 
-    total = 0
+    out = {}
     for path in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat(path)
         except OSError:  # the process exited while we looked
             continue
         if path.parent.name == str(pid) or fields[1] == str(pid):  # fields[1]: the parent's pid
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            key = "self" if path.parent.name == str(pid) else path.parent.name
+            out[key] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _busiest_worker_share(used: dict[str, float]) -> float | None:
+    """The busiest worker's share of the workers' CPU over a slice (None with fewer than two workers):
+    the kernel spreads connections, not calls, over the workers, so a slice's new connections can load
+    one worker with more than its share, and that worker's queue sets the tail."""
+    workers = [cpu for key, cpu in used.items() if key != "self"]
+    return max(workers) / sum(workers) if len(workers) > 1 and sum(workers) > 0 else None
 
 
 def _slice(target: str, pid: int, seconds: float, qps: float | None) -> dict:
     """One run of the load generator, open loop at ``qps`` or (None) closed loop with 16 calls in flight
     over the connections, with the server's CPU seconds over it."""
     loop = ("open", "--qps", str(qps)) if qps is not None else ("closed", "--concurrency", "16")
-    cpu_before = _cpu_s(pid)
+    before = _cpu_s(pid)
     result = _load(*loop, "--target", target, "--seconds", str(seconds), "--channels", str(CHANNELS))
-    result["server_cpu_s"] = _cpu_s(pid) - cpu_before
+    used = {key: cpu - before.get(key, 0.0) for key, cpu in _cpu_s(pid).items()}
+    result["server_cpu_s"] = sum(used.values())
+    result["busiest_worker_share"] = _busiest_worker_share(used)
     return result
 
 
@@ -148,7 +163,7 @@ def _pooled(slices: list[dict]) -> dict:
         "p99_ms": float(np.percentile(latencies, 99)) if latencies.size else None,
         "client_cpu_ms_per_request": 1000.0 * sum(s["client_cpu_s"] for s in slices) / requests,
         "server_cpu_ms_per_request": 1000.0 * sum(s["server_cpu_s"] for s in slices) / requests,
-        "slices": [{"qps_achieved": s["qps_achieved"], "p99_ms": s["p99_ms"]} for s in slices],
+        "slices": [{k: s[k] for k in ("qps_achieved", "p99_ms", "busiest_worker_share")} for s in slices],
     }
 
 

@@ -114,9 +114,11 @@ async def closed_loop(
         stop = time.perf_counter() + seconds
 
         async def worker(offset: int) -> None:
-            stub, i = stubs[offset % channels], offset
+            i = offset
             while time.perf_counter() < stop:
-                results.append(await _call(stub, pool[i % len(pool)], deadline_s))
+                # every call on the next connection: with more connections than calls in flight, all of
+                # them carry load, as they do in the open loop
+                results.append(await _call(stubs[i % channels], pool[i % len(pool)], deadline_s))
                 i += concurrency
 
         cpu_start, start = time.process_time(), time.perf_counter()
