@@ -42,10 +42,13 @@ def mixture(first: AllocationOutcome, second: AllocationOutcome, weight: float) 
 def upper_hull(points: Sequence[AllocationOutcome]) -> list[AllocationOutcome]:
     """The outcomes on the upper concave hull of (mean live watch, mean usage), by live watch.
 
-    A point under the chord of its neighbours is beaten there by their mixture, so it is left out."""
-    ordered = sorted(points, key=lambda o: float(o.per_user[LIVE].mean()))
+    A point on or under the chord of its neighbours is matched or beaten there by their mixture, and of
+    points with the same live watch the one with the most usage stands for them, so it is left out."""
+    ordered = sorted(points, key=_means)
     hull: list[AllocationOutcome] = []
     for point in ordered:
+        while hull and _means(hull[-1])[0] == _means(point)[0]:  # the same live watch, less usage
+            hull.pop()
         while len(hull) >= 2 and _not_above_chord(hull[-2], hull[-1], point):
             hull.pop()
         hull.append(point)
@@ -70,6 +73,6 @@ def frontier_at(hull: Sequence[AllocationOutcome], live_watch_s: float) -> Alloc
         return None
     for i in range(1, len(hull)):
         if live_watch_s <= lives[i]:
-            span = lives[i] - lives[i - 1]
-            return mixture(hull[i], hull[i - 1], (live_watch_s - lives[i - 1]) / span if span else 1.0)
+            # the hull's live watch rises strictly, so span > 0
+            return mixture(hull[i], hull[i - 1], (live_watch_s - lives[i - 1]) / (lives[i] - lives[i - 1]))
     return hull[0]  # one point, and live_watch_s is exactly its live watch

@@ -10,26 +10,27 @@ from recsys_rl.sim.sim_eval import AllocationOutcome
 
 
 def outcome(
-    live: list[float], usage: list[float], rate: float = 0.3, returned: float = 0.6
+    live: list[float], usage: list[float], rate: float = 0.3, returned: float = 0.6, decisions: int = 100
 ) -> AllocationOutcome:
     live_a, usage_a = np.array(live, float), np.array(usage, float)
     return AllocationOutcome(
         per_user={"live_watch_s": live_a, "video_watch_s": usage_a - live_a, "total_usage_s": usage_a},
         return_rate=returned,
         allocation_rate=rate,
-        decisions=100,
+        decisions=decisions,
     )
 
 
 def test_a_mixture_is_each_users_weighted_outcome_and_the_rates_weighted_alike():
-    first = outcome([10.0, 30.0], [700.0, 710.0], rate=0.4, returned=0.7)
-    second = outcome([20.0, 10.0], [720.0, 690.0], rate=0.2, returned=0.5)
+    first = outcome([10.0, 30.0], [700.0, 710.0], rate=0.4, returned=0.7, decisions=100)
+    second = outcome([20.0, 10.0], [720.0, 690.0], rate=0.2, returned=0.5, decisions=300)
     mixed = mixture(first, second, 0.25)
     np.testing.assert_allclose(mixed.per_user["live_watch_s"], [17.5, 15.0])
     np.testing.assert_allclose(mixed.per_user["total_usage_s"], [715.0, 695.0])
     np.testing.assert_allclose(mixed.per_user["video_watch_s"], [697.5, 680.0])
     assert mixed.allocation_rate == pytest.approx(0.25)
     assert mixed.return_rate == pytest.approx(0.55)
+    assert mixed.decisions == 250
 
 
 @pytest.mark.parametrize("weight", [-0.1, 1.1])
@@ -40,10 +41,26 @@ def test_a_weight_outside_zero_to_one_is_refused(weight):
 
 def test_the_hull_leaves_out_a_rule_its_neighbours_mixture_beats_and_keeps_one_above_their_chord():
     low, high = outcome([10.0], [720.0]), outcome([50.0], [700.0])
-    under = outcome([30.0], [705.0])  # the chord gives 710 at live 30
-    above = outcome([30.0], [715.0])
-    assert upper_hull([high, under, low]) == [low, high]
+    # the chord gives 710 at live 30
+    for under in (outcome([30.0], [705.0]), outcome([30.0], [709.99]), outcome([30.0], [710.0])):
+        assert upper_hull([high, under, low]) == [low, high]
+    above = outcome([30.0], [712.0])
     assert upper_hull([high, above, low]) == [low, above, high]
+
+
+def test_of_rules_with_the_same_live_watch_the_frontier_keeps_the_one_with_more_usage():
+    better, worse, high = outcome([10.0], [720.0]), outcome([10.0], [700.0]), outcome([50.0], [700.0])
+    for order in ([better, worse, high], [worse, better, high], [high, worse, better]):
+        hull = upper_hull(order)
+        assert hull == [better, high]
+        assert frontier_at(hull, 10.0).per_user["total_usage_s"].mean() == pytest.approx(720.0)
+
+
+def test_a_single_rule_is_the_frontier_at_its_own_live_watch_only():
+    only = outcome([20.0], [710.0])
+    hull = upper_hull([only])
+    assert frontier_at(hull, 20.0).per_user["total_usage_s"].mean() == pytest.approx(710.0)
+    assert frontier_at(hull, 20.1) is None
 
 
 def test_the_frontier_point_mixes_the_bracketing_rules_to_the_policys_live_watch():
