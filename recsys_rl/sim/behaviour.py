@@ -126,15 +126,27 @@ def behaviour_allocation_policy(epsilon: float = 0.05) -> BernoulliAllocationPol
 @dataclass(frozen=True)
 class ThresholdAllocationPolicy:
     """Greedy allocation: insert whenever the predicted live watch time exceeds ``threshold_s`` seconds.
-    Deterministic, so its log-probability is 0 for the decision it takes."""
+    Deterministic, so its log-probability is 0 for the decision it takes.
+
+    With weights it is a linear rule on more of the state: insert when predicted live watch
+    - ``displaced_weight`` * predicted displaced video watch + ``history_weight`` * the user's
+    ``hist_live_watch`` exceeds the threshold (the allocation benchmark's search for headroom beyond
+    greedy's frontier)."""
 
     threshold_s: float
     version: str = "greedy-live-v1"
+    displaced_weight: float = 0.0
+    history_weight: float = 0.0  # seconds per unit of hist_live_watch (a minute of live watch per view)
 
     def insert_probability(self, states: np.ndarray) -> np.ndarray:
-        column = LIVE_STATE_FEATURES.index("pred_live_watch_time")
-        # the state holds the prediction divided by its typical value
-        return (states[:, column] * LIVE_PREDICTION_SCALE[0] > self.threshold_s).astype(np.float64)
+        # the state holds each prediction divided by its typical value
+        live = states[:, LIVE_STATE_FEATURES.index("pred_live_watch_time")] * LIVE_PREDICTION_SCALE[0]
+        displaced = (
+            states[:, LIVE_STATE_FEATURES.index("pred_video_watch_displaced")] * LIVE_PREDICTION_SCALE[2]
+        )
+        history = states[:, LIVE_STATE_FEATURES.index("hist_live_watch")]
+        score = live - self.displaced_weight * displaced + self.history_weight * history
+        return (score > self.threshold_s).astype(np.float64)
 
     def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         return self.insert_probability(states).astype(np.int64), np.zeros(states.shape[0])

@@ -30,6 +30,27 @@ def test_greedy_inserts_exactly_when_the_predicted_live_watch_beats_the_threshol
     np.testing.assert_array_equal(log_prob, np.zeros(4))  # deterministic
 
 
+def test_a_linear_rule_charges_the_displaced_watch_and_credits_the_users_live_history():
+    states = live_states([20.0, 20.0, 20.0, 20.0])
+    states[:, LIVE_STATE_FEATURES.index("pred_video_watch_displaced")] = (
+        np.array([13.0, 2.0, 13.0, 13.0]) / 13.0
+    )
+    states[:, LIVE_STATE_FEATURES.index("hist_live_watch")] = [0.0, 0.0, 1.0, 0.2]
+    rule = ThresholdAllocationPolicy(10.0, displaced_weight=0.5, history_weight=4.0)
+    # scores: 20 - 6.5 = 13.5; 20 - 1 = 19; 20 - 6.5 + 4 = 17.5; 20 - 6.5 + 0.8 = 14.3
+    np.testing.assert_array_equal(rule.insert_probability(states), [1, 1, 1, 1])
+    np.testing.assert_array_equal(
+        ThresholdAllocationPolicy(14.0, displaced_weight=0.5, history_weight=4.0).insert_probability(states),
+        [0, 1, 1, 1],
+    )
+    np.testing.assert_array_equal(
+        ThresholdAllocationPolicy(15.0, displaced_weight=0.5, history_weight=4.0).insert_probability(states),
+        [0, 1, 1, 0],
+    )
+    # greedy reads only the live prediction
+    np.testing.assert_array_equal(ThresholdAllocationPolicy(19.5).insert_probability(states), [1, 1, 1, 1])
+
+
 def test_fixed_rate_ignores_the_state_and_logs_its_bernoulli_probabilities():
     policy = FixedRateAllocationPolicy(0.25)
     actions, log_prob = policy.act(live_states([0.0] * 20_000), np.random.default_rng(0))
