@@ -336,7 +336,11 @@ def test_hot_reload_under_concurrent_load_fails_no_request(registry_dir, serve):
             t.join()
     assert failures == []
     assert {(RANK["stable"], v1), (RANK["stable"], "v2"), (RANK["canary"], v1)} <= versions
-    assert server.metrics.value("recsys_serving_reloads_total", surface="feed", outcome="applied") >= 4
+    # the holder serves a new revision before its reload callback counts it: wait for the count
+    wait_for(
+        lambda: server.metrics.value("recsys_serving_reloads_total", surface="feed", outcome="applied") >= 4,
+        "the four applied reloads to be counted",
+    )
 
 
 class _Cycle:
