@@ -53,7 +53,7 @@ BUSY_FACTOR = 1.5
 TARGET_SATURATION_RATIO = 0.5
 #: Connections, opened anew each slice. The kernel spreads connections (by a hash), not calls, over the
 #: worker processes: with 16 the busiest of two workers took 51-75% of their CPU in a slice, and the
-#: slice at 75% had p99 60 ms at 1,000/s; with 64, 50-58% at 1,000/s, up to 65% in a closed-loop slice
+#: slice at 75% had p99 60 ms at 1,000/s; with 64, 50-64% at 1,000/s, up to 65% in a closed-loop slice
 #: (each slice's ``busiest_worker_share``).
 CHANNELS = 64
 WORKERS = max(1, min(4, os.cpu_count() or 1))
