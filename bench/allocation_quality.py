@@ -242,8 +242,13 @@ def usage_vs_frontier(ours: list[AllocationOutcome], hull: list[AllocationOutcom
     points = frontier_points(ours, hull)
     outside = sum(p is None for p in points)
     if outside:
-        return {"difference": None, "stderr": None, "z": None, "outside_seeds": outside}
+        return _no_comparison(outside)
     return {**paired_z(ours, points), "outside_seeds": 0}
+
+
+def _no_comparison(outside_seeds: int) -> dict[str, Any]:
+    """``usage_vs_frontier``'s answer when ``outside_seeds`` seeds have no threshold rule to compare with."""
+    return {"difference": None, "stderr": None, "z": None, "outside_seeds": outside_seeds}
 
 
 def above_frontier(
@@ -261,9 +266,6 @@ def above_frontier(
     ]
 
 
-_NOTHING_CHOSEN = {"difference": None, "stderr": None, "z": None, "outside_seeds": 1}
-
-
 def linear_rules(grid: dict[tuple[float, float], tuple[float, ...]]) -> list[ThresholdAllocationPolicy]:
     return [
         ThresholdAllocationPolicy(
@@ -279,10 +281,11 @@ def best_linear_rule(
     thresholds_on_selection: dict[float, AllocationOutcome],
     on_selection: Callable[[ThresholdAllocationPolicy], AllocationOutcome],
     on_evaluation: Callable[[ThresholdAllocationPolicy], AllocationOutcome],
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], AllocationOutcome | None]:
     """The rule with the most usage above greedy's frontier on the selection world (the world the logs
-    came from), run on the evaluation worlds (``outcome``): chosen on one world and scored on others, so
-    the best of many draws is not mistaken for headroom."""
+    came from), and its outcome on the evaluation worlds (None when no rule's live watch is inside the
+    frontier there): chosen on one world and scored on others, so the best of many draws is not mistaken
+    for headroom. The report lists every rule tried and the one chosen."""
     hull = upper_hull(list(thresholds_on_selection.values()))
     tried = []
     for rule in rules:
@@ -298,9 +301,9 @@ def best_linear_rule(
         )
     inside = [(t, r) for t, r in zip(tried, rules, strict=True) if t["above_frontier"]["z"] is not None]
     if not inside:  # every rule's live watch outside the thresholds' range: nothing to choose
-        return {"tried_on_selection_world": tried, "chosen": None, "outcome": None}
+        return {"tried_on_selection_world": tried, "chosen": None}, None
     chosen, rule = max(inside, key=lambda pair: pair[0]["above_frontier"]["difference"])
-    return {"tried_on_selection_world": tried, "chosen": chosen["rule"], "outcome": on_evaluation(rule)}
+    return {"tried_on_selection_world": tried, "chosen": chosen["rule"]}, on_evaluation(rule)
 
 
 def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
@@ -540,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         def on_training_world(policy) -> AllocationOutcome:
             return run_policy(policy, on=[args.seed], users=settings["users"])
 
-        headroom = best_linear_rule(
+        headroom, chosen = best_linear_rule(
             linear_rules(settings["rules"]),
             {t: on_training_world(ThresholdAllocationPolicy(t)) for t in settings["frontier_s"]},
             on_training_world,
@@ -586,8 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         algo: usage_vs_frontier(outcomes[algo], hull) for algo in algorithms
     }
     result["sl_mgac_usage_vs_greedy_frontier_z"] = result["usage_vs_greedy_frontier"]["sl-mgac"]["z"]
-    chosen = headroom.pop("outcome")
-    headroom["scored"] = usage_vs_frontier([chosen], hull) if chosen is not None else _NOTHING_CHOSEN
+    headroom["scored"] = usage_vs_frontier([chosen], hull) if chosen is not None else _no_comparison(1)
     result["linear_rule_headroom"] = headroom
     result["best_linear_rule_above_frontier_z"] = headroom["scored"]["z"]
     result["meets_targets"] = all(
