@@ -81,12 +81,15 @@ CRITIC = PairValueConfig()
 EXTENSION_DAYS = 14
 HELD_OUT_SHARE = 0.2
 #: The weight grids the tuning world chooses from: the user-author term is in the critic's reward-std
-#: units per meeting, the boost in a typical view's follow probability (fusion's units).
+#: units per meeting, the boost in a typical view's follow probability (fusion's units). The grids reach
+#: down to weights small enough to break nothing: at 0.1, the smallest of the first grids, the boost
+#: (+3% follows) and the all-heads term broke a constraint on every world, so neither had a weight to
+#: choose, and the most follows the direct lever brings with nothing broken went unmeasured.
 WEIGHTS = {
-    "user-author": (0.1, 0.3, 1.0, 3.0),
+    "user-author": (0.01, 0.03, 0.1, 0.3, 1.0),
     # a follow head's value differs by hundredths of a reward std between pairs: larger weights
     "user-author-follow": (1.0, 3.0, 10.0, 30.0),
-    "follow-boost": (0.1, 0.3, 1.0, 3.0),
+    "follow-boost": (0.01, 0.03, 0.1, 0.3, 1.0),
 }
 #: Each user-author term's coefficients on the heads (PAIR_SIGNALS order), in reward-std units.
 HEADS = {"user-author": (1.0, 1.0, 1.0, 1.0), "user-author-follow": (0.0, 1.0, 0.0, 0.0)}
@@ -469,7 +472,9 @@ def markdown(result: dict[str, Any]) -> str:
         "target +5% with nothing broken)",
         f"- `author_gini_delta`: {result['author_gini_delta']:+.2f} points (target: at most +2)",
         f"- follow lift per seed: {rounded(terms[headline]['follow_lift_per_seed'], 4)}",
-        f"- the boost's follow lift: {100 * terms['follow-boost']['follow_lift']:+.2f}%",
+        f"- the boost's follow lift: {100 * terms['follow-boost']['follow_lift']:+.2f}% (holds: "
+        f"{terms['follow-boost']['holds_pooled']}): the most direct lever on follows, at the weight with "
+        "the most follows that broke nothing on the tuning world",
         "",
         "Weights chosen on the tuning world: "
         + "; ".join(f"{n}: {rounded(t['weight']['tried'], 4)}" for n, t in terms.items()),
