@@ -215,17 +215,19 @@ def test_usage_is_live_watch_plus_the_video_watched_until_the_next_decision():
     np.testing.assert_allclose(usage.numpy(), [130.0, 40.0, 30.0], rtol=1e-5)
 
 
-def test_the_main_reward_subtracts_the_weighted_anti_greedy_term_from_live_watch():
-    agent = build_allocation_agent("sl-mgac-nosl", stats(), AllocationConfig(anti_greedy_weight=2.0))
-    experience = batch(8)
+@pytest.mark.parametrize("algorithm", ["sl-mgac", "sl-mgac-nosl"])
+def test_the_main_reward_subtracts_the_weighted_anti_greedy_term_from_live_watch(algorithm):
+    agent = build_allocation_agent(algorithm, stats(), AllocationConfig(anti_greedy_weight=2.0))
+    experience = batch(64)
     obs = experience.time_step.observation.numpy()
     reward = experience.next_time_step.reward.numpy()
     inserted = experience.action_step.action.numpy()[:, 0]
-    # without supervised heads, the upstream predictions in the state stand in (scales 30 s and 13 s)
+    # the upstream predictions in the state (scales 30 s and 13 s), with the supervised heads too
     live_hat = obs[:, LIVE_STATE_FEATURES.index("pred_live_watch_time")] * 30.0
     displaced_hat = obs[:, LIVE_STATE_FEATURES.index("pred_video_watch_displaced")] * 13.0
     expected = (reward[:, 0] - 2.0 * inserted * np.maximum(displaced_hat - live_hat, 0.0)) / 30.0
-    np.testing.assert_allclose(agent.rewards(experience, None).numpy()[:, 0], expected, rtol=1e-5, atol=1e-6)
+    assert np.any(inserted * np.maximum(displaced_hat - live_hat, 0.0) > 0)  # the penalty is in play
+    np.testing.assert_allclose(agent.rewards(experience).numpy()[:, 0], expected, rtol=1e-5, atol=1e-6)
 
 
 # -- config, registry ----------------------------------------------------------------------------------------
