@@ -44,6 +44,7 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 
 # isort: split
 import numpy as np
+import tensorflow as tf
 from common import bench_parser, git_commit, rounded, write_result
 from trained import evaluation_worlds, logged_dataset, train_runs
 
@@ -179,6 +180,27 @@ def paired_z(
 
 #: SL-MGAC's distinctive parts, each removed by one ablation (recsys_rl.training.agents.allocation).
 ABLATIONS = {"sl-mgac-nosl": "supervised heads", "ac-single-group": "group towers"}
+#: The paper claims both parts for stability, so each ablation is also tested on the spread over seeds:
+#: two metrics, so each test at half of 5% (Bonferroni).
+STABILITY_METRICS = ("live_watch_s", "total_usage_s")
+STABILITY_LEVEL = 0.05 / len(STABILITY_METRICS)
+
+
+def spread_test(ours: list[float], theirs: list[float]) -> dict[str, float]:
+    """Is ``ours`` less spread over training seeds than ``theirs``? The one-sided F test of the two
+    samples' variances (normal errors assumed): ``variance_ratio``, theirs over ours, and ``p``, the
+    chance of a ratio at least that large were the two spreads the same. With 5 seeds a side the ratio
+    must pass 6.39 for p < 0.05: a test of little power, which is why it is reported, not assumed."""
+    d_theirs, d_ours = len(theirs) - 1, len(ours) - 1
+    theirs_var, ours_var = statistics.variance(theirs), statistics.variance(ours)
+    if ours_var == 0.0:
+        theirs_spread = theirs_var > 0
+        return {"variance_ratio": math.inf if theirs_spread else math.nan, "p": 0.0 if theirs_spread else 1.0}
+    ratio = theirs_var / ours_var
+    # P(F(d_theirs, d_ours) >= ratio) = I_x(d_ours / 2, d_theirs / 2), x = d_ours / (d_ours + d_theirs ratio)
+    x = d_ours / (d_ours + d_theirs * ratio)
+    p = tf.math.betainc(tf.constant(d_ours / 2.0, tf.float64), tf.constant(d_theirs / 2.0, tf.float64), x)
+    return {"variance_ratio": ratio, "p": float(p)}
 
 
 def issue16_verdicts(
@@ -204,6 +226,14 @@ def issue16_verdicts(
             # ahead on one beyond two standard errors and not behind on the other beyond two
             "earns_its_place": max(usage["z"], live["z"]) > 2.0 and min(usage["z"], live["z"]) > -2.0,
         }
+        stability = {
+            m: spread_test([o.summary()[m] for o in main], [o.summary()[m] for o in outcomes[ablation]])
+            for m in STABILITY_METRICS
+        }
+        out[f"sl_mgac_vs_{ablation}"]["stability"] = stability
+        out[f"sl_mgac_vs_{ablation}"]["earns_its_place_on_stability"] = any(
+            t["p"] < STABILITY_LEVEL for t in stability.values()
+        )
         ours_above, theirs_above = above_frontier(main, hull), above_frontier(outcomes[ablation], hull)
         if ours_above is not None and theirs_above is not None:
             above = paired_z(ours_above, theirs_above)
@@ -443,6 +473,18 @@ def findings(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> list[s
         if other in table:
             row_ = table[other]
             out.append(f"- {other}: {_triple(row_)}, against SL-MGAC's {_triple(main)}.")
+            tests = result["issue16"][f"sl_mgac_vs_{other}"]["stability"]
+            out.append(
+                f"  Spread over seeds without the {ABLATIONS[other]} against with them (variance ratio, "
+                "one-sided F test): "
+                + "; ".join(f"{m} {t['variance_ratio']:.2f} (p {t['p']:.2f})" for m, t in tests.items())
+                + f"; the part earns its place on stability where p < {STABILITY_LEVEL:g}: "
+                + (
+                    "yes."
+                    if result["issue16"][f"sl_mgac_vs_{other}"]["earns_its_place_on_stability"]
+                    else "no."
+                )
+            )
     return out
 
 
