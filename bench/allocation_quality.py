@@ -473,17 +473,16 @@ def findings(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> list[s
         if other in table:
             row_ = table[other]
             out.append(f"- {other}: {_triple(row_)}, against SL-MGAC's {_triple(main)}.")
-            tests = result["issue16"][f"sl_mgac_vs_{other}"]["stability"]
+            ablation = result["issue16"][f"sl_mgac_vs_{other}"]
             out.append(
                 f"  Spread over seeds without the {ABLATIONS[other]} against with them (variance ratio, "
                 "one-sided F test): "
-                + "; ".join(f"{m} {t['variance_ratio']:.2f} (p {t['p']:.2f})" for m, t in tests.items())
-                + f"; the part earns its place on stability where p < {STABILITY_LEVEL:g}: "
-                + (
-                    "yes."
-                    if result["issue16"][f"sl_mgac_vs_{other}"]["earns_its_place_on_stability"]
-                    else "no."
+                + "; ".join(
+                    f"{m} {t['variance_ratio']:.2f} (p {t['p']:.2f})"
+                    for m, t in ablation["stability"].items()
                 )
+                + f"; the part earns its place on stability where p < {STABILITY_LEVEL:g}: "
+                + ("yes." if ablation["earns_its_place_on_stability"] else "no.")
             )
     return out
 
@@ -499,8 +498,7 @@ METHOD = """## What the policies are
   gift, exit) feed a categorical (C51, 51 atoms) value head for two returns, with layer normalisation; an
   actor trained on the critic's advantage plus a cross-entropy with the logged allocation.
 - **sl-mgac-nosl**: the same without the supervised heads (the value head reads the towers alone).
-  **ac-single-group**: the same without group
-  routing (one tower for every user).
+  **ac-single-group**: the same without group routing (one tower for every user).
 
 ## Reading the table
 
@@ -532,9 +530,8 @@ which left SL-MGAC's usage 1.5 +- 1.1 s below greedy's frontier on the logs' wor
 evaluation worlds) where the ranker's predictions put it on the frontier; so the heads now feed only the
 value head, and the supervised-heads ablation measures that. The platform usage constraint is
 separate: the usage reward of a decision is live watch plus the short-video time watched until the next
-allocation decision
-(from the states' ``session_watch``), and a Lagrange multiplier grows while the insertions' usage
-advantage, E[pi(insert|s) (Q_usage(s, insert) - Q_usage(s, skip))], is below zero.
+allocation decision (from the states' ``session_watch``), and a Lagrange multiplier grows while the
+insertions' usage advantage, E[pi(insert|s) (Q_usage(s, insert) - Q_usage(s, skip))], is below zero.
 """
 
 
