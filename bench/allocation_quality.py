@@ -190,7 +190,8 @@ def spread_test(ours: list[float], theirs: list[float]) -> dict[str, float]:
     """Is ``ours`` less spread over training seeds than ``theirs``? The one-sided F test of the two
     samples' variances (normal errors assumed): ``variance_ratio``, theirs over ours, and ``p``, the
     chance of a ratio at least that large were the two spreads the same. With 5 seeds a side the ratio
-    must pass 6.39 for p < 0.05: a test of little power, which is why it is reported, not assumed."""
+    must pass 6.39 for p < 0.05 (9.60 for STABILITY_LEVEL's 0.025): a test of little power, which is why
+    it is reported, not assumed."""
     d_theirs, d_ours = len(theirs) - 1, len(ours) - 1
     theirs_var, ours_var = statistics.variance(theirs), statistics.variance(ours)
     if ours_var == 0.0:
