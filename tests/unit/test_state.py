@@ -16,7 +16,9 @@ from recsys_rl.state import (
     FEED_STATE_FEATURES,
     LIVE_STATE_FEATURES,
     PRIOR_CLICK_RATE,
+    PRIOR_INTERACTION_RATE,
     PRIOR_VIEWS,
+    PRIOR_WATCH_PER_VIEW_S,
     UNKNOWN_GROUP,
     RequestContexts,
     StoredUserFeatures,
@@ -54,6 +56,14 @@ def test_history_is_yesterdays_totals_smoothed_by_the_priors():
     clicks = 0.5 * 40
     assert state[INDEX["hist_click_rate"]] == pytest.approx(
         (clicks + PRIOR_VIEWS * PRIOR_CLICK_RATE) / (40 + PRIOR_VIEWS)
+    )
+    # seconds per view over 10, interactions per view times 10 (FEED_STATE_FEATURES' comments)
+    watch_s, interactions = 12.0 * 40, 0.05 * 40
+    assert state[INDEX["hist_watch_per_view"]] == pytest.approx(
+        (watch_s + PRIOR_VIEWS * PRIOR_WATCH_PER_VIEW_S) / (40 + PRIOR_VIEWS) / 10
+    )
+    assert state[INDEX["hist_interaction_rate"]] == pytest.approx(
+        (interactions + PRIOR_VIEWS * PRIOR_INTERACTION_RATE) / (40 + PRIOR_VIEWS) * 10
     )
     assert state[INDEX["hist_live_watch"]] == pytest.approx(40.0 * 3 / (3 + 1) / 60)
     assert state[INDEX["returned_yesterday"]] == 1.0 and user_group(state) == 1
