@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from recsys_rl import state as state_builder
 from recsys_rl.contracts import serving_pb2
-from recsys_rl.state import RequestContexts, StoredUserFeatures, feed_states, live_states, user_groups
+from recsys_rl.state import StoredUserFeatures, live_states, user_groups
 
 
 def event_time_ms(context: serving_pb2.RequestContext, now_ms: int) -> int:
     """The request's time: the client's when it sent one, else the server's clock at arrival."""
     return context.event_time_ms or now_ms
-
-
-def request_context(context: serving_pb2.RequestContext, time_ms: int) -> RequestContexts:
-    return RequestContexts(
-        time_ms=np.array([time_ms], np.int64),
-        page_index=np.array([context.page_index]),
-        session_watch_s=np.array([context.session_watch_s]),
-        last_page_click_rate=np.array([context.last_page_click_rate], np.float32),
-        utc_offset_minutes=np.array([context.utc_offset_minutes]),
-    )
 
 
 def _frozen_unknown_user() -> StoredUserFeatures:
@@ -43,7 +34,14 @@ def feed_state(
     user: StoredUserFeatures | None, context: serving_pb2.RequestContext, time_ms: int
 ) -> np.ndarray:
     """The FEED_STATE_FEATURES vector of one request; ``user`` None: the store told nothing about them."""
-    return feed_states(_UNKNOWN_USER if user is None else user, request_context(context, time_ms))[0]
+    return state_builder.feed_state(
+        _UNKNOWN_USER if user is None else user,
+        time_ms,
+        context.page_index,
+        context.session_watch_s,
+        context.last_page_click_rate,
+        context.utc_offset_minutes,
+    )
 
 
 def live_state(feed: np.ndarray, predictions: np.ndarray) -> np.ndarray:
