@@ -192,7 +192,7 @@ def test_a_batch_builds_each_row_as_serving_builds_it_alone_bit_for_bit():
         page_index=rng.integers(0, 30, n),
         session_watch_s=rng.random(n) * 900,
         last_page_click_rate=rng.random(n),
-        utc_offset_minutes=np.zeros(n, np.int64),
+        utc_offset_minutes=rng.integers(-840, 841, n),  # local hours either side of UTC's midnight
     )
     batch = feed_states(users, requests)
     for i in range(n):
@@ -201,6 +201,7 @@ def test_a_batch_builds_each_row_as_serving_builds_it_alone_bit_for_bit():
             page_index=int(requests.page_index[i]),
             session_watch_s=float(requests.session_watch_s[i]),
             last_page_click_rate=float(requests.last_page_click_rate[i]),
+            utc_offset_minutes=int(requests.utc_offset_minutes[i]),
         )
         alone = feed_state(users.take(slice(i, i + 1)), message, int(requests.time_ms[i]))
         np.testing.assert_array_equal(alone, batch[i])
