@@ -32,5 +32,5 @@ def fusion_scores(predictions: np.ndarray, actions: np.ndarray) -> np.ndarray:
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Column indices (n, k) of the k best scores per row, best first; ties go to the lower index."""
-    order = np.argsort(-scores, axis=1, kind="stable")
+    order = (-scores).argsort(axis=1, kind="stable")  # the method: numpy's wrapper costs a server more
     return order[:, :k]

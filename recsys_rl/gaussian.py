@@ -20,7 +20,8 @@ def standard_log_density(z: np.ndarray, sigma: np.ndarray) -> np.ndarray:
 
     Taking z, not (a, mu), lets a sampler that drew z itself skip recomputing the mean.
     """
-    return -0.5 * np.sum(z * z + _LOG_2PI, axis=-1) - np.sum(np.log(sigma))
+    # the arrays' own sums: np.sum's wrapper costs a server's request more than the arithmetic
+    return -0.5 * (z * z + _LOG_2PI).sum(axis=-1) - np.log(sigma).sum()
 
 
 def log_density(actions: np.ndarray, means: np.ndarray, sigma: np.ndarray) -> np.ndarray:

@@ -266,4 +266,4 @@ def live_states(feed: np.ndarray, predictions: np.ndarray) -> np.ndarray:
 
 def user_groups(states: np.ndarray) -> np.ndarray:
     """The activity group id each state's one-hot encodes (logged beside the state)."""
-    return np.argmax(np.asarray(states)[..., : len(ACTIVITY_GROUPS)], axis=-1)
+    return np.asarray(states)[..., : len(ACTIVITY_GROUPS)].argmax(axis=-1)

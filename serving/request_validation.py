@@ -164,7 +164,7 @@ def rank_candidates(request: wire.RankHead, width: int) -> RankCandidates:
         and "" not in columns.item_ids
         and _ids_within_limits(encoded, columns)
         and len(set(columns.item_ids)) == len(encoded)
-        and np.all((columns.predictions >= 0) & (columns.predictions <= MAX_PREDICTION))
+        and ((columns.predictions >= 0) & (columns.predictions <= MAX_PREDICTION)).all()
     ):
         return RankCandidates(encoded, columns.item_ids, columns.predictions)
     try:
