@@ -135,6 +135,8 @@ class Handlers:
         self._is_ready = is_ready
         # labelled metric children, looked up once each (prometheus' labels() takes a lock per call)
         self._decision_counts = MetricChildren(metrics.decisions)
+        self._features_missing = MetricChildren(metrics.features_missing)
+        self._terms_missing = MetricChildren(metrics.user_author_terms_missing)
 
     def instrumented(self, method: str, handle: Callable) -> Callable:
         """``handle`` as a gRPC asyncio method: latency and status metrics, errors mapped to status codes.
@@ -188,7 +190,7 @@ class Handlers:
         """(feed state, why features are missing or None) of a Rank or Allocate request."""
         lookup = await self._features.lookup(request.user_id, budget_s)
         if lookup.missing is not None:
-            self._metrics.features_missing.labels(lookup.missing).inc()
+            self._features_missing.get(lookup.missing).inc()
         return feed_state(lookup.user, request.context, time_ms), lookup.missing
 
     @staticmethod
@@ -302,7 +304,7 @@ class Handlers:
         author_rows = np.array([rows.setdefault(authors[j], len(rows)) for j in linked], dtype=np.intp)
         states, missing = await self._pairs.states(request.user_id, list(rows), time_ms, budget_s)
         if missing is not None:
-            self._metrics.user_author_terms_missing.labels(missing).inc()
+            self._terms_missing.get(missing).inc()
         return CandidatePairs(len(authors), linked, author_rows, states, missing)
 
     def _term(
