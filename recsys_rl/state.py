@@ -1,9 +1,12 @@
-"""The state vectors policies see, and the one function that builds them, for the simulator and serving.
+"""The state vectors policies see, and the one set of formulas that builds them, for the simulator and
+serving.
 
 A state is built from two things only: the user's rows in the feature store (``StoredUserFeatures``) and
-the request's context (``RequestContexts``). The simulator's behaviour policies, the live client and the
-server all call ``feed_states`` with those, so a state cannot depend on who built it: the simulator
-keeps its hidden truths (interests, sensitivities, the exit and return hazards) for the responses only.
+the request's context (``RequestContexts``). The simulator's behaviour policies and the live client call
+``feed_states`` with those, a batch at a time; the server calls ``feed_state`` for its one request, the
+same formulas on Python numbers (they agree to the bit). So a state cannot depend on who built it: the
+simulator keeps its hidden truths (interests, sensitivities, the exit and return hazards) for the
+responses only.
 
 The decision log records the exact vector a policy saw together with these names and FEATURE_VERSION,
 so training reads what serving used (feature logging); change the version with any change here.
