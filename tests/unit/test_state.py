@@ -23,6 +23,8 @@ from recsys_rl.state import (
     RequestContexts,
     StoredUserFeatures,
     feed_states,
+    live_states,
+    user_groups,
 )
 
 INDEX = {name: i for i, name in enumerate(FEED_STATE_FEATURES)}
@@ -88,6 +90,7 @@ def test_a_user_the_store_does_not_know_gets_the_priors_and_the_unknown_group():
         pytest.param(TODAY - 1 - ENGAGEMENT_TTL_DAYS, TODAY * DAY_MS, True, False, id="at-the-ttl"),
         pytest.param(TODAY - 1 - ENGAGEMENT_TTL_DAYS, TODAY * DAY_MS + 1, False, False, id="past-the-ttl"),
         pytest.param(-1, NOON, False, False, id="no-row"),
+        pytest.param(0, DAY_MS + 3_600_000, True, True, id="day-zero-is-a-day"),  # only -1 means none
     ],
 )
 def test_an_engagement_row_counts_from_its_days_end_until_its_ttl(day, time_ms, current, returned):
@@ -164,8 +167,35 @@ def test_feast_rows_with_nulls_become_stored_features():
     assert rows.known.tolist() == [True, True, True, False]
 
 
+def test_a_full_feast_row_keeps_every_column_in_its_type():
+    row = {
+        "activity_group": 2,
+        "day": 9,
+        "views": 40,
+        "click_rate": 0.5,
+        "watch_s_per_view": 12.5,
+        "interaction_rate": 0.05,
+        "live_views": 3,
+        "live_watch_s_per_live_view": 40.0,
+    }
+    rows = StoredUserFeatures.from_records([row])
+    for name, value in row.items():
+        column = getattr(rows, name)
+        assert column.tolist() == [value], name
+        assert column.dtype == (np.int64 if isinstance(value, int) else np.float64), name
+    assert rows.known.dtype == bool and rows.known.tolist() == [True]
+    # pandas hands a count column with a null in it over as floats, and a rate may arrive as an int
+    swapped = {k: float(v) if isinstance(v, int) else int(v) for k, v in row.items()}
+    rows = StoredUserFeatures.from_records([swapped])
+    for name, value in row.items():
+        assert getattr(rows, name).dtype == (np.int64 if isinstance(value, int) else np.float64), name
+
+
 def test_unknown_rows_do_not_share_their_arrays():
     rows = StoredUserFeatures.unknown(2)
+    assert rows.known.dtype == bool and not rows.known.any()
+    assert rows.activity_group.tolist() == [UNKNOWN_GROUP] * 2 and rows.day.tolist() == [-1, -1]
+    assert rows.views.tolist() == [0, 0] and rows.views.dtype == np.int64
     rows.views[0] = 5
     rows.click_rate[0] = 0.5
     assert rows.live_views[0] == 0 and np.isnan(rows.watch_s_per_view[0])
@@ -205,6 +235,16 @@ def test_a_batch_builds_each_row_as_serving_builds_it_alone_bit_for_bit():
         )
         alone = feed_state(users.take(slice(i, i + 1)), message, int(requests.time_ms[i]))
         np.testing.assert_array_equal(alone, batch[i])
+
+
+def test_live_states_and_groups_of_a_batch_are_row_by_row():
+    feed = np.stack([state_at(stored(activity_group=g)) for g in (0, 2, 3)])
+    assert user_groups(feed).tolist() == [0, 2, 3]
+    predictions = np.array([[60.0, 0.2, 26.0], [30.0, 0.1, 13.0], [0.0, 0.0, 0.0]])
+    live = live_states(feed, predictions)
+    assert live.dtype == np.float32 and live.shape == (3, len(LIVE_STATE_FEATURES))
+    np.testing.assert_array_equal(live[:, : len(FEED_STATE_FEATURES)], feed)
+    np.testing.assert_allclose(live[:, -3:], [[2.0, 2.0, 2.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
 
 
 def test_live_state_appends_scaled_predictions():
