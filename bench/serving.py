@@ -88,14 +88,14 @@ def _blessed_registry(work: Path, bootstrap_servers: str, users: int) -> Path:
     return reg
 
 
-def _wait_started(server: subprocess.Popen) -> None:
+def wait_started(server: subprocess.Popen) -> None:
     """Until ``recsys-rl serve`` prints its address: all its worker processes are serving then."""
     line = server.stdout.readline()
     if not line.startswith("serving on "):
         raise RuntimeError(f"the server did not start (exit code {server.wait()})")
 
 
-def _warm_up(target: str) -> None:
+def warm_up(target: str) -> None:
     """A short closed loop on every connection first: first calls load code and fill caches."""
     _load("closed", "--target", target, "--concurrency", "16", "--seconds", "2", "--channels", str(CHANNELS))
 
@@ -164,11 +164,17 @@ def _pooled(slices: list[dict]) -> dict:
         "p99_ms": float(np.percentile(latencies, 99)) if latencies.size else None,
         "client_cpu_ms_per_request": 1000.0 * sum(s["client_cpu_s"] for s in slices) / requests,
         "server_cpu_ms_per_request": 1000.0 * sum(s["server_cpu_s"] for s in slices) / requests,
-        "slices": [{k: s[k] for k in ("qps_achieved", "p99_ms", "busiest_worker_share")} for s in slices],
+        "slices": [
+            {
+                **{k: s[k] for k in ("qps_achieved", "p99_ms", "busiest_worker_share")},
+                "server_cpu_ms_per_request": 1000.0 * s["server_cpu_s"] / max(s["requests"], 1),
+            }
+            for s in slices
+        ],
     }
 
 
-def _interleaved(
+def interleaved(
     servers: dict[str, tuple[str, int]], rounds: int, seconds: float, qps: float | None = None
 ) -> dict[str, dict]:
     """Each of ``servers`` (name -> (target, pid)) in turn, ``rounds`` times: a slow spell of the
@@ -231,19 +237,19 @@ def main(argv: list[str] | None = None) -> int:
             for port, flags in ((echo_port, ()), (aio_echo_port, ("--aio",)))
         )
         try:
-            _wait_started(server)
+            wait_started(server)
             servers = {
                 "server": (f"127.0.0.1:{server_port}", server.pid),
                 "echo": (f"127.0.0.1:{echo_port}", echo.pid),
             }
             with_aio = {**servers, "aio_echo": (f"127.0.0.1:{aio_echo_port}", aio_echo.pid)}
             for target, _ in with_aio.values():
-                _warm_up(target)
+                warm_up(target)
             rounds, seconds = settings["rounds"], settings["slice_seconds"]
             phases = {
-                "open": _interleaved(servers, rounds, seconds, TARGET_QPS),
-                "open_high": _interleaved(servers, rounds, seconds, HIGH_QPS),
-                "saturation": _interleaved(with_aio, rounds, settings["saturation_slice_seconds"]),
+                "open": interleaved(servers, rounds, seconds, TARGET_QPS),
+                "open_high": interleaved(servers, rounds, seconds, HIGH_QPS),
+                "saturation": interleaved(with_aio, rounds, settings["saturation_slice_seconds"]),
             }
         finally:
             for process in (server, echo, aio_echo):
