@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from common import bench_parser, write_result
@@ -86,6 +87,14 @@ def _blessed_registry(work: Path, bootstrap_servers: str, users: int) -> Path:
     version = registry.register(reg, "feed", run=run.run_dir, report=work / "evaluation").version.version
     registry.promote(reg, "feed", version, "stable")
     return reg
+
+
+def start_serve(port: int, bootstrap_servers: str, topic: str, *flags: str, **popen: Any) -> subprocess.Popen:
+    """``recsys-rl serve`` on ``port``, logging its decisions to ``topic``, with more ``flags``; its
+    address line comes on stdout (``wait_started``)."""
+    command = [str(Path(sys.executable).with_name("recsys-rl")), "serve", "--port", str(port)]
+    command += ["--bootstrap-servers", bootstrap_servers, "--decisions-topic", topic, *flags]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, **popen)
 
 
 def wait_started(server: subprocess.Popen) -> None:
@@ -208,25 +217,15 @@ def main(argv: list[str] | None = None) -> int:
         topic = "bench.decisions"
         ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, 1)])
         server_port, echo_port, aio_echo_port = free_port(), free_port(), free_port()
-        server = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("recsys-rl")),
-                "serve",
-                "--registry",
-                str(reg),
-                "--port",
-                str(server_port),
-                "--bootstrap-servers",
-                broker.bootstrap_servers,
-                "--decisions-topic",
-                topic,
-                "--workers",
-                str(WORKERS),
-                *([] if args.pin_workers else ["--no-pin-workers"]),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
+        server = start_serve(
+            server_port,
+            broker.bootstrap_servers,
+            topic,
+            "--registry",
+            str(reg),
+            "--workers",
+            str(WORKERS),
+            *([] if args.pin_workers else ["--no-pin-workers"]),
         )
         echo, aio_echo = (
             subprocess.Popen(

@@ -31,7 +31,7 @@ from common import bench_parser, git_commit, write_result
 from recsys_rl.kafka import open_broker
 from recsys_rl.kafka.broker import free_port
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
-from serving import interleaved, wait_started, warm_up
+from serving import interleaved, start_serve, wait_started, warm_up
 
 MODES = {"quick": {"rounds": 3, "slice_seconds": 3.0}, "full": {"rounds": 10, "slice_seconds": 5.0}}
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,23 +68,8 @@ def build_revision(revision: str, work: Path) -> Path:
 def start_server(bootstrap_servers: str, pythonpath: Path | None) -> tuple[str, subprocess.Popen]:
     port = free_port()
     env = {**os.environ, **({"PYTHONPATH": str(pythonpath)} if pythonpath else {})}
-    server = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("recsys-rl")),
-            "serve",
-            "--port",
-            str(port),
-            "--bootstrap-servers",
-            bootstrap_servers,
-            "--decisions-topic",
-            TOPIC,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=tempfile.gettempdir(),  # not this checkout: its sources must not shadow the base's
-    )
+    # run from outside this checkout: its sources must not shadow the base's
+    server = start_serve(port, bootstrap_servers, TOPIC, env=env, cwd=tempfile.gettempdir())
     return f"127.0.0.1:{port}", server
 
 
