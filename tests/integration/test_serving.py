@@ -852,7 +852,7 @@ def test_online_features_fill_the_state_and_a_paused_redis_falls_back_to_default
         assert not record.features_missing and record.user_group == 0  # high_active, from the store
         assert record.features_missing_reason == ""
         assert record.state[index["returned_yesterday"]] == 1.0
-        # 10 views, 5 clicks, 200 s on top of the priors (recsys_rl.state.history_features)
+        # 10 views, 5 clicks, 200 s on top of the priors (recsys_rl.state._history)
         assert record.state[index["hist_click_rate"]] == pytest.approx((5 + 9) / 30, rel=1e-5)
         assert record.state[index["hist_watch_per_view"]] == pytest.approx((200 + 260) / 30 / 10, rel=1e-5)
     for i in range(3):
