@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from common import bench_parser, git_commit, write_result
+from serving_rounds import interleaved, start_serve, wait_started, warm_up
 
 from recsys_rl.kafka import open_broker
 from recsys_rl.kafka.broker import free_port
 from recsys_rl.kafka.topics import TopicSpec, ensure_topics
-from serving import interleaved, start_serve, wait_started, warm_up
 
 MODES = {"quick": {"rounds": 3, "slice_seconds": 3.0}, "full": {"rounds": 10, "slice_seconds": 5.0}}
 ROOT = Path(__file__).resolve().parent.parent
