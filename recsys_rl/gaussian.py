@@ -15,13 +15,19 @@ import numpy as np
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+def log_normaliser(sigma: np.ndarray) -> float:
+    """log N(mu; mu, diag(sigma^2)): the density at the mean, which ``standard_log_density`` lowers by
+    half of z.z. A server that keeps it per policy pays one numpy call per density instead of six."""
+    return -0.5 * len(sigma) * _LOG_2PI - float(np.log(sigma).sum())
+
+
 def standard_log_density(z: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     """log N(a; mu, diag(sigma^2)) over the last axis, from the standardised residual z = (a - mu) / sigma.
 
     Taking z, not (a, mu), lets a sampler that drew z itself skip recomputing the mean.
     """
     # the arrays' own sums: np.sum's wrapper costs a server's request more than the arithmetic
-    return -0.5 * (z * z + _LOG_2PI).sum(axis=-1) - np.log(sigma).sum()
+    return log_normaliser(sigma) - 0.5 * (z * z).sum(axis=-1)
 
 
 def log_density(actions: np.ndarray, means: np.ndarray, sigma: np.ndarray) -> np.ndarray:

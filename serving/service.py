@@ -206,16 +206,17 @@ class Handlers:
     def _record(
         self, request, surface: str, state: np.ndarray, missing: str | None, time_ms: int, decision: Decision
     ) -> contracts.DecisionRecord:
+        values = state.tolist()
         return contracts.DecisionRecord(
             schema_version=contracts.DECISION_SCHEMA_VERSION,
             request_id=request.request_id,
             user_id=request.user_id,
             surface=contracts.SURFACES[surface],
             event_time_ms=time_ms,
-            state=state.tolist(),
+            state=values,
             feature_names=FEED_STATE_FEATURES if surface == "feed" else LIVE_STATE_FEATURES,
             feature_version=FEATURE_VERSION,
-            user_group=user_group(state),
+            user_group=user_group(values),
             prediction_names=request.prediction_names,
             action=decision.action.tolist(),
             log_propensity=decision.log_propensity,

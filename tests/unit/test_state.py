@@ -68,7 +68,7 @@ def test_history_is_yesterdays_totals_smoothed_by_the_priors():
         (interactions + PRIOR_VIEWS * PRIOR_INTERACTION_RATE) / (40 + PRIOR_VIEWS) * 10
     )
     assert state[INDEX["hist_live_watch"]] == pytest.approx(40.0 * 3 / (3 + 1) / 60)
-    assert state[INDEX["returned_yesterday"]] == 1.0 and user_group(state) == 1
+    assert state[INDEX["returned_yesterday"]] == 1.0 and user_group(state.tolist()) == 1
 
 
 def test_a_user_the_store_does_not_know_gets_the_priors_and_the_unknown_group():
@@ -77,7 +77,7 @@ def test_a_user_the_store_does_not_know_gets_the_priors_and_the_unknown_group():
     no_history = state_at(stored(views=0, live_views=0, click_rate=np.nan, live_watch_s_per_live_view=np.nan))
     np.testing.assert_array_equal(state[HIST], no_history[HIST])
     assert state[INDEX["hist_click_rate"]] == pytest.approx(PRIOR_CLICK_RATE)
-    assert user_group(state) == UNKNOWN_GROUP and state[INDEX["returned_yesterday"]] == 0
+    assert user_group(state.tolist()) == UNKNOWN_GROUP and state[INDEX["returned_yesterday"]] == 0
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_an_engagement_row_counts_from_its_days_end_until_its_ttl(day, time_ms, 
     state = state_at(stored(day=day), time_ms)
     assert (state[INDEX["hist_click_rate"]] != pytest.approx(PRIOR_CLICK_RATE)) == current
     assert state[INDEX["returned_yesterday"]] == float(returned)
-    assert user_group(state) == 1  # the group is the user table's, whatever the engagement row
+    assert user_group(state.tolist()) == 1  # the group is the user table's, whatever the engagement row
 
 
 def test_request_context_fills_its_features_in_local_time():
@@ -111,7 +111,7 @@ def test_request_context_fills_its_features_in_local_time():
         last_page_click_rate=0.25,
         utc_offset_minutes=120,
     )
-    assert user_group(state) == 2 and state[:4].sum() == 1
+    assert user_group(state.tolist()) == 2 and state[:4].sum() == 1
     assert state[INDEX["page_index"]] == pytest.approx(0.3)
     assert state[INDEX["session_watch"]] == pytest.approx(2.5)
     assert state[INDEX["last_page_click_rate"]] == pytest.approx(0.25)
@@ -235,6 +235,13 @@ def test_a_batch_builds_each_row_as_serving_builds_it_alone_bit_for_bit():
         )
         alone = feed_state(users.take(slice(i, i + 1)), message, int(requests.time_ms[i]))
         np.testing.assert_array_equal(alone, batch[i])
+        assert user_group(alone.tolist()) == user_groups(batch[i])
+
+
+def test_a_requests_group_is_the_batchs_argmax_ties_included():
+    rng = np.random.default_rng(11)
+    states = rng.integers(0, 3, (500, len(FEED_STATE_FEATURES))).astype(np.float32)  # ties: first wins
+    assert [user_group(state.tolist()) for state in states] == user_groups(states).tolist()
 
 
 def test_live_states_and_groups_of_a_batch_are_row_by_row():
