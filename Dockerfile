@@ -3,6 +3,9 @@
 #
 # PYTHON_IMAGE lets a team pin the base image by digest (python:3.11-slim@sha256:...) for repeatable builds.
 ARG PYTHON_IMAGE=python:3.11-slim
+# The Rust toolchain that builds the Rank candidate reader (rankwire/), copied into the builder stage
+ARG RUST_IMAGE=rust:1.95-slim
+FROM ${RUST_IMAGE} AS rust
 
 # The wheel is built apart, so that the image carries neither the checkout nor the build's leftovers.
 FROM ${PYTHON_IMAGE} AS builder
@@ -13,8 +16,14 @@ COPY requirements-runtime.lock ./
 # while the wheel builds (setup.py), hence --no-build-isolation, as in make install.
 RUN pip install pip==26.3 setuptools==84.2.1 wheel==0.48.0 \
     && pip install -c requirements-runtime.lock grpcio-tools
+# rankwire/ is Rust: cargo from the Rust image, and a C linker for the extension module
+COPY --from=rust /usr/local/cargo /usr/local/cargo
+COPY --from=rust /usr/local/rustup /usr/local/rustup
+ENV CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
+RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+    && pip wheel --no-deps --wheel-dir /wheels ./rankwire
 
 FROM ${PYTHON_IMAGE}
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PYTHONUNBUFFERED=1

@@ -31,11 +31,15 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 install: $(STAMP)
 
 # The lock file pins the whole resolved set; the project itself goes in editable, without build
-# isolation, so that its build step (protobuf stub generation) uses the pinned grpcio-tools.
-$(STAMP): setup.py pyproject.toml requirements.lock $(shell find protos -name '*.proto')
+# isolation, so that its build step (protobuf stub generation) uses the pinned grpcio-tools. The server's
+# Rank candidate reader (rankwire/, Rust) is built by the maturin its pyproject.toml pins, in pip's
+# isolated build environment, with the crates its Cargo.lock pins (needs cargo).
+$(STAMP): setup.py pyproject.toml requirements.lock $(shell find protos -name '*.proto') \
+		rankwire/Cargo.toml rankwire/Cargo.lock rankwire/pyproject.toml $(wildcard rankwire/src/*.rs)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check pip==26.3 setuptools==84.2.1 wheel==0.48.0
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check ./rankwire
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
 	$(BIN)/pip check
 	touch $@

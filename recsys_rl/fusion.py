@@ -20,6 +20,11 @@ PREDICTION_SCALE = np.array([13.0, 0.45, 0.014, 0.0005, 0.0028, 0.0011, 0.00035]
 _SIGNS = np.array(signals.directions(FEED_ACTION_NAMES), dtype=np.float64)
 
 
+def fusion_weights(actions: np.ndarray) -> np.ndarray:
+    """Signed fusion weights (n, K) for actions (n, K)."""
+    return _SIGNS * np.exp(actions)
+
+
 #: Each prediction's scale with its weight's sign: dividing by it is, to the bit, multiplying by the
 #: sign and then dividing by the scale (IEEE negation is exact), one numpy call fewer a request.
 _SIGNED_SCALE = _SIGNS * PREDICTION_SCALE

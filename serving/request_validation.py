@@ -129,8 +129,8 @@ def _check_common(request: wire.RankHead | contracts.AllocateRequest) -> None:
 class RankCandidates:
     """A valid Rank request's candidates, in the forms the server uses."""
 
-    encoded: list[bytes]  # each candidate's encoding, copied into the decision record as it came
-    item_ids: list[str]
+    logged: bytes  # DecisionRecord's candidates field: each candidate's encoding as it came
+    item_ids: Sequence[str]
     predictions: np.ndarray  # (candidates, prediction names)
 
 
@@ -152,21 +152,21 @@ def validate_rank(request: wire.RankHead, *, max_candidates: int, max_page_size:
 def rank_candidates(request: wire.RankHead, width: int) -> RankCandidates:
     """The candidates of ``request``, after checking every one (``width`` predictions each, all videos).
 
-    The common case (everything valid, encoded as protobuf encoders do) is read and checked in bulk
-    from the encoded bytes (recsys_rl.serving.wire), which is what keeps 200 candidates cheap; any other
+    The common case (everything valid, encoded as protobuf encoders do) is read and checked in one pass
+    over the encoded bytes (recsys_rl.serving.wire), which is what keeps 200 candidates cheap; any other
     request is decoded in full and walked candidate by candidate, to name the first bad field or to
     accept an unusual encoding.
     """
-    encoded = list(request.candidates)
-    columns = wire.candidate_columns(encoded, width, RANK_ITEM_TYPE)
-    if (
-        columns is not None
-        and "" not in columns.item_ids
-        and _ids_within_limits(encoded, columns)
-        and len(set(columns.item_ids)) == len(encoded)
-        and ((columns.predictions >= 0) & (columns.predictions <= MAX_PREDICTION)).all()
-    ):
-        return RankCandidates(encoded, columns.item_ids, columns.predictions)
+    read = wire.read_candidates(
+        request,
+        width=width,
+        item_type=RANK_ITEM_TYPE,
+        max_id_chars=MAX_ID_LENGTH,
+        max_prediction=MAX_PREDICTION,
+    )
+    if read is not None:
+        predictions, logged, item_ids = read
+        return RankCandidates(logged, item_ids, predictions)
     try:
         candidates = wire.full_request(request).candidates
     except message.DecodeError as err:
@@ -179,18 +179,8 @@ def rank_candidates(request: wire.RankHead, width: int) -> RankCandidates:
             raise InvalidRequest(f"candidates[{j}].item_id", f"repeats {candidate.item_id!r}")
         seen.add(candidate.item_id)
     predictions = np.array([list(c.predictions) for c in candidates], np.float64)
-    return RankCandidates(encoded, [c.item_id for c in candidates], predictions.reshape(-1, width))
-
-
-def _ids_within_limits(encoded: list[bytes], columns: wire.Columns) -> bool:
-    """Every item and author id at most MAX_ID_LENGTH characters.
-
-    A candidate's encoding is longer than each id in it (a character is at least a byte), so when no
-    candidate is longer than the limit, no id can be; only otherwise are the ids' lengths read.
-    """
-    if max(map(len, encoded)) <= MAX_ID_LENGTH:
-        return True
-    return max(map(len, columns.item_ids)) <= MAX_ID_LENGTH and columns.longest_author_id() <= MAX_ID_LENGTH
+    logged = wire.record_candidates(list(request.candidates))
+    return RankCandidates(logged, [c.item_id for c in candidates], predictions.reshape(-1, width))
 
 
 def validate_allocate(request: contracts.AllocateRequest) -> None:

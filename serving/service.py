@@ -271,21 +271,20 @@ class Handlers:
         served, shadow = self._decide("feed", request.user_id, state, request_seed(request.request_id))
         scores, order = _ranking(candidates.predictions, served.action, request.page_size, term)
         self._still_wanted(context)
-        # the candidates go into the record as they came, encoded once for the served and shadow records
-        logged_candidates = wire.record_candidates(candidates.encoded)
-        item_ids = [candidates.item_ids[j] for j in order]
+        item_ids = [candidates.item_ids[j] for j in order.tolist()]
         record = self._ranking_record(request, state, missing, time_ms, served, term, item_ids)
-        self._emit("feed", record, served.arm, logged_candidates)
+        # the candidates go into the served and shadow records as they came, encoded once
+        self._emit("feed", record, served.arm, candidates.logged)
         if shadow is not None or shadow_term is not None:
             # what the shadow configuration would have shown: each surface's shadow, or what it served
             shadow = shadow or dataclasses.replace(served, arm="shadow")
             shadow_term = shadow_term or term
             _, shadow_order = _ranking(candidates.predictions, shadow.action, request.page_size, shadow_term)
-            shadow_items = [candidates.item_ids[j] for j in shadow_order]
+            shadow_items = [candidates.item_ids[j] for j in shadow_order.tolist()]
             shadow_record = self._ranking_record(
                 request, state, missing, time_ms, shadow, shadow_term, shadow_items
             )
-            self._emit("feed", shadow_record, "shadow", logged_candidates)
+            self._emit("feed", shadow_record, "shadow", candidates.logged)
         return contracts.RankResponse(
             schema_version=contracts.SERVING_SCHEMA_VERSION,
             request_id=request.request_id,

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import numpy as np
 import pytest
-from serving_fakes import as_received, encoded
+from serving_fakes import as_received
 
 from recsys_rl import contracts
 from recsys_rl.fusion import FEED_ACTION_NAMES
@@ -15,8 +15,9 @@ from recsys_rl.serving import request_validation, wire
 from recsys_rl.serving.metrics import ServingMetrics
 from recsys_rl.serving.request_validation import (
     LIVE_PREDICTION_NAMES,
+    MAX_ID_LENGTH,
+    MAX_PREDICTION,
     InvalidRequest,
-    _ids_within_limits,
     validate_allocate,
     validate_rank,
 )
@@ -97,7 +98,7 @@ def test_one_to_max_candidates_are_accepted(n):
     del request.candidates[:]
     for j in range(n):
         request.candidates.add(item_id=f"v{j}", item_type=VIDEO, predictions=[0.5] * 7)
-    assert validate_rank(as_received(request), **LIMITS).item_ids == [f"v{j}" for j in range(n)]
+    assert list(validate_rank(as_received(request), **LIMITS).item_ids) == [f"v{j}" for j in range(n)]
 
 
 @pytest.mark.parametrize(
@@ -264,7 +265,7 @@ def test_a_valid_request_as_protobuf_encodes_it_is_checked_in_bulk(monkeypatch):
     request.candidates[0].predictions[:] = [1e6, 0.0, 0.5, 1.0, 0.25, 0.0, 1e6]
     request.candidates[2].item_id, request.candidates[2].author_id = "v" * 128, "a" * 128
     candidates = validate_rank(as_received(request), **LIMITS)
-    assert candidates.item_ids == ["v0", "v1", "v" * 128]
+    assert list(candidates.item_ids) == ["v0", "v1", "v" * 128]
     expected = [
         [1e6, 0.0, 0.5, 1.0, 0.25, 0.0, 1e6],
         *[[10.0, float(np.float32(0.4)), float(np.float32(0.01)), 0.0, 0.0, 0.0, 0.0]] * 2,
@@ -272,7 +273,7 @@ def test_a_valid_request_as_protobuf_encodes_it_is_checked_in_bulk(monkeypatch):
     np.testing.assert_array_equal(candidates.predictions, np.array(expected))
     assert candidates.predictions.dtype == np.float64
     # the decision record copies each candidate as it came
-    assert candidates.encoded == [c.SerializeToString() for c in request.candidates]
+    assert candidates.logged == wire.record_candidates([c.SerializeToString() for c in request.candidates])
 
 
 @pytest.mark.parametrize(
@@ -406,14 +407,6 @@ def _ids_ok_by_the_slow_path(request: contracts.RankRequest) -> bool:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_the_bulk_id_length_check_agrees_with_the_per_candidate_loop(seed):
-    short = rank_request()  # every candidate's encoding is far under 128 bytes
-    short_encoded = encoded(short)
-    assert (
-        _ids_within_limits(
-            short_encoded, wire.candidate_columns(short_encoded, len(FEED_ACTION_NAMES), VIDEO)
-        )
-        is True
-    )
     rng = np.random.default_rng(seed)
     lengths = [0, 1, 60, 120, 127, 128, 129, 200]
     for _ in range(40):
@@ -422,10 +415,14 @@ def test_the_bulk_id_length_check_agrees_with_the_per_candidate_loop(seed):
             char = str(rng.choice(["v", "é", "\U0001f600"]))  # 1, 2 and 4 bytes a character
             candidate.item_id = f"{j}" + char * (int(rng.choice(lengths[1:])) - 1)
             candidate.author_id = char * int(rng.choice(lengths))
-        request_encoded = encoded(request)
-        columns = wire.candidate_columns(request_encoded, len(FEED_ACTION_NAMES), VIDEO)
-        assert columns is not None  # the fast path reads these candidates
-        assert _ids_within_limits(request_encoded, columns) is _ids_ok_by_the_slow_path(request)
+        read = wire.read_candidates(
+            as_received(request),
+            width=len(FEED_ACTION_NAMES),
+            item_type=VIDEO,
+            max_id_chars=MAX_ID_LENGTH,
+            max_prediction=MAX_PREDICTION,
+        )
+        assert (read is not None) is _ids_ok_by_the_slow_path(request)
 
 
 class _Context:

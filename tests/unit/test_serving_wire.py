@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
+from unittest import mock
 
 import numpy as np
 import pytest
+import recsys_rl_rankwire
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from serving_fakes import as_received, encoded
 
 from recsys_rl import contracts
@@ -25,26 +31,60 @@ def request(n: int = 20, seed: int = 0, item_types: tuple[int, ...] = (VIDEO,)) 
     return out
 
 
-def test_columns_match_the_objects_reference_loop():
+LIMITS = {"width": 7, "item_type": VIDEO, "max_id_chars": 128, "max_prediction": 1e6}
+
+
+def _read(encoded: list[bytes]) -> tuple[np.ndarray, bytes, list[str]] | None:
+    """wire.read_candidates of a request whose candidates are ``encoded``, its item ids as a list."""
+    read = wire.read_candidates(wire.RankHead(candidates=encoded), **LIMITS)
+    return None if read is None else (read[0], read[1], list(read[2]))
+
+
+def test_the_bulk_read_matches_the_objects_reference_loop():
     req = request()
-    columns = wire.candidate_columns(encoded(req), 7, VIDEO)
-    assert columns is not None
-    assert columns.item_ids == [c.item_id for c in req.candidates]
-    np.testing.assert_array_equal(
-        columns.predictions, np.array([list(c.predictions) for c in req.candidates])
+    read = wire.read_candidates(as_received(req), **LIMITS)
+    assert read is not None
+    predictions, logged, item_ids = read
+    assert list(item_ids) == [c.item_id for c in req.candidates] and len(item_ids) == 20
+    assert (item_ids[3], item_ids[-1], item_ids[np.int64(5)]) == ("v3-é", "v19-é", "v5-é")
+    with pytest.raises(IndexError):
+        item_ids[20]
+    np.testing.assert_array_equal(predictions, np.array([list(c.predictions) for c in req.candidates]))
+    assert predictions.dtype == np.float64 and predictions.shape == (20, 7)
+    assert logged == wire.record_candidates(encoded(req))
+
+
+@pytest.mark.parametrize("length", [127, 128, 129, 300, 16_384])
+def test_the_record_field_frames_candidates_of_every_length_as_protobuf_does(length):
+    """A length prefix takes one byte below 128, two from 128, three from 16,384."""
+    candidates = (
+        contracts.Candidate(item_id="v" * k, item_type=VIDEO, predictions=SEVEN).SerializeToString()
+        for k in range(length)
     )
-    assert columns.predictions.dtype == np.float64
+    candidate = next(c for c in candidates if len(c) == length)
+    read = wire.read_candidates(wire.RankHead(candidates=[candidate]), **{**LIMITS, "max_id_chars": 20_000})
+    assert read is not None and read[1] == wire.record_candidates([candidate])
+
+
+def test_a_candidates_field_number_with_another_wire_type_is_left_to_the_slow_path():
+    """protobuf parsers keep such a field as unknown, not as a candidate: the reader must not read one."""
+    candidate = _item(b"a") + V + _packed(SEVEN)
+    as_varint = b"\x28" + bytes([len(candidate)]) + candidate  # field 5, wire type 0, then the bytes
+    assert recsys_rl_rankwire.rank_candidates(as_varint, **LIMITS) is None
+    assert recsys_rl_rankwire.rank_candidates(b"\x2a" + bytes([len(candidate)]) + candidate, **LIMITS)
 
 
 def test_the_record_with_spliced_candidates_decodes_as_the_record_with_copied_ones():
     req = request()
     record = contracts.DecisionRecord(schema_version=1, request_id="r", user_id="u", action=[0.5, 1.5])
     record.served_item_ids.append("v3-é")
-    spliced = contracts.encode(record) + wire.record_candidates(encoded(req))
     copied = contracts.DecisionRecord()
     copied.CopyFrom(record)
     copied.candidates.extend(req.candidates)
-    assert contracts.DecisionRecord.FromString(spliced) == copied
+    read = wire.read_candidates(as_received(req), **LIMITS)
+    assert read is not None
+    for logged in (wire.record_candidates(encoded(req)), read[1]):
+        assert contracts.DecisionRecord.FromString(contracts.encode(record) + logged) == copied
 
 
 def _item(item_id: bytes) -> bytes:
@@ -73,12 +113,13 @@ SEVEN = [0.5] * 7
 V = _type(VIDEO)
 
 
+def _author(author_id: bytes) -> bytes:
+    return b"\x12" + bytes([len(author_id)]) + author_id
+
+
 def test_one_id_one_type_and_one_block_per_candidate_is_read_in_bulk():
-    columns = wire.candidate_columns(
-        [_item(b"a") + V + _packed(SEVEN), _item(b"b") + _packed(SEVEN) + V], 7, VIDEO
-    )
-    assert columns is not None
-    assert columns.item_ids == ["a", "b"]
+    read = _read([_item(b"a") + V + _packed(SEVEN), _author(b"x") + _item(b"b") + _packed(SEVEN) + V])
+    assert read is not None and read[2] == ["a", "b"]
 
 
 @pytest.mark.parametrize(
@@ -107,10 +148,28 @@ def test_one_id_one_type_and_one_block_per_candidate_is_read_in_bulk():
         pytest.param(
             [_item(b"a") + V + _packed(SEVEN), _item(b"b") + _type(0) + _packed(SEVEN)], id="type-0"
         ),
+        pytest.param(
+            [_item(b"a") + V + _packed(SEVEN), _item(b"b") + V + _packed(SEVEN) + b"\x28\x01"],
+            id="unknown-field",
+        ),
+        pytest.param([_item(b"a") + V + _packed(SEVEN) + _author(b"x") + _author(b"y")], id="author-twice"),
+        pytest.param([_item(b"a") + _item(b"b") + V + _packed(SEVEN)], id="id-twice"),
+        pytest.param([_item(b"a") + V + _packed(SEVEN), _item(b"a") + V + _packed(SEVEN)], id="same-id"),
+        pytest.param([_item(b"") + V + _packed(SEVEN)], id="empty-id"),
+        pytest.param([_item(b"\xc3") + V + _packed(SEVEN)], id="id-not-utf8"),
+        pytest.param([_item(b"a") + _author(b"\xff") + V + _packed(SEVEN)], id="author-not-utf8"),
+        pytest.param([_item(b"v" * 129) + V + _packed(SEVEN)], id="id-too-long"),
+        pytest.param([_item(b"a") + V + _packed([*SEVEN[:6], -0.5])], id="negative"),
+        pytest.param([_item(b"a") + V + _packed([*SEVEN[:6], 2e6])], id="too-large"),
+        pytest.param([_item(b"a") + V + _packed([*SEVEN[:6], float("nan")])], id="nan"),
+        pytest.param([_item(b"a") + V + _packed(SEVEN)[:-1]], id="truncated"),
+        pytest.param(
+            [_item(b"a") + V + _packed([*SEVEN, 0.5]), _item(b"b") + V + _packed([*SEVEN, 0.5])], id="eight"
+        ),
     ],
 )
 def test_any_encoding_but_one_id_one_type_and_one_block_per_candidate_is_left_to_the_slow_path(encoded):
-    assert wire.candidate_columns(encoded, 7, VIDEO) is None
+    assert _read(encoded) is None
 
 
 def _rank_request(encoded: list[bytes]) -> contracts.RankRequest:
@@ -123,7 +182,12 @@ def _outcome(req: contracts.RankRequest) -> tuple[list[str], list[list[float]]] 
         candidates = rank_candidates(as_received(req), 7)
     except InvalidRequest as err:
         return str(err)
-    return candidates.item_ids, candidates.predictions.tolist()
+    return list(candidates.item_ids), candidates.predictions.tolist(), candidates.logged
+
+
+def _never(*args, **kwargs) -> None:
+    """wire.read_candidates refusing everything: the slow path alone."""
+    return None
 
 
 TYPE_ENCODINGS = {
@@ -143,22 +207,62 @@ def test_the_bulk_read_accepts_and_refuses_item_types_as_the_reference_loop_does
     encoded = [_item(b"a") + V + _packed(SEVEN), _item(b"b") + TYPE_ENCODINGS[encoding] + _packed(SEVEN)]
     req = _rank_request(encoded)
     fast = _outcome(req)
-    monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width, item_type: None)
+    monkeypatch.setattr(wire, "read_candidates", _never)
     assert fast == _outcome(req)
     accepted = req.candidates[1].item_type == VIDEO
     assert isinstance(fast, tuple) == accepted, fast
 
 
+def _head_outcome(head: wire.RankHead) -> tuple[list[str], list[list[float]], bytes] | str:
+    try:
+        candidates = rank_candidates(head, 7)
+    except InvalidRequest as err:
+        return str(err)
+    return list(candidates.item_ids), candidates.predictions.tolist(), candidates.logged
+
+
+_EDIT = st.tuples(
+    st.integers(0, 2),  # which candidate
+    st.integers(0, 60),  # where in it (past its end: at the end)
+    st.sampled_from(["replace", "insert", "delete"]),
+    st.one_of(
+        st.sampled_from([0x00, 0x01, 0x02, 0x0A, 0x12, 0x18, 0x1A, 0x22, 0x25, 0x7F, 0x80, 0xC3, 0xFF]),
+        st.integers(0, 255),
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(edits=st.lists(_EDIT, min_size=1, max_size=3))
+def test_edited_candidate_bytes_get_the_same_answer_in_bulk_as_one_by_one(edits):
+    """The bulk read (Rust, on bytes from the network) may step aside for anything, but what it accepts
+    must be exactly what the candidate-by-candidate checks accept, read the same."""
+    candidates = [bytearray(c) for c in encoded(request(3, seed=1))]
+    for which, where, how, byte in edits:
+        candidate = candidates[which]
+        where = min(where, len(candidate) - (how != "insert"))
+        if how == "insert":
+            candidate.insert(where, byte)
+        elif how == "delete":
+            del candidate[where]
+        else:
+            candidate[where] = byte
+    head = wire.RankHead(candidates=[bytes(c) for c in candidates])
+    in_bulk = _head_outcome(head)
+    with mock.patch.object(wire, "read_candidates", _never):
+        assert in_bulk == _head_outcome(head)
+
+
 def test_a_valid_request_the_bulk_read_refuses_is_accepted_the_slow_way(monkeypatch):
     req = request(5)
-    assert wire.candidate_columns(encoded(req), 7, VIDEO) is not None
-    monkeypatch.setattr(wire, "candidate_columns", lambda encoded, width, item_type: None)
+    assert wire.read_candidates(as_received(req), **LIMITS) is not None
+    monkeypatch.setattr(wire, "read_candidates", _never)
     candidates = rank_candidates(as_received(req), 7)
     assert candidates.item_ids == [c.item_id for c in req.candidates]
     np.testing.assert_array_equal(
         candidates.predictions, np.array([list(c.predictions) for c in req.candidates])
     )
-    assert candidates.encoded == [c.SerializeToString() for c in req.candidates]
+    assert candidates.logged == wire.record_candidates([c.SerializeToString() for c in req.candidates])
 
 
 def test_the_server_decodes_a_rank_request_in_full_but_for_its_candidates_encodings():
@@ -192,3 +296,10 @@ def test_a_candidate_that_does_not_decode_is_refused_by_name(candidate):
     with pytest.raises(InvalidRequest, match=r"^candidates do not decode as recsys\.v1\.Candidate: ") as err:
         rank_candidates(head, 7)
     assert err.value.field == "candidates"
+
+
+def test_a_server_without_its_candidate_reader_says_how_to_build_it():
+    blocked = "import sys; sys.modules['recsys_rl_rankwire'] = None; import recsys_rl.serving.wire"
+    run = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert "recsys_rl_rankwire is not installed" in run.stderr and "pip install ./rankwire" in run.stderr
