@@ -3,7 +3,7 @@
 #   make test         unit + integration tests (starts real Apache Kafka and Redis on loopback; needs
 #                     Node.js and npm for the Node gRPC client test, Go for Beam's boot program; installs
 #                     Debian's headless Chromium)
-#   make lint         ruff
+#   make lint         ruff; rustfmt and clippy on rankwire/
 #   make bench        full benchmarks -> bench/results/*.json
 #   make bench-quick  the same, small sizes (CI)
 #   make mutation     mutation scores of the core modules -> bench/results/mutation.json
@@ -53,6 +53,8 @@ test: install kafka-jars flink-jars beam-boot redis-server node-deps chromium
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cargo fmt --check --manifest-path rankwire/Cargo.toml
+	cargo clippy --quiet --locked --release --manifest-path rankwire/Cargo.toml -- -D warnings
 
 bench: install
 	$(BIN)/python bench/simulator.py --full --out bench/results/simulator.json

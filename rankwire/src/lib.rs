@@ -105,15 +105,24 @@ impl Rules {
             // a character is at least a byte: only a long id's characters are counted
             Ok(text) => {
                 (!required || !text.is_empty())
-                    && (text.len() <= self.max_id_chars || text.chars().count() <= self.max_id_chars)
+                    && (text.len() <= self.max_id_chars
+                        || text.chars().count() <= self.max_id_chars)
             }
             Err(_) => false,
         }
     }
 
     /// The item id's span, after adding the candidate's predictions to `predictions`.
-    fn candidate(&self, request: &[u8], span: (usize, usize), predictions: &mut Vec<f64>) -> Option<(usize, usize)> {
-        let mut reader = Reader { buf: &request[..span.1], pos: span.0 };
+    fn candidate(
+        &self,
+        request: &[u8],
+        span: (usize, usize),
+        predictions: &mut Vec<f64>,
+    ) -> Option<(usize, usize)> {
+        let mut reader = Reader {
+            buf: &request[..span.1],
+            pos: span.0,
+        };
         let (mut item_id, mut author_id, mut item_type, mut block) = (None, None, None, None);
         while !reader.at_end() {
             match reader.tag()? {
@@ -176,7 +185,8 @@ impl ItemIds {
         }
         let (start, end) = self.spans[position as usize];
         let bytes = &self.request.bind(py).as_bytes()[start..end];
-        let text = std::str::from_utf8(bytes).map_err(|err| PyIndexError::new_err(err.to_string()))?;
+        let text =
+            std::str::from_utf8(bytes).map_err(|err| PyIndexError::new_err(err.to_string()))?;
         Ok(PyString::new(py, text))
     }
 }
@@ -196,7 +206,12 @@ fn rank_candidates<'py>(
     max_id_chars: usize,
     max_prediction: f64,
 ) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ItemIds)> {
-    let rules = Rules { width, item_type, max_id_chars, max_prediction };
+    let rules = Rules {
+        width,
+        item_type,
+        max_id_chars,
+        max_prediction,
+    };
     let bytes = request.as_bytes();
     let mut reader = Reader { buf: bytes, pos: 0 };
     let mut spans = Vec::new();
@@ -218,14 +233,23 @@ fn rank_candidates<'py>(
         record.extend_from_slice(&bytes[candidate.0..candidate.1]);
     }
     let mut seen = HashSet::with_capacity(spans.len());
-    if !spans.iter().all(|&(start, end)| seen.insert(&bytes[start..end])) {
+    if !spans
+        .iter()
+        .all(|&(start, end)| seen.insert(&bytes[start..end]))
+    {
         return None; // a repeated item id
     }
-    let widened: Vec<u8> = predictions.iter().flat_map(|value| value.to_le_bytes()).collect();
+    let widened: Vec<u8> = predictions
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect();
     Some((
         PyBytes::new(py, &widened),
         PyBytes::new(py, &record),
-        ItemIds { request: request.unbind(), spans },
+        ItemIds {
+            request: request.unbind(),
+            spans,
+        },
     ))
 }
 
