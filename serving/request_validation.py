@@ -8,7 +8,7 @@ message points the caller at the exact field (``candidates[3].predictions[2]``) 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,6 +132,7 @@ class RankCandidates:
     logged: bytes  # DecisionRecord's candidates field: each candidate's encoding as it came
     item_ids: Sequence[str]
     predictions: np.ndarray  # (candidates, prediction names)
+    author_rows: Callable[[], wire.AuthorRows]  # the candidates' authors, grouped when called
 
 
 def validate_rank(request: wire.RankHead, *, max_candidates: int, max_page_size: int) -> RankCandidates:
@@ -165,8 +166,8 @@ def rank_candidates(request: wire.RankHead, width: int) -> RankCandidates:
         max_prediction=MAX_PREDICTION,
     )
     if read is not None:
-        predictions, logged, item_ids = read
-        return RankCandidates(logged, item_ids, predictions)
+        predictions, logged, item_ids, author_rows = read
+        return RankCandidates(logged, item_ids, predictions, author_rows)
     try:
         candidates = wire.full_request(request).candidates
     except message.DecodeError as err:
@@ -180,7 +181,10 @@ def rank_candidates(request: wire.RankHead, width: int) -> RankCandidates:
         seen.add(candidate.item_id)
     predictions = np.array([list(c.predictions) for c in candidates], np.float64)
     logged = wire.record_candidates(list(request.candidates))
-    return RankCandidates(logged, [c.item_id for c in candidates], predictions.reshape(-1, width))
+    authors = wire.author_rows([c.author_id for c in candidates])
+    return RankCandidates(
+        logged, [c.item_id for c in candidates], predictions.reshape(-1, width), lambda: authors
+    )
 
 
 def validate_allocate(request: contracts.AllocateRequest) -> None:

@@ -34,7 +34,12 @@ from recsys_rl.serving.metrics import MetricChildren, ServingMetrics
 from recsys_rl.serving.online_features import PairHistoryReader, UserFeatureReader
 from recsys_rl.serving.online_state import event_time_ms, feed_state, live_state, user_group
 from recsys_rl.serving.policies import Decider, PairTerm, request_seed, user_author_seed
-from recsys_rl.serving.request_validation import InvalidRequest, validate_allocate, validate_rank
+from recsys_rl.serving.request_validation import (
+    InvalidRequest,
+    RankCandidates,
+    validate_allocate,
+    validate_rank,
+)
 from recsys_rl.serving.routing import PolicyHolder
 from recsys_rl.serving.settings import ServeConfig
 from recsys_rl.state import FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
@@ -263,7 +268,8 @@ class Handlers:
             term = shadow_term = None
         else:
             (state, missing), pairs = await asyncio.gather(  # the two reads wait at the same time
-                self._state(request, time_ms, budget_s), self._candidate_pairs(request, time_ms, budget_s)
+                self._state(request, time_ms, budget_s),
+                self._candidate_pairs(request.user_id, candidates, time_ms, budget_s),
             )
             seed = user_author_seed(request.request_id)
             term = self._term(arm, term_decider, pairs, seed)
@@ -297,15 +303,15 @@ class Handlers:
             user_author_version=term.decider.version if term is not None and term.terms is not None else "",
         )
 
-    async def _candidate_pairs(self, request, time_ms: int, budget_s: float) -> CandidatePairs:
-        authors = [candidate.author_id for candidate in wire.full_request(request).candidates]
-        linked = np.flatnonzero(np.array(authors, dtype=bool))
-        rows: dict[str, int] = {}  # author -> its row, in order of first appearance
-        author_rows = np.array([rows.setdefault(authors[j], len(rows)) for j in linked], dtype=np.intp)
-        states, missing = await self._pairs.states(request.user_id, list(rows), time_ms, budget_s)
+    async def _candidate_pairs(
+        self, user_id: str, candidates: RankCandidates, time_ms: int, budget_s: float
+    ) -> CandidatePairs:
+        authors, rows = candidates.author_rows()
+        linked = np.flatnonzero(rows >= 0)
+        states, missing = await self._pairs.states(user_id, authors, time_ms, budget_s)
         if missing is not None:
             self._terms_missing.get(missing).inc()
-        return CandidatePairs(len(authors), linked, author_rows, states, missing)
+        return CandidatePairs(len(rows), linked, rows[linked], states, missing)
 
     def _term(
         self, arm: str, decider: Decider | None, pairs: CandidatePairs, seed: tuple[int, int]

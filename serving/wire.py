@@ -26,7 +26,7 @@ protobuf parsers drop unread (the type is singular), or predictions written unpa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool, message_factory
@@ -102,16 +102,29 @@ def record_candidates(encoded: list[bytes]) -> bytes:
     return _RECORD_CANDIDATES(candidates=encoded).SerializeToString()
 
 
+#: (each distinct author id in order of first appearance, each candidate's author's index in it or -1
+#: for a candidate without one): what a Rank's user-author term reads its pairs by.
+AuthorRows = tuple[list[str], np.ndarray]
+
+
+def author_rows(author_ids: Sequence[str]) -> AuthorRows:
+    """``AuthorRows`` of candidates with ``author_ids`` ("" for none), as the Rust reader groups them."""
+    index: dict[str, int] = {}
+    rows = [index.setdefault(author, len(index)) if author else -1 for author in author_ids]
+    return list(index), np.array(rows, np.int64)
+
+
 def read_candidates(
     head: RankHead, *, width: int, item_type: int, max_id_chars: int, max_prediction: float
-) -> tuple[np.ndarray, bytes, Sequence[str]] | None:
-    """(predictions, DecisionRecord's candidates field, item ids) of ``head``'s candidates, or None unless
-    every candidate is encoded as protobuf encoders write one and is valid: ``item_type``, ``width``
-    predictions in [0, ``max_prediction``], a non-empty item id and an author id of at most
-    ``max_id_chars`` characters each, no item id twice.
+) -> tuple[np.ndarray, bytes, Sequence[str], Callable[[], AuthorRows]] | None:
+    """(predictions, DecisionRecord's candidates field, item ids, their ``AuthorRows`` when called) of
+    ``head``'s candidates, or None unless every candidate is encoded as protobuf encoders write one and is
+    valid: ``item_type``, ``width`` predictions in [0, ``max_prediction``], a non-empty item id and an
+    author id of at most ``max_id_chars`` characters each, no item id twice.
 
     predictions: (candidates, width) float64 of the float32 values sent, read-only. The item ids are a
-    sequence that makes each string when it is read (a Rank reads its page's).
+    sequence that makes each string when it is read (a Rank reads its page's); the authors are grouped
+    only for a Rank with a user-author term.
     """
     read = recsys_rl_rankwire.rank_candidates(
         head.SerializeToString(),  # written back by upb, each candidate's bytes as they came
@@ -122,5 +135,10 @@ def read_candidates(
     )
     if read is None:
         return None
-    predictions, record_field, item_ids = read
-    return np.frombuffer(predictions, "<f8").reshape(-1, width), record_field, item_ids
+    predictions, record_field, item_ids, authors = read
+
+    def grouped() -> AuthorRows:
+        ids, rows = authors.rows()
+        return ids, np.frombuffer(rows, "<i8")
+
+    return np.frombuffer(predictions, "<f8").reshape(-1, width), record_field, item_ids, grouped

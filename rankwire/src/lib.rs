@@ -14,9 +14,9 @@
 //! reader never has to explain a refusal, only be sure of what it accepts. It is safe Rust: a malformed
 //! length or varint ends the read with `None`, never a read outside the request.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use pyo3::exceptions::PyIndexError;
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
@@ -112,13 +112,14 @@ impl Rules {
         }
     }
 
-    /// The item id's span, after adding the candidate's predictions to `predictions`.
+    /// The spans of the item id and of the author id (empty when there is none), after adding the
+    /// candidate's predictions to `predictions`.
     fn candidate(
         &self,
         request: &[u8],
         span: (usize, usize),
         predictions: &mut Vec<f64>,
-    ) -> Option<(usize, usize)> {
+    ) -> Option<((usize, usize), (usize, usize))> {
         let mut reader = Reader {
             buf: &request[..span.1],
             pos: span.0,
@@ -152,7 +153,7 @@ impl Rules {
             }
             predictions.push(value);
         }
-        Some(item_id)
+        Some((item_id, author_id.unwrap_or((0, 0))))
     }
 }
 
@@ -191,11 +192,54 @@ impl ItemIds {
     }
 }
 
-/// `(predictions, record_candidates, item_ids)` of an encoded RankRequest, or None (see the module doc).
+/// The candidates' author ids, grouped when a Rank's user-author term asks for them.
+#[pyclass(frozen, module = "recsys_rl_rankwire")]
+struct Authors {
+    request: Py<PyBytes>,
+    spans: Vec<(usize, usize)>, // empty: no author
+}
+
+#[pymethods]
+impl Authors {
+    /// `(authors, rows)`: each distinct author id in order of first appearance, and for each candidate
+    /// the index of its author in that list as little-endian int64, -1 for a candidate without one.
+    fn rows<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Vec<Bound<'py, PyString>>, Bound<'py, PyBytes>)> {
+        let request = self.request.bind(py).as_bytes();
+        let mut index: HashMap<&[u8], i64> = HashMap::new();
+        let mut authors = Vec::new();
+        let mut rows = Vec::with_capacity(8 * self.spans.len());
+        for &(start, end) in &self.spans {
+            let row = if start == end {
+                -1
+            } else {
+                let author = &request[start..end];
+                match index.get(author) {
+                    Some(&row) => row,
+                    None => {
+                        let row = authors.len() as i64;
+                        let text = std::str::from_utf8(author)
+                            .map_err(|err| PyValueError::new_err(err.to_string()))?;
+                        authors.push(PyString::new(py, text));
+                        index.insert(author, row);
+                        row
+                    }
+                }
+            };
+            rows.extend_from_slice(&row.to_le_bytes());
+        }
+        Ok((authors, PyBytes::new(py, &rows)))
+    }
+}
+
+/// `(predictions, record_candidates, item_ids, authors)` of an encoded RankRequest, or None (see the module doc).
 ///
 /// predictions: the candidates' predictions as little-endian float64, candidate after candidate, `width`
 /// each (float32 as sent, widened exactly); record_candidates: DecisionRecord's candidates field holding
-/// each candidate's encoding as it came; item_ids: a sequence of the candidates' item ids.
+/// each candidate's encoding as it came; item_ids: a sequence of the candidates' item ids; authors: their
+/// author ids, grouped on demand.
 #[pyfunction]
 #[pyo3(signature = (request, *, width, item_type, max_id_chars, max_prediction))]
 fn rank_candidates<'py>(
@@ -205,7 +249,7 @@ fn rank_candidates<'py>(
     item_type: u64,
     max_id_chars: usize,
     max_prediction: f64,
-) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ItemIds)> {
+) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ItemIds, Authors)> {
     let rules = Rules {
         width,
         item_type,
@@ -215,6 +259,7 @@ fn rank_candidates<'py>(
     let bytes = request.as_bytes();
     let mut reader = Reader { buf: bytes, pos: 0 };
     let mut spans = Vec::new();
+    let mut author_spans = Vec::new();
     let mut predictions = Vec::new();
     let mut record = Vec::with_capacity(bytes.len() + bytes.len() / 16);
     while !reader.at_end() {
@@ -227,7 +272,9 @@ fn rank_candidates<'py>(
             return None;
         }
         let candidate = reader.payload()?;
-        spans.push(rules.candidate(bytes, candidate, &mut predictions)?);
+        let (item_id, author_id) = rules.candidate(bytes, candidate, &mut predictions)?;
+        spans.push(item_id);
+        author_spans.push(author_id);
         record.push(RECORD_CANDIDATES_TAG);
         put_varint(&mut record, candidate.1 - candidate.0);
         record.extend_from_slice(&bytes[candidate.0..candidate.1]);
@@ -247,8 +294,12 @@ fn rank_candidates<'py>(
         PyBytes::new(py, &widened),
         PyBytes::new(py, &record),
         ItemIds {
-            request: request.unbind(),
+            request: request.clone().unbind(),
             spans,
+        },
+        Authors {
+            request: request.unbind(),
+            spans: author_spans,
         },
     ))
 }
@@ -257,5 +308,6 @@ fn rank_candidates<'py>(
 fn recsys_rl_rankwire(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(rank_candidates, module)?)?;
     module.add_class::<ItemIds>()?;
+    module.add_class::<Authors>()?;
     Ok(())
 }

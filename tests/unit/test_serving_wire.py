@@ -34,17 +34,18 @@ def request(n: int = 20, seed: int = 0, item_types: tuple[int, ...] = (VIDEO,)) 
 LIMITS = {"width": 7, "item_type": VIDEO, "max_id_chars": 128, "max_prediction": 1e6}
 
 
-def _read(encoded: list[bytes]) -> tuple[np.ndarray, bytes, list[str]] | None:
+def _read(encoded: list[bytes]) -> tuple[np.ndarray, bytes, list[str], wire.AuthorRows] | None:
     """wire.read_candidates of a request whose candidates are ``encoded``, its item ids as a list."""
     read = wire.read_candidates(wire.RankHead(candidates=encoded), **LIMITS)
-    return None if read is None else (read[0], read[1], list(read[2]))
+    return None if read is None else (read[0], read[1], list(read[2]), read[3]())
 
 
 def test_the_bulk_read_matches_the_objects_reference_loop():
     req = request()
     read = wire.read_candidates(as_received(req), **LIMITS)
     assert read is not None
-    predictions, logged, item_ids = read
+    predictions, logged, item_ids, author_rows = read
+    assert author_rows()[0] == [c.author_id for c in req.candidates]  # 20 authors, none repeated
     assert list(item_ids) == [c.item_id for c in req.candidates] and len(item_ids) == 20
     assert (item_ids[3], item_ids[-1], item_ids[np.int64(5)]) == ("v3-é", "v19-é", "v5-é")
     with pytest.raises(IndexError):
@@ -72,6 +73,21 @@ def test_a_candidates_field_number_with_another_wire_type_is_left_to_the_slow_pa
     as_varint = b"\x28" + bytes([len(candidate)]) + candidate  # field 5, wire type 0, then the bytes
     assert recsys_rl_rankwire.rank_candidates(as_varint, **LIMITS) is None
     assert recsys_rl_rankwire.rank_candidates(b"\x2a" + bytes([len(candidate)]) + candidate, **LIMITS)
+
+
+def test_authors_are_grouped_in_order_of_first_appearance_in_bulk_as_one_by_one(monkeypatch):
+    req = request(6)
+    for candidate, author in zip(req.candidates, ["b", "", "a", "b", "é", "a"], strict=True):
+        candidate.author_id = author
+    no_author = _item(b"x") + V + _packed(SEVEN)
+    written_empty = _item(b"y") + _author(b"") + V + _packed(SEVEN)  # an empty author sent explicitly
+    head = wire.RankHead(candidates=[*encoded(req), no_author, written_empty])
+    expected = (["b", "a", "é"], [0, -1, 1, 0, 2, 1, -1, -1])
+    authors, rows = rank_candidates(head, 7).author_rows()
+    assert (authors, rows.tolist()) == expected and rows.dtype == np.int64
+    monkeypatch.setattr(wire, "read_candidates", _never)
+    authors, rows = rank_candidates(head, 7).author_rows()
+    assert (authors, rows.tolist()) == expected and rows.dtype == np.int64
 
 
 def test_the_record_with_spliced_candidates_decodes_as_the_record_with_copied_ones():
@@ -182,7 +198,13 @@ def _outcome(req: contracts.RankRequest) -> tuple[list[str], list[list[float]]] 
         candidates = rank_candidates(as_received(req), 7)
     except InvalidRequest as err:
         return str(err)
-    return list(candidates.item_ids), candidates.predictions.tolist(), candidates.logged
+    authors, rows = candidates.author_rows()
+    return (
+        list(candidates.item_ids),
+        candidates.predictions.tolist(),
+        candidates.logged,
+        (authors, rows.tolist()),
+    )
 
 
 def _never(*args, **kwargs) -> None:
@@ -218,7 +240,13 @@ def _head_outcome(head: wire.RankHead) -> tuple[list[str], list[list[float]], by
         candidates = rank_candidates(head, 7)
     except InvalidRequest as err:
         return str(err)
-    return list(candidates.item_ids), candidates.predictions.tolist(), candidates.logged
+    authors, rows = candidates.author_rows()
+    return (
+        list(candidates.item_ids),
+        candidates.predictions.tolist(),
+        candidates.logged,
+        (authors, rows.tolist()),
+    )
 
 
 _EDIT = st.tuples(
