@@ -24,6 +24,7 @@ from pathlib import Path
 import prometheus_client  # noqa: F401  before Feast: see below
 import pytest
 import redis
+from hypothesis import settings
 from log_capture import Events
 
 from recsys_rl.kafka import Broker, EmbeddedBroker, KafkaSetupError, LocalKafkaBroker
@@ -31,6 +32,12 @@ from recsys_rl.kafka.broker import free_port, log_excerpt
 from recsys_rl.kafka.persistent import BROKER_DIR_ENV
 from recsys_rl.logs import get_logger
 from recsys_rl.processes import stop_process
+
+# Property tests are seeded like every other test: each draws the same examples on every run and machine
+# (derived from the test's name), and no example database carries one run's failures into the next, so a
+# failure in CI is reproduced by running the test again.
+settings.register_profile("seeded", derandomize=True, database=None)
+settings.load_profile("seeded")
 
 # Importing Feast sets PROMETHEUS_MULTIPROC_DIR, and a prometheus_client imported after that shares metric
 # values between all registries of the process; the serving tests start many servers in one session and

@@ -142,7 +142,7 @@ def test_weighted_log_likelihood_is_the_negative_weighted_mean():
     _close(loss, -(0.5 * -1.0 + 1.5 * -3.0) / 2)  # = 2.5
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None)
 @given(
     log_weights=st.lists(st.floats(-50.0, 50.0), min_size=1, max_size=32),
     cap=st.floats(0.1, 50.0),

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from recsys_rl.sim.allocation_frontier import frontier_at, mixture, upper_hull
@@ -85,7 +85,6 @@ def test_outside_the_thresholds_range_there_is_no_frontier_point(live):
     assert frontier_at(hull, live) is None
 
 
-@settings(derandomize=True)
 @given(
     lives=st.lists(st.floats(0.0, 100.0), min_size=2, max_size=6, unique=True),
     usages=st.lists(st.floats(600.0, 800.0), min_size=6, max_size=6),

@@ -260,7 +260,7 @@ _EDIT = st.tuples(
 )
 
 
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=400, deadline=None)
 @given(edits=st.lists(_EDIT, min_size=1, max_size=3))
 def test_edited_candidate_bytes_get_the_same_answer_in_bulk_as_one_by_one(edits):
     """The bulk read (Rust, on bytes from the network) may step aside for anything, but what it accepts
