@@ -3,8 +3,8 @@
 //! Why native: read through protobuf's Python objects, 200 candidates make about a thousand Python
 //! objects (an id, a prediction block and an item type each, twice over), and in a loaded server that was
 //! a quarter of a Rank's CPU (bench/serving_ab.py against a server that stops after the checks). Here the
-//! only objects made are the three results, and an item id's string only when the server asks for it
-//! (the page it answers with).
+//! only objects made are the results; an item id's string only when the server asks for it (the page it
+//! answers with), and the authors' only for a Rank with a user-author term.
 //!
 //! The reader takes the request as the protobuf encoders write it (serving/wire.py says which shapes) and
 //! answers `None` for anything else: a candidate with a field missing, repeated, unknown or differently
