@@ -10,6 +10,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import recsys_rl_rankwire
+from google.protobuf import message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from serving_fakes import as_received, encoded
@@ -266,6 +267,56 @@ def test_edited_candidate_bytes_get_the_same_answer_in_bulk_as_one_by_one(edits)
     in_bulk = _head_outcome(head)
     with mock.patch.object(wire, "read_candidates", _never):
         assert in_bulk == _head_outcome(head)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"\x2a" + b"\xff" * 9 + b"\x01", id="length-2**63-and-more"),
+        pytest.param(b"\x2a" + b"\x80" * 10 + b"\x00", id="varint-past-ten-bytes"),
+        pytest.param(b"\x2a\x05\x0a\x01a", id="length-past-the-end"),
+        pytest.param(b"\x02\x00", id="field-number-0"),
+        pytest.param(b"\x0b\x0c", id="group"),
+        pytest.param(b"\x2a", id="tag-alone"),
+        pytest.param(b"\x11\x00\x00", id="fixed64-cut-short"),
+    ],
+)
+def test_malformed_request_bytes_end_the_read_without_an_error(raw):
+    assert recsys_rl_rankwire.rank_candidates(raw, **LIMITS) is None
+
+
+def _field(candidate: bytes) -> bytes:
+    return b"\x2a" + bytes([len(candidate)]) + candidate
+
+
+#: Pieces of Rank requests: candidates fields (valid, with an author, cut short), other fields, garbage.
+_PIECES = [
+    _field(_item(b"a") + V + _packed(SEVEN)),
+    _field(_author(b"x") + _item(b"b") + _packed(SEVEN) + V),
+    _field(_item(b"c") + V + _packed(SEVEN))[:-3],
+    b"\x08\x01",  # schema_version
+    b"\x12\x01r",  # request_id
+    b"\x38\x03",  # page_size
+    b"\x2a\x00",  # an empty candidate
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.lists(st.one_of(st.sampled_from(_PIECES), st.binary(max_size=6)), max_size=6).map(b"".join))
+def test_whatever_bytes_it_is_given_the_reader_never_fails_and_reads_what_protobuf_decodes(raw):
+    """The reader parses bytes from the network: it must never fail on them, and the candidates it
+    accepts must be those protobuf decodes (the server hands it only requests gRPC's decoder took)."""
+    read = recsys_rl_rankwire.rank_candidates(raw, **LIMITS)
+    try:
+        candidates = contracts.RankRequest.FromString(raw).candidates
+    except message.DecodeError:
+        return
+    if read is None:
+        return
+    assert list(read[2]) == [c.item_id for c in candidates]
+    np.testing.assert_array_equal(
+        np.frombuffer(read[0], "<f8"), [v for c in candidates for v in c.predictions]
+    )
 
 
 def test_a_valid_request_the_bulk_read_refuses_is_accepted_the_slow_way(monkeypatch):
