@@ -33,6 +33,8 @@ def _field(value: Any) -> Any:
 
 
 def _unfield(value: Any) -> Any:
+    if isinstance(value, list):  # a tuple of strings (a decision's served items) went out as a list
+        return tuple(value)
     return base64.b64decode(value["b64"]) if isinstance(value, dict) else value
 
 

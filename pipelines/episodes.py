@@ -19,7 +19,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from recsys_rl import contracts, signals
 from recsys_rl.pipelines.event_validation import (
@@ -90,6 +90,12 @@ class Decision(NamedTuple):
     user_author_term_id: str = ""
     user_author_weight_logit: float = 0.0
     user_author_log_propensity: float = 0.0
+    # The served items in page order and the upstream model's logged predictions of each, in the
+    # surface's signal order (float32_bytes, an item's row after another's; 0 for a signal the record
+    # predicted nothing for, and for a served item not among its candidates): what `_predicted_rewards`
+    # sums over the viewed items. Empty for a decision carried from a run before they were kept.
+    served_item_ids: tuple[str, ...] = ()
+    served_predictions: bytes = b""
 
 
 class Feedback(NamedTuple):
@@ -165,6 +171,10 @@ def _decision_fields(
         "DecisionRecord", record.event_time_ms, timestamp_ms
     ):
         return problem
+    surface = contracts.SURFACE_NAMES[record.surface]
+    served = _served_predictions(record, surface)
+    if isinstance(served, Rejection):
+        return served
     displaced = 0.0
     if record.surface == _LIVE and action[0] == 1.0 and record.candidates:
         names = record.prediction_names[:]
@@ -176,7 +186,7 @@ def _decision_fields(
         offset,
         record.request_id,
         record.event_time_ms,
-        contracts.SURFACE_NAMES[record.surface],
+        surface,
         record.user_group,
         float32_bytes(state),
         float32_bytes(action),
@@ -186,7 +196,39 @@ def _decision_fields(
         record.features_missing_reason,
         contracts.action_selection(record) in contracts.DETERMINISTIC_SELECTIONS,
         *_user_author_term(record),
+        *served,
     )
+
+
+def _served_predictions(
+    record: contracts.DecisionRecord, surface: str
+) -> tuple[tuple[str, ...], bytes] | Rejection:
+    """The Decision's ``served_item_ids`` and ``served_predictions``: only the served items' rows cross
+    the shuffle (a page is a few of the candidates), read once here."""
+    served = tuple(record.served_item_ids)
+    if not served:
+        return (), b""
+    names = record.prediction_names[:]
+    wanted = SURFACE_SIGNALS[surface]
+    by_item: dict[str, Any] = {}
+    for candidate in record.candidates:  # a repeated id (serving refuses them) reads as its first
+        by_item.setdefault(candidate.item_id, candidate.predictions)
+    columns = None if names == list(wanted) else [names.index(s) if s in names else None for s in wanted]
+    rows: list[float] = []
+    for item in served:
+        predictions = by_item.get(item)
+        if predictions is None:
+            rows += [0.0] * len(wanted)
+            continue
+        values = predictions[:]
+        if len(values) != len(names):
+            return Rejection(
+                "out_of_range",
+                f"DecisionRecord.candidates: item {item!r} has {len(values)} predictions, but "
+                f"prediction_names names {len(names)}",
+            )
+        rows += values if columns is None else [0.0 if j is None else values[j] for j in columns]
+    return served, float32_bytes(rows)
 
 
 _NO_TERM = ("", 0.0, 0.0)
@@ -413,6 +455,30 @@ def _rewards(request: _Request, surface: str) -> list[float]:
     columns = zip(*map(fields, request.feedback), strict=True)  # none without feedback
     for position, values in zip(positions, columns, strict=False):  # drops the trailing field 0
         totals[position] = float(sum(values))
+    return _with_displaced(totals, request, surface)
+
+
+def _predicted_rewards(request: _Request, surface: str) -> list[float]:
+    """Each signal of the surface summed over the request's viewed items as the upstream model predicted
+    it when it ranked them, in Kafka order: the expectation the drawn responses of ``_rewards`` scatter
+    around. A sparse signal's draws are nearly all 0, so how a ranking moves its rate is lost in their
+    noise at any data size a benchmark can train on; the predictions carry it (training's
+    ``rewards: predicted``). A viewed item the decision did not serve adds nothing: nothing predicted it.
+    """
+    decision = request.decision
+    width = len(SURFACE_SIGNALS[surface])
+    totals = [0.0] * width
+    if decision.served_predictions:
+        table = float32_list(decision.served_predictions)
+        rows = {item: width * i for i, item in enumerate(decision.served_item_ids)}
+        for event in request.feedback:
+            start = rows.get(event.item_id)
+            if start is not None:
+                totals = [t + v for t, v in zip(totals, table[start : start + width], strict=True)]
+    return _with_displaced(totals, request, surface)
+
+
+def _with_displaced(totals: list[float], request: _Request, surface: str) -> list[float]:
     if surface == "live_allocation":
         # The short-video time an insertion displaces is counterfactual: no client can report it. The
         # decision logs the upstream prediction of the displaced video's watch time, and that prediction
@@ -454,6 +520,7 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
                 "user_author_log_propensity": decision.user_author_log_propensity,
                 "done": following is None,
                 "reward": _rewards(request, surface),
+                "predicted_reward": _predicted_rewards(request, surface),
                 "feedback_count": len(request.feedback),
             }
         )

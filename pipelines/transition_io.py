@@ -74,7 +74,9 @@ REQUEST_LAYOUT = RowLayout(
         "done",
         "feedback_count",
     ),
-    float_lists=("state", "next_state", "action"),
+    # predicted_reward: per signal of the surface, the upstream model's predictions summed over the viewed
+    # items (``pipelines.episodes._predicted_rewards``)
+    float_lists=("state", "next_state", "action", "predicted_reward"),
     floats=("log_propensity", "user_author_weight_logit", "user_author_log_propensity"),
     unique="request_id",
     shard_by="session_id",
@@ -237,7 +239,8 @@ def parquet_schema(surface: str) -> pa.Schema:
 def feed_steps_table(logged: LoggedSteps, **columns: Any) -> pa.Table:
     """Logged feed steps as a feed shard's table in the pipeline's schema, in their order: what OPE reads
     back (``LoggedSteps.from_parquet``), for benchmarks and tests that log without Kafka. ``columns``
-    replace the defaults: blank ids and times, nothing deterministic, no user-author term."""
+    replace the defaults: blank ids and times, nothing deterministic, no user-author term, no
+    predictions (predicted rewards 0)."""
     n = logged.rows
 
     def lists(matrix: np.ndarray) -> pa.Array:
@@ -264,6 +267,7 @@ def feed_steps_table(logged: LoggedSteps, **columns: Any) -> pa.Table:
         "state": lists(logged.states),
         "next_state": lists(logged.next_states),
         "action": lists(logged.actions),
+        "predicted_reward": lists(np.zeros_like(logged.rewards)),
         "log_propensity": logged.behaviour_log_prob,
         "user_author_weight_logit": np.zeros(n),
         "user_author_log_propensity": np.zeros(n),

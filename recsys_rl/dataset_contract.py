@@ -17,10 +17,14 @@ MANIFEST = "manifest.json"
 #: Version 3 added the ``user_author`` surface (its shards, manifest section and pair-histories file).
 #: Version 4 added the request rows' ``user_author_term_id``, ``user_author_weight_logit`` and
 #: ``user_author_log_propensity`` (a Rank's user-author term; "" and zeros where none was routed).
-DATASET_SCHEMA_VERSION = 4
+#: Version 5 added the request rows' ``predicted_reward`` (per signal, the upstream model's logged
+#: predictions summed over the viewed items), which training reads with ``rewards: predicted``.
+DATASET_SCHEMA_VERSION = 5
 #: Versions readers accept. A version-1 dataset has no ``deterministic`` column: it was built from
 #: version-1 decision records, which cannot say, and its decisions are all read as sampled.
-READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
+READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5)
+#: The first version with ``predicted_reward``.
+PREDICTED_REWARDS_SINCE = 5
 #: The surface of user-author pair transitions (issue 22): one row per interaction of a pair.
 USER_AUTHOR = "user_author"
 #: Every surface a dataset holds, with its reward vector's signals in order.

@@ -23,6 +23,7 @@ COLUMNS_SINCE = {
     "user_author_term_id": 4,
     "user_author_weight_logit": 4,
     "user_author_log_propensity": 4,
+    "predicted_reward": 5,
 }
 
 

@@ -61,6 +61,7 @@ from recsys_rl.training.agents.algorithms import (
 from recsys_rl.training.agents.allocation import AllocationConfig
 from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import (
+    REWARD_SOURCES,
     TransitionStatistics,
     open_dataset,
     read_transitions,
@@ -99,6 +100,10 @@ class TrainConfig:
     checkpoint_every: int = 500
     log_every: int = 100
     shuffle_buffer: int = 65_536
+    # What the critics learn from (``agents.data.REWARD_SOURCES``): "logged", the responses clients
+    # reported; "predicted", the upstream model's predictions of the viewed items, the expectation those
+    # responses are drawn around (bench/stage_one_actors.py measures what each teaches TSCAC's stage one).
+    rewards: str = "logged"
     # Devices to mirror the model over (e.g. ["/gpu:0", "/gpu:1"]); empty: every GPU when there are
     # several, else the one device TensorFlow picks (a GPU if present, the CPU otherwise).
     devices: tuple[str, ...] = ()
@@ -117,6 +122,8 @@ class TrainConfig:
                 raise ValueError(f"{name} should be at least 1, but is {getattr(self, name)}")
         if not 0.0 <= self.stage_one_fraction < 1.0:
             raise ValueError(f"stage_one_fraction should be in [0, 1), but is {self.stage_one_fraction}")
+        if self.rewards not in REWARD_SOURCES:
+            raise ValueError(f"rewards should be one of {list(REWARD_SOURCES)}, but is {self.rewards!r}")
 
     @property
     def surface(self) -> str:
@@ -231,7 +238,7 @@ def _train(config: TrainConfig, dataset, workers: Workers, out_dir: Path, progre
         raise ConfigError(f"batch_size {config.batch_size} does not split evenly over {replicas} replicas")
     tf.keras.utils.set_random_seed(config.seed)
     tf.config.experimental.enable_op_determinism()
-    stats = transition_statistics(dataset)
+    stats = transition_statistics(dataset, rewards=config.rewards)
     write_json_atomic(out_dir / "input_manifest.json", dataset.manifest)
     write_json_atomic(out_dir / "statistics.json", stats.to_dict())
 
@@ -240,7 +247,11 @@ def _train(config: TrainConfig, dataset, workers: Workers, out_dir: Path, progre
     # Every worker reads the whole batch and trains on its replicas' shares (`compiled_train_step`):
     # the iterator stays a plain, checkpointable tf.data one, and a step is the one-worker step.
     batches = read_transitions(
-        dataset, config.batch_size, seed=config.seed, shuffle_buffer=config.shuffle_buffer
+        dataset,
+        config.batch_size,
+        seed=config.seed,
+        shuffle_buffer=config.shuffle_buffer,
+        rewards=config.rewards,
     )
     iterator = iter(batches)  # a plain tf.data iterator: checkpointable, unlike a distributed one
     checkpoint = tf.train.Checkpoint(agent=agent, iterator=iterator)

@@ -195,6 +195,49 @@ def test_a_dataset_built_without_pairs_is_refused_with_the_flag_that_builds_them
     assert open_dataset(copy).rows > 0  # its other surfaces still train
 
 
+def test_predicted_rewards_arrive_in_the_reward_slot_when_asked(feed_dataset, feed_rows):
+    """``rewards="predicted"``: every row's reward vector is its ``predicted_reward`` column, in signal
+    order, and the statistics that scale the critics' rewards are that column's."""
+    dataset = open_dataset(feed_dataset)
+    batch = next(iter(read_transitions(dataset, dataset.rows, seed=0, repeat=False, rewards="predicted")))
+    keys = [
+        _key(s, a)
+        for s, a in zip(batch.time_step.observation.numpy(), batch.action_step.action.numpy(), strict=True)
+    ]
+    rows = feed_rows.loc[keys]
+    predicted = np.stack(rows["predicted_reward"].to_numpy()).astype(np.float32)
+    np.testing.assert_array_equal(batch.next_time_step.reward.numpy(), predicted)
+    logged = rows[[f"reward_{s}" for s in SIGNALS]].to_numpy(np.float32)
+    assert predicted[:, SIGNALS.index("watch_time")].std() > 0 and not np.array_equal(predicted, logged)
+    # the views' predictions are what their drawn responses scatter around: the dense signals' totals agree
+    dense = [SIGNALS.index("watch_time"), SIGNALS.index("click")]
+    np.testing.assert_allclose(predicted[:, dense].sum(axis=0), logged[:, dense].sum(axis=0), rtol=0.25)
+    stats = transition_statistics(dataset, rewards="predicted")
+    np.testing.assert_allclose(stats.reward_mean, predicted.astype(np.float64).mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(
+        stats.reward_std, np.maximum(predicted.astype(np.float64).std(axis=0), 1e-3), rtol=1e-4
+    )
+
+
+def test_predicted_rewards_are_refused_where_the_dataset_has_none(feed_dataset, tmp_path):
+    copy = _copy(feed_dataset, tmp_path)
+    _edit_manifest(copy, lambda m: m.update(schema_version=4))
+    old = open_dataset(copy, check_sha256=False)
+    for read in (
+        lambda: read_transitions(old, 8, seed=0, rewards="predicted"),
+        lambda: transition_statistics(old, rewards="predicted"),
+    ):
+        with pytest.raises(DatasetMismatchError, match="schema_version 4, which has no predicted rewards"):
+            read()
+    read_transitions(old, 8, seed=0)  # its logged rewards still read
+    with pytest.raises(DatasetMismatchError, match="user_author surface has no predicted rewards"):
+        read_transitions(open_dataset(feed_dataset, USER_AUTHOR), 8, seed=0, rewards="predicted")
+    with pytest.raises(
+        ValueError, match=r"rewards should be one of \['logged', 'predicted'\], but is 'drawn'"
+    ):
+        read_transitions(open_dataset(feed_dataset), 8, seed=0, rewards="drawn")
+
+
 def test_transition_statistics_match_numpy_over_the_parquet_shards(feed_dataset, feed_rows):
     stats = transition_statistics(open_dataset(feed_dataset))
     states = np.stack(feed_rows["state"].to_numpy()).astype(np.float64)

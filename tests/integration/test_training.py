@@ -249,6 +249,19 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_run_ends(
     assert again.already_complete
 
 
+def test_a_run_on_predicted_rewards_scales_its_critics_by_them_and_records_the_choice(
+    feed_dataset: Path, tmp_path: Path
+):
+    result = train(_config(feed_dataset, tmp_path / "run", steps=10, rewards="predicted"))
+    recorded = json.loads((result.run_dir / "statistics.json").read_text())["reward_std"]
+    dataset = open_dataset(feed_dataset)
+    assert recorded == pytest.approx(transition_statistics(dataset, rewards="predicted").reward_std.tolist())
+    assert recorded != pytest.approx(transition_statistics(dataset).reward_std.tolist())
+    assert "rewards: predicted" in (result.run_dir / "config.yaml").read_text()
+    with pytest.raises(ValueError, match="rewards should be one of"):
+        _config(feed_dataset, tmp_path / "other", rewards="expected")
+
+
 def test_a_diverging_loss_stops_the_job_with_the_step_and_the_broken_losses(
     feed_dataset: Path, tmp_path: Path
 ):

@@ -179,7 +179,8 @@ def test_a_decision_carried_by_a_run_before_the_mark_reads_back_as_sampled(recor
     (tmp_path / CARRIED_FILE).write_text("".join(json.dumps(line) + "\n" for line in old))
     [(user, (kind, events))] = read_carried(tmp_path / CARRIED_FILE)
     assert (user, kind) == ("u", DECISION)
-    assert [Decision._make(e) for e in events] == [decision, decision]  # the old run's: both sampled
+    # the old run's: both sampled, every later field at its default
+    assert [Decision._make(e) for e in events] == [Decision(*decision[:before_mark])] * 2
     (tmp_path / CARRIED_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
     [(_, (_, events))] = read_carried(tmp_path / CARRIED_FILE)
     assert [Decision._make(e) for e in events] == [decision, mode]  # this run's keep their mark

@@ -575,3 +575,117 @@ def test_every_session_after_the_cutoff_is_carried_and_keeps_its_views_for_the_n
     assert sorted(event.request_id for event in built.carried) == ["open-1", "open-1", "open-2", "open-2"]
     assert [fact["item_id"] for fact in built.view_facts] == ["v1"]
     assert dict(built.fates) == {"used": 2, "carried": 4}
+
+
+def _predicted_by_request(log) -> dict[str, np.ndarray]:
+    """Each feed request's upstream predictions summed over its viewed videos, from the simulator's arrays."""
+    views, feed = log.views, log.feed
+    row_of = {int(r): i for i, r in enumerate(feed.request)}
+    out = {IDS.request(int(r)): np.zeros(len(signals.FEED_SIGNALS)) for r in feed.request}
+    for request, item, is_live in zip(views.request, views.item, views.is_live, strict=True):
+        if is_live:
+            continue
+        i = row_of[int(request)]
+        position = np.flatnonzero(feed.candidates[i] == item)[0]  # a repeated candidate: its first
+        out[IDS.request(int(request))] += feed.predictions[i, position]
+    return out
+
+
+def test_predicted_rewards_sum_the_viewed_items_logged_predictions(simulated):
+    """Training's ``rewards: predicted`` reads these: per signal, the upstream model's prediction of each
+    item the user viewed, as the decision logged it, summed over the request's views."""
+    log, by_user = simulated
+    _, rows = _build(by_user)
+    expected = _predicted_by_request(log)
+    feed_rows = [r for r in rows if r["surface"] == "feed"]
+    assert len(feed_rows) == len(expected)
+    for row in feed_rows:
+        np.testing.assert_allclose(row["predicted_reward"], expected[row["request_id"]], rtol=1e-5, atol=1e-6)
+    assert any(row["predicted_reward"] != row["reward"] for row in feed_rows)
+    # a live stream viewed after its insertion: its predicted watch and gift; the displaced time is the
+    # reward's own (already a prediction), viewed or not
+    live = {IDS.live_request(int(r)): i for i, r in enumerate(log.live.request)}
+    viewed = {int(r) for r, is_live in zip(log.views.request, log.views.is_live, strict=True) if is_live}
+    live_rows = [r for r in rows if r["surface"] == "live_allocation"]
+    assert any(int(log.live.request[live[r["request_id"]]]) in viewed for r in live_rows)
+    for row in live_rows:
+        i = live[row["request_id"]]
+        seen = int(log.live.request[i]) in viewed
+        np.testing.assert_allclose(
+            row["predicted_reward"][:2], log.live.predictions[i, :2] if seen else [0.0, 0.0], rtol=1e-6
+        )
+        assert row["predicted_reward"][2] == row["reward"][2]
+
+
+def _served_decision(simulated, *, names=None, served=None, width=None) -> tuple[str, tuple]:
+    """The first feed decision of a user, re-logged with its predictions named ``names`` (in that order:
+    each candidate's values reordered to match) and ``served`` as its page."""
+    _, by_user = simulated
+    user, refs = next(iter(by_user.items()))
+    ref = next(
+        r
+        for r in refs
+        if r[0] == DECISION and contracts.decode_decision(r[6]).surface == contracts.SURFACES["feed"]
+    )
+    record = contracts.decode_decision(ref[6])
+    logged = list(record.prediction_names)
+    if names is not None:
+        for candidate in record.candidates:
+            values = dict(zip(logged, candidate.predictions, strict=True))
+            candidate.ClearField("predictions")
+            candidate.predictions.extend(values.get(n, 99.0) for n in names)  # 99: a name not read
+        record.ClearField("prediction_names")
+        record.prediction_names.extend(names)
+    if served is not None:
+        record.ClearField("served_item_ids")
+        record.served_item_ids.extend(served)
+    if width is not None:  # the first served item's candidate
+        first = next(c for c in record.candidates if c.item_id == record.served_item_ids[0])
+        del first.predictions[width:]
+    return user, (*ref[:6], contracts.encode(record))
+
+
+def test_predicted_rewards_follow_the_logged_names_and_count_only_served_items(simulated):
+    """The predictions are read by name, whatever order the logger wrote them in; a signal it did not
+    predict is 0; a viewed item that was not served (nothing predicted it) adds nothing."""
+    user, plain = _served_decision(simulated)
+    record = contracts.decode_decision(plain[6])
+    by_id = {c.item_id: c for c in reversed(record.candidates)}  # a repeated id: its first
+    first, second = (by_id[item] for item in record.served_item_ids[:2])
+    names = ["hate", "like", "watch_time", "unknown_signal", "click", "share", "comment"]  # no follow
+    _, shuffled = _served_decision(
+        simulated, names=names, served=[first.item_id, second.item_id, "never-a-candidate"]
+    )
+
+    def views(decision_ref, items):
+        events = []
+        for offset, item in enumerate(items):
+            event = contracts.FeedbackEvent(
+                schema_version=1,
+                request_id=record.request_id,
+                user_id=user,
+                item_id=item,
+                item_type=VIDEO,
+                event_time_ms=record.event_time_ms + 1_000 * (offset + 1),
+            )
+            events.append(_feedback_ref(event, offset))
+        [row] = [r for r in build(user, [decision_ref, *events], EpisodeConfig()).transitions]
+        return row["predicted_reward"]
+
+    got = views(shuffled, [first.item_id, second.item_id, "never-a-candidate", "not-served-either"])
+    want = [a + b for a, b in zip(first.predictions, second.predictions, strict=True)]
+    follow = signals.FEED_SIGNALS.index("follow")
+    expected = [0.0 if i == follow else want[i] for i in range(len(want))]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # the same views of the plainly logged decision: follow counted
+    np.testing.assert_allclose(views(plain, [first.item_id, second.item_id]), want, rtol=1e-6)
+
+
+def test_a_served_candidate_with_the_wrong_number_of_predictions_is_rejected_naming_it(simulated):
+    _, ref = _served_decision(simulated, width=3)
+    item = contracts.decode_decision(ref[6]).served_item_ids[0]
+    names = len(contracts.decode_decision(ref[6]).prediction_names)
+    assert decode_event(DECISION, ref[1:]) == Rejection(
+        "out_of_range",
+        f"DecisionRecord.candidates: item {item!r} has 3 predictions, but prediction_names names {names}",
+    )

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from recsys_rl import contracts, signals
-from recsys_rl.pipelines.episodes import DECISION, FEEDBACK, decode_event
+from recsys_rl.pipelines.episodes import DECISION, FEEDBACK, Decision, decode_event
 from recsys_rl.pipelines.event_validation import (
     Rejection,
     check_decision,
@@ -507,7 +507,12 @@ def test_a_user_author_term_is_carried_into_the_decision_whenever_it_was_routed(
 
     def decoded(record: contracts.DecisionRecord):
         _, fields = decode_event(DECISION, ("decisions", 0, 0, T0, b"", contracts.encode(record)))
-        return fields[-3:]
+        decision = Decision._make(fields)
+        return (
+            decision.user_author_term_id,
+            decision.user_author_weight_logit,
+            decision.user_author_log_propensity,
+        )
 
     term_id, logit, log_propensity = decoded(ranked_with_term())
     assert (term_id, log_propensity) == ("t" * 16, -0.4) and logit == pytest.approx(0.2)

@@ -42,6 +42,7 @@ def _row(surface: str = "feed") -> dict:
         "user_author_weight_logit": 0.5,
         "user_author_log_propensity": -0.25,
         "reward": [12.5, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        "predicted_reward": [11.0, 0.75, 0.5, 0.0, 0.125, 0.25, 0.0],
     }
 
 
@@ -55,6 +56,7 @@ def test_examples_parse_with_tensorflow():
         "state": tf.io.FixedLenFeature([2], tf.float32),
         "action": tf.io.FixedLenFeature([7], tf.float32),
         "log_propensity": tf.io.FixedLenFeature([], tf.float32),
+        "predicted_reward": tf.io.FixedLenFeature([7], tf.float32),
         **{f"reward/{s}": tf.io.FixedLenFeature([], tf.float32) for s in signals.FEED_SIGNALS},
     }
     parsed = tf.io.parse_single_example(to_example(_row()), spec)
@@ -62,6 +64,7 @@ def test_examples_parse_with_tensorflow():
     assert int(parsed["step"]) == 3 and int(parsed["done"]) == 1
     np.testing.assert_allclose(parsed["state"].numpy(), [0.5, -1.0])
     assert float(parsed["reward/watch_time"]) == 12.5 and float(parsed["reward/share"]) == 1.0
+    assert parsed["predicted_reward"].numpy().tolist() == [11.0, 0.75, 0.5, 0.0, 0.125, 0.25, 0.0]
     assert float(parsed["log_propensity"]) == -3.5
     flags = {
         "features_missing": tf.io.FixedLenFeature([], tf.int64),
@@ -91,13 +94,14 @@ def test_example_bytes_are_deterministic():
 
 
 def test_parquet_rows_name_each_reward_and_keep_every_value():
-    live = _row("live_allocation") | {"reward": [30.0, 2.0, 7.5]}
+    live = _row("live_allocation") | {"reward": [30.0, 2.0, 7.5], "predicted_reward": [25.0, 1.5, 7.5]}
     rows = [live, live | {"state": []}]
     table = parquet_table("live_allocation", [parquet_values(row) for row in rows])
     assert table.schema == parquet_schema("live_allocation")
     assert {f"reward_{s}" for s in signals.LIVE_SIGNALS} <= set(table.column_names)
     first = table.to_pylist()[0]
     assert [first[f"reward_{s}"] for s in signals.LIVE_SIGNALS] == [30.0, 2.0, 7.5]
+    assert first["predicted_reward"] == [25.0, 1.5, 7.5]
     assert first["state"] == [0.5, -1.0] and first["done"] == 1 and first["step"] == 3
     assert first["deterministic"] == 1
     assert (first["user_author_term_id"], first["user_author_weight_logit"]) == ("t1", 0.5)
@@ -216,6 +220,7 @@ def _random_row(rng: random.Random) -> dict:
         "user_author_weight_logit": floats(1)[0],
         "user_author_log_propensity": floats(1)[0],
         "reward": floats(len(DATASET_SIGNALS[surface])),
+        "predicted_reward": floats(len(DATASET_SIGNALS[surface])),
     }
 
 

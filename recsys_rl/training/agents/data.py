@@ -22,6 +22,7 @@ from recsys_rl.atomic_json import read_json_file
 from recsys_rl.dataset_contract import (
     DATASET_SIGNALS,
     MANIFEST,
+    PREDICTED_REWARDS_SINCE,
     READABLE_DATASET_SCHEMA_VERSIONS,
     STATE_FEATURES,
     USER_AUTHOR,
@@ -34,6 +35,9 @@ FEED = "feed"
 #: A feed action is one fusion-weight logit per prediction; an allocation is one insert flag; a pair's
 #: meeting logs no action (its value acts through a ranking term; ``recsys_rl.training.pair_value``).
 ACTION_SIZES = {FEED: len(FEED_ACTION_NAMES), "live_allocation": 1, USER_AUTHOR: 0}
+#: What a transition's reward is read from: the responses clients reported (``reward/<signal>``), or the
+#: upstream model's predictions of the viewed items (``predicted_reward``, ``pipelines.episodes``).
+REWARD_SOURCES = ("logged", "predicted")
 
 
 class DatasetMismatchError(OperationalError):
@@ -124,8 +128,29 @@ class TransitionStatistics:
         }
 
 
-def transition_statistics(dataset: TransitionDataset, floor: float = 1e-3) -> TransitionStatistics:
-    """Per-feature and per-signal moments over the whole surface, read from the Parquet shards.
+def check_reward_source(dataset: TransitionDataset, rewards: str) -> None:
+    """Refuse a reward source the dataset cannot give, saying why."""
+    if rewards not in REWARD_SOURCES:
+        raise ValueError(f"rewards should be one of {list(REWARD_SOURCES)}, but is {rewards!r}")
+    if rewards == "logged":
+        return
+    if dataset.surface == USER_AUTHOR:
+        raise DatasetMismatchError(
+            "the user_author surface has no predicted rewards: train it with rewards 'logged'"
+        )
+    version = dataset.manifest["schema_version"]
+    if version < PREDICTED_REWARDS_SINCE:
+        raise DatasetMismatchError(
+            f"{dataset.directory} has schema_version {version}, which has no predicted rewards (they came in "
+            f"version {PREDICTED_REWARDS_SINCE}): rebuild it, or train with rewards 'logged'"
+        )
+
+
+def transition_statistics(
+    dataset: TransitionDataset, floor: float = 1e-3, *, rewards: str = "logged"
+) -> TransitionStatistics:
+    """Per-feature and per-signal moments over the whole surface, read from the Parquet shards; the
+    rewards' from the column ``rewards`` names (``REWARD_SOURCES``).
 
     A state feature whose spread in the data is below ``floor`` is centred but not scaled. Dividing it
     by the floor would turn any variation the data never showed into inputs a thousand times larger at
@@ -138,14 +163,18 @@ def transition_statistics(dataset: TransitionDataset, floor: float = 1e-3) -> Tr
         values = [np.asarray(t.column(column).combine_chunks().flatten(), np.float64) for t in tables]
         return np.concatenate(values).reshape(-1, width)
 
+    check_reward_source(dataset, rewards)
     states = matrix("state", len(STATE_FEATURES[dataset.surface]))
-    rewards = np.stack(
-        [np.concatenate([t.column(f"reward_{s}").to_numpy() for t in tables]) for s in dataset.signals],
-        axis=1,
-    )
+    if rewards == "predicted":
+        values = matrix("predicted_reward", len(dataset.signals))
+    else:
+        values = np.stack(
+            [np.concatenate([t.column(f"reward_{s}").to_numpy() for t in tables]) for s in dataset.signals],
+            axis=1,
+        )
     width = ACTION_SIZES[dataset.surface]
     actions = matrix("action", width) if width else np.zeros((len(states), 0))
-    return statistics_of(states, rewards, actions, floor)
+    return statistics_of(states, values, actions, floor)
 
 
 def statistics_of(
@@ -162,7 +191,7 @@ def statistics_of(
     )
 
 
-def _feature_spec(dataset: TransitionDataset) -> dict[str, tf.io.FixedLenFeature]:
+def _feature_spec(dataset: TransitionDataset, rewards: str) -> dict[str, tf.io.FixedLenFeature]:
     state_size = len(STATE_FEATURES[dataset.surface])
     spec = {
         "state": tf.io.FixedLenFeature([state_size], tf.float32),
@@ -179,7 +208,10 @@ def _feature_spec(dataset: TransitionDataset) -> dict[str, tf.io.FixedLenFeature
             step=tf.io.FixedLenFeature([], tf.int64),
             done=tf.io.FixedLenFeature([], tf.int64),
         )
-    spec.update({f"reward/{s}": tf.io.FixedLenFeature([], tf.float32) for s in dataset.signals})
+    if rewards == "predicted":
+        spec["predicted_reward"] = tf.io.FixedLenFeature([len(dataset.signals)], tf.float32)
+    else:
+        spec.update({f"reward/{s}": tf.io.FixedLenFeature([], tf.float32) for s in dataset.signals})
     return spec
 
 
@@ -211,9 +243,13 @@ def _to_transition(parsed: dict[str, tf.Tensor], signal_names: tuple[str, ...]) 
         discount=tf.ones([batch], tf.float32),
         observation=parsed["state"],
     )
+    if "predicted_reward" in parsed:
+        reward = parsed["predicted_reward"]
+    else:
+        reward = tf.stack([parsed[f"reward/{s}"] for s in signal_names], axis=1)
     following = time_step.TimeStep(
         step_type=tf.where(done, time_step.StepType.LAST, time_step.StepType.MID),
-        reward=tf.stack([parsed[f"reward/{s}"] for s in signal_names], axis=1),
+        reward=reward,
         discount=1.0 - tf.cast(done, tf.float32),
         observation=parsed["next_state"],
     )
@@ -229,14 +265,17 @@ def read_transitions(
     seed: int,
     shuffle_buffer: int = 65_536,
     repeat: bool = True,
+    rewards: str = "logged",
 ) -> tf.data.Dataset:
-    """Shuffled ``Transition`` batches of exactly ``batch_size`` (a ragged last batch is dropped).
+    """Shuffled ``Transition`` batches of exactly ``batch_size`` (a ragged last batch is dropped), their
+    rewards from the column ``rewards`` names (``REWARD_SOURCES``).
 
     Shuffling is seeded and the pipeline deterministic, so a run's batches depend only on the seed, and
     an iterator saved in a checkpoint resumes at the same place.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size should be at least 1, but is {batch_size}")
+    check_reward_source(dataset, rewards)
     files = [str(p) for p in dataset.shard_paths("tfrecord")]
     records = tf.data.TFRecordDataset(files)
     records = records.shuffle(
@@ -244,7 +283,7 @@ def read_transitions(
     )
     if repeat:
         records = records.repeat()
-    spec = _feature_spec(dataset)
+    spec = _feature_spec(dataset, rewards)
     signal_names = dataset.signals
     batches = records.batch(batch_size, drop_remainder=True).map(
         lambda serialized: _to_transition(tf.io.parse_example(serialized, spec), signal_names),
