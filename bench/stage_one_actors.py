@@ -29,6 +29,7 @@ import tempfile
 import time
 
 import numpy as np
+import pyarrow.parquet as pq
 from common import bench_parser, git_commit, write_result
 from trained import evaluation_worlds, logged_dataset
 
@@ -38,10 +39,12 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 import tensorflow as tf
 
 from recsys_rl import signals
+from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import PolicyValues, monte_carlo_values
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.sim_eval import compare_values
+from recsys_rl.state import FEED_STATE_FEATURES
 from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import (
     REWARD_SOURCES,
@@ -77,6 +80,45 @@ class ActorMean:
         mean, _ = self._actor.mean_and_std(tf.constant(states, tf.float32))
         mean = mean.numpy().astype(np.float64)
         return mean, np.zeros(mean.shape[0])
+
+
+def identifiability(dataset, rewards: str) -> dict:
+    """How well the logs show each signal's own fusion weight moving it: the least-squares effect of the
+    logged action's exploration (its distance from the behaviour policy's mean) on each signal's page
+    total, with the state and an intercept, as a share of the signal's mean per exploration standard
+    deviation, and its z. A critic cannot learn an effect the logs do not show beyond their noise."""
+    tables = [pq.read_table(p) for p in dataset.shard_paths("parquet")]
+
+    def matrix(column: str, width: int) -> np.ndarray:
+        values = [np.asarray(t.column(column).combine_chunks().flatten(), np.float64) for t in tables]
+        return np.concatenate(values).reshape(-1, width)
+
+    states, actions = matrix("state", len(FEED_STATE_FEATURES)), matrix("action", len(FEED_ACTION_NAMES))
+    if rewards == "predicted":
+        totals = matrix("predicted_reward", len(signals.FEED_SIGNALS))
+    else:
+        totals = np.stack(
+            [
+                np.concatenate([t.column(f"reward_{s}").to_numpy() for t in tables])
+                for s in signals.FEED_SIGNALS
+            ],
+            axis=1,
+        )
+    behaviour = behaviour_feed_policy()
+    design = np.column_stack([np.ones(len(states)), actions - behaviour.mean(states), states])
+    coef, *_ = np.linalg.lstsq(design, totals, rcond=None)
+    residual_var = ((totals - design @ coef) ** 2).sum(axis=0) / (len(states) - np.linalg.matrix_rank(design))
+    inverse = np.linalg.pinv(design.T @ design)
+    out = {}
+    for k, name in enumerate(FEED_ACTION_NAMES):
+        effect = coef[1 + k, k]
+        stderr = np.sqrt(inverse[1 + k, 1 + k] * residual_var[k])
+        sigma = float(behaviour.sigma[k])
+        out[name] = {
+            "effect_per_sigma": float(sigma * effect / totals[:, k].mean()),
+            "z": float(effect / stderr),
+        }
+    return out
 
 
 def stage_one_actors(
@@ -132,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built,
     ):
         dataset = open_dataset(built.dataset_dir)
+        shown = {rewards: identifiability(dataset, rewards) for rewards in REWARD_SOURCES}
         trained = {
             (rewards, seed): stage_one_actors(dataset, settings, seed, agent_config, rewards)
             for rewards in REWARD_SOURCES
@@ -153,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in AUXILIARY
         }
         compared[rewards] = {
+            "identifiability": shown[rewards],
             "per_seed": per_seed,
             "raised_own_signal": raised,
             "every_actor_raises_its_signal": all(all(r) for r in raised.values()),
@@ -174,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_result(args.out, result)
     for rewards, outcome in compared.items():
+        fit = ", ".join(
+            f"{n} {v['effect_per_sigma']:+.1%} (z {v['z']:+.1f})"
+            for n, v in outcome["identifiability"].items()
+        )
+        print(f"{rewards} rewards: each signal's own weight in the logs, per exploration sd: {fit}")
         for name in AUXILIARY:
             lifts = ", ".join(
                 f"{100 * outcome['per_seed'][str(s)]['actors'][name]['own_lift']:+.2f}%"
