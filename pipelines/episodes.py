@@ -19,7 +19,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from recsys_rl import contracts, signals
 from recsys_rl.pipelines.event_validation import (
@@ -204,23 +204,22 @@ def _served_predictions(
     record: contracts.DecisionRecord, surface: str
 ) -> tuple[tuple[str, ...], bytes] | Rejection:
     """The Decision's ``served_item_ids`` and ``served_predictions``: only the served items' rows cross
-    the shuffle (a page is a few of the candidates), read once here."""
+    the shuffle (a page is a few of the candidates), read once here. A repeated candidate id (serving
+    refuses them) reads as its first."""
     served = tuple(record.served_item_ids)
     if not served:
         return (), b""
     names = record.prediction_names[:]
     wanted = SURFACE_SIGNALS[surface]
-    by_item: dict[str, Any] = {}
-    for candidate in record.candidates:  # a repeated id (serving refuses them) reads as its first
-        by_item.setdefault(candidate.item_id, candidate.predictions)
     columns = None if names == list(wanted) else [names.index(s) if s in names else None for s in wanted]
+    candidates = record.candidates
+    ids = [candidate.item_id for candidate in candidates]
     rows: list[float] = []
     for item in served:
-        predictions = by_item.get(item)
-        if predictions is None:
+        if item not in ids:
             rows += [0.0] * len(wanted)
             continue
-        values = predictions[:]
+        values = candidates[ids.index(item)].predictions[:]
         if len(values) != len(names):
             return Rejection(
                 "out_of_range",
