@@ -54,11 +54,13 @@ RUNS: dict[str, dict[str, Any]] = {
     "ac-main": {"algo": "ac-main"},
 }
 #: TSCAC's variants, on the first three seeds: the lambda sweep (in reward units, around the default
-#: 0.1) and the shared critic trunk against the paper's independent ones.
+#: 0.1), the shared critic trunk against the paper's independent ones, and the critics trained on the
+#: upstream model's predictions of the viewed items instead of the drawn responses (``rewards``).
 VARIANTS: dict[str, dict[str, Any]] = {
     "tscac-lambda-0.03": {"algo": "tscac", "agent": {"aux_lambda": 0.03}},
     "tscac-lambda-0.3": {"algo": "tscac", "agent": {"aux_lambda": 0.3}},
     "tscac-shared-trunk": {"algo": "tscac", "agent": {"critic_trunk": "shared"}},
+    "tscac-predicted-rewards": {"algo": "tscac", "rewards": "predicted"},
 }
 BASELINES = ("rcpo", "rcpo-mc", "ac-main")
 REFERENCES = ("global", "oracle")
@@ -233,8 +235,9 @@ METHOD = """## The protocol
   run on the selection world has the most watch time within the constraints is chosen (the global
   weighting when none beats it).
 - **Learned runs.** TSCAC; its myopic control (every critic discount 0); RCPO, RCPO with the multi-task
-  critic, the watch-time-only actor-critic; TSCAC's lambda sweep and its shared-trunk critic on three
-  seeds. Every policy serves its mean.
+  critic, the watch-time-only actor-critic; TSCAC's lambda sweep, its shared-trunk critic and TSCAC with
+  critics on predicted rewards (the upstream model's predictions of the viewed items, not the drawn
+  responses) on three seeds. Every policy serves its mean.
 - **Deployable lift.** The watch-time lift where no constraint is broken, 0 where one is (the gate keeps
   the behaviour policy). `tscac_share_of_oracle_headroom` is TSCAC's mean deployable lift over the
   oracle's; "ahead" is a paired (by training seed) mean difference beyond two standard errors.

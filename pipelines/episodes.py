@@ -466,14 +466,16 @@ def _predicted_rewards(request: _Request, surface: str) -> list[float]:
     """
     decision = request.decision
     width = len(SURFACE_SIGNALS[surface])
-    totals = [0.0] * width
+    viewed = []
     if decision.served_predictions:
         table = float32_list(decision.served_predictions)
-        rows = {item: width * i for i, item in enumerate(decision.served_item_ids)}
-        for event in request.feedback:
-            start = rows.get(event.item_id)
-            if start is not None:
-                totals = [t + v for t, v in zip(totals, table[start : start + width], strict=True)]
+        served = decision.served_item_ids
+        viewed = [
+            table[width * served.index(e.item_id) : width * (served.index(e.item_id) + 1)]
+            for e in request.feedback
+            if e.item_id in served
+        ]
+    totals = [float(sum(column)) for column in zip(*viewed, strict=True)] if viewed else [0.0] * width
     return _with_displaced(totals, request, surface)
 
 
