@@ -29,7 +29,6 @@ import tempfile
 import time
 
 import numpy as np
-import pyarrow.parquet as pq
 from common import bench_parser, git_commit, write_result
 from trained import evaluation_worlds, logged_dataset
 
@@ -44,12 +43,12 @@ from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_
 from recsys_rl.sim.ground_truth import PolicyValues, monte_carlo_values
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.sim_eval import compare_values
-from recsys_rl.state import FEED_STATE_FEATURES
 from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import (
     REWARD_SOURCES,
     open_dataset,
     read_transitions,
+    surface_arrays,
     transition_statistics,
 )
 from recsys_rl.training.agents.factory import build_agent
@@ -87,23 +86,7 @@ def identifiability(dataset, rewards: str) -> dict:
     logged action's exploration (its distance from the behaviour policy's mean) on each signal's page
     total, with the state and an intercept, as a share of the signal's mean per exploration standard
     deviation, and its z. A critic cannot learn an effect the logs do not show beyond their noise."""
-    tables = [pq.read_table(p) for p in dataset.shard_paths("parquet")]
-
-    def matrix(column: str, width: int) -> np.ndarray:
-        values = [np.asarray(t.column(column).combine_chunks().flatten(), np.float64) for t in tables]
-        return np.concatenate(values).reshape(-1, width)
-
-    states, actions = matrix("state", len(FEED_STATE_FEATURES)), matrix("action", len(FEED_ACTION_NAMES))
-    if rewards == "predicted":
-        totals = matrix("predicted_reward", len(signals.FEED_SIGNALS))
-    else:
-        totals = np.stack(
-            [
-                np.concatenate([t.column(f"reward_{s}").to_numpy() for t in tables])
-                for s in signals.FEED_SIGNALS
-            ],
-            axis=1,
-        )
+    states, totals, actions = surface_arrays(dataset, rewards=rewards)
     behaviour = behaviour_feed_policy()
     design = np.column_stack([np.ones(len(states)), actions - behaviour.mean(states), states])
     coef, *_ = np.linalg.lstsq(design, totals, rcond=None)

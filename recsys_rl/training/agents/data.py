@@ -157,13 +157,21 @@ def transition_statistics(
     serving time: logs of users' first day have no history, and a policy trained on them then met
     users with a day of history through the live loop and answered with fusion weights of +-50.
     """
+    return statistics_of(*surface_arrays(dataset, rewards=rewards), floor)
+
+
+def surface_arrays(
+    dataset: TransitionDataset, *, rewards: str = "logged"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The surface's states, rewards (from the column ``rewards`` names) and actions, one row per
+    transition, as float64 arrays read from the Parquet shards."""
+    check_reward_source(dataset, rewards)
     tables = [pq.read_table(p) for p in dataset.shard_paths("parquet")]
 
     def matrix(column: str, width: int) -> np.ndarray:
         values = [np.asarray(t.column(column).combine_chunks().flatten(), np.float64) for t in tables]
         return np.concatenate(values).reshape(-1, width)
 
-    check_reward_source(dataset, rewards)
     states = matrix("state", len(STATE_FEATURES[dataset.surface]))
     if rewards == "predicted":
         values = matrix("predicted_reward", len(dataset.signals))
@@ -174,7 +182,7 @@ def transition_statistics(
         )
     width = ACTION_SIZES[dataset.surface]
     actions = matrix("action", width) if width else np.zeros((len(states), 0))
-    return statistics_of(states, values, actions, floor)
+    return states, values, actions
 
 
 def statistics_of(
