@@ -207,8 +207,6 @@ def _served_predictions(
     the shuffle (a page is a few of the candidates), read once here. A repeated candidate id (serving
     refuses them) reads as its first."""
     served = tuple(record.served_item_ids)
-    if not served:
-        return (), b""
     names = record.prediction_names[:]
     wanted = SURFACE_SIGNALS[surface]
     columns = None if names == list(wanted) else [names.index(s) if s in names else None for s in wanted]
@@ -466,15 +464,12 @@ def _predicted_rewards(request: _Request, surface: str) -> list[float]:
     """
     decision = request.decision
     width = len(SURFACE_SIGNALS[surface])
-    viewed = []
-    if decision.served_predictions:
-        table = float32_list(decision.served_predictions)
-        served = decision.served_item_ids
-        viewed = [
-            table[width * served.index(e.item_id) : width * (served.index(e.item_id) + 1)]
-            for e in request.feedback
-            if e.item_id in served
-        ]
+    table, served = float32_list(decision.served_predictions), decision.served_item_ids
+    viewed = [
+        table[width * served.index(e.item_id) : width * (served.index(e.item_id) + 1)]
+        for e in request.feedback
+        if e.item_id in served
+    ]
     totals = [float(sum(column)) for column in zip(*viewed, strict=True)] if viewed else [0.0] * width
     return _with_displaced(totals, request, surface)
 
