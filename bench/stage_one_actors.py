@@ -15,9 +15,10 @@ myopic, which tells whether an actor misses its signal by chasing the session's 
 Each seed trains twice on the same logs: with the rewards clients reported (``logged``) and with the
 upstream model's predictions of the viewed items (``predicted``, ``pipelines.episodes``). A sparse
 signal's draws are nearly all zero, and how a fusion weight moves its rate is a few percent of it: on
-logs of 20,000 users over two days a regression of the page's drawn likes, follows, comments or shares on
-the logged action's exploration finds no effect beyond two standard errors, so a critic cannot learn one
-either; the predictions carry it without the draws' noise. ``rewards_compared`` reports both.
+logs of 20,000 users over two days a regression of the page's drawn follows, comments, shares or hates on
+the logged action's exploration finds no own effect beyond two standard errors (``identifiability``), so
+a critic cannot learn one either; the predictions carry it without the draws' noise.
+``rewards_compared`` reports both.
 
     python bench/stage_one_actors.py --full --out bench/results/stage_one_actors.json
 """

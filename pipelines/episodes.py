@@ -465,11 +465,8 @@ def _predicted_rewards(request: _Request, surface: str) -> list[float]:
     decision = request.decision
     width = len(SURFACE_SIGNALS[surface])
     table, served = float32_list(decision.served_predictions), decision.served_item_ids
-    viewed = [
-        table[width * served.index(e.item_id) : width * (served.index(e.item_id) + 1)]
-        for e in request.feedback
-        if e.item_id in served
-    ]
+    starts = [width * served.index(e.item_id) for e in request.feedback if e.item_id in served]
+    viewed = [table[start : start + width] for start in starts]
     totals = [float(sum(column)) for column in zip(*viewed, strict=True)] if viewed else [0.0] * width
     return _with_displaced(totals, request, surface)
 
