@@ -269,7 +269,7 @@ def run(policy: FeedPolicy, *, users: int, days: int, world: int) -> Outcome:
     config = SimConfig(n_users=users)
     started = time.perf_counter()
     logs = run_days(config, policy, behaviour_allocation_policy(), seed=world, days=days)
-    author = World.generate(config, np.random.default_rng(np.random.SeedSequence(world, spawn_key=(0,))))
+    author = World.of_seed(config, world)
     served = np.concatenate([d.feed.served for d in logs])
     live_slot = np.concatenate([d.feed.live_slot for d in logs])
     videos = served[np.arange(served.shape[1]) != live_slot[:, None]]

@@ -11,7 +11,13 @@ how much room there is and how much of it needs personalisation:
   logged interaction rate is above the prior), the assignment of candidates to segments with the most
   watch time under the same global constraints.
 
-Both are selected on one world and scored on others, so the selection's luck does not count as headroom.
+- a **hidden-trait oracle**: one weighting per group of the traits no deployed policy sees (the social
+  trait that decides how much interactions bring a user back, and the user's interaction propensity,
+  each in quartiles), chosen the same way. Not a line any algorithm could reach: it bounds what
+  personalising the weighting can buy in this world at all, the question the observable oracle cannot
+  settle alone (if it finds nothing, is it the segments or the world?).
+
+All are selected on one world and scored on others, so the selection's luck does not count as headroom.
 Every candidate is the behaviour policy's fusion made deterministic, its state dependence kept and its
 constant logits moved. The search is a random search in that logit space (the behaviour's own logits,
 each signal moved alone, random directions, then local rounds around the best global candidate);
@@ -32,6 +38,10 @@ with the most watch time by their sums (each holding every constraint by them) r
 the selection world, with the same draws, and the oracle is the one with the most watch time that
 holds every constraint as run, the best global weighting (which needs no composing) when none beats
 it. The figure that chose it is its own run's (``oracle_composite``).
+
+A user's hidden traits do not change during a run, so the hidden-trait groups' sums have no segment
+moves to be wrong about; they are chosen by the same shortlist and runs all the same (one generator
+draws every user's live-allocation exploration, so a composite is not bit for bit its parts' sums).
 """
 
 from __future__ import annotations
@@ -46,6 +56,8 @@ from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import run_days
 from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.simulator import PageContext
+from recsys_rl.sim.world import FACTOR_SIGNALS, Users, World
 from recsys_rl.state import ACTIVITY_GROUPS, FEED_STATE_FEATURES, PRIOR_INTERACTION_RATE
 
 _GROUP_COLUMNS = [FEED_STATE_FEATURES.index(f"group_{name}") for name in ACTIVITY_GROUPS]
@@ -53,6 +65,10 @@ _INTERACTION_COLUMN = FEED_STATE_FEATURES.index("hist_interaction_rate")
 #: The state's interaction-rate feature of a user at the prior (the feature is per view, x10).
 _PRIOR_INTERACTION_FEATURE = PRIOR_INTERACTION_RATE * 10.0
 N_SEGMENTS = 2 * len(ACTIVITY_GROUPS)
+#: The hidden-trait oracle's groups: quantiles of the social trait x quantiles of interaction propensity.
+HIDDEN_TRAIT_QUANTILES = 4
+N_HIDDEN_GROUPS = HIDDEN_TRAIT_QUANTILES**2
+_INTERACTION_FACTORS = [FACTOR_SIGNALS.index(s) for s in ("like", "follow", "comment", "share")]
 #: Signs that turn every feed signal into something to raise.
 _SIGNS = np.asarray(signals.directions(signals.FEED_SIGNALS), dtype=np.float64)
 
@@ -91,6 +107,38 @@ class SegmentedFeedPolicy:
         return self.logits[segment_of(states)] + states @ self.state_coef, np.zeros(states.shape[0])
 
 
+def hidden_trait_groups(users: Users) -> np.ndarray:
+    """(n,) group of each user by the traits that make the best trade-off differ between users in this
+    world (docs/simulator.md): the social trait, which sets how much a day's interactions bring the user
+    back, and the summed log-factors of their like, follow, comment and share rates, which set what
+    giving those up costs; each cut at its quantiles among the world's users, social the major index."""
+    interactions = users.propensity[:, _INTERACTION_FACTORS].sum(axis=1)
+    return HIDDEN_TRAIT_QUANTILES * _quantile_bins(users.social) + _quantile_bins(interactions)
+
+
+def _quantile_bins(values: np.ndarray) -> np.ndarray:
+    edges = np.quantile(values, np.linspace(0.0, 1.0, HIDDEN_TRAIT_QUANTILES + 1)[1:-1])
+    return np.searchsorted(edges, values)
+
+
+@dataclass(frozen=True)
+class UserGroupedFeedPolicy:
+    """Constant logits per group of users (the behaviour's state dependence kept): the hidden-trait
+    oracle in one world, whose users' groups it holds. The state does not say who asks, so it acts
+    through the page context, the way the simulator hands a policy its rows' users."""
+
+    logits: np.ndarray  # (G, K)
+    state_coef: np.ndarray  # (len(FEED_STATE_FEATURES), K)
+    groups: np.ndarray  # (n_users,) each user's row of ``logits``
+    version: str = "reference-hidden-oracle"
+
+    def act_in_context(
+        self, states: np.ndarray, rng: np.random.Generator, context: PageContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        actions = self.logits[self.groups[context.users]] + states @ self.state_coef
+        return actions, np.zeros(states.shape[0])
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """The random search: how many candidates and how far they go, and the world they are judged on."""
@@ -108,20 +156,32 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class SegmentTotals:
-    """Summed expected responses per segment (S, K) and over everything (K,) of one policy's run."""
+    """Summed expected responses of one policy's run: per observable segment (S, K), per user (U, K)
+    and over everything (K,)."""
 
     by_segment: np.ndarray
+    by_user: np.ndarray
     total: np.ndarray
+
+    def by_group(self, groups: np.ndarray, n_groups: int) -> np.ndarray:
+        """(n_groups, K) the users' totals summed by ``groups`` (U,), a group per user."""
+        out = np.zeros((n_groups, self.by_user.shape[1]))
+        np.add.at(out, groups, self.by_user)
+        return out
 
 
 def segment_totals(config: SimConfig, policy, *, seed: int, days: int) -> SegmentTotals:
-    """Run ``policy`` with the behaviour allocation for ``days`` days; its responses summed by segment."""
+    """Run ``policy`` with the behaviour allocation for ``days`` days; its responses summed by segment
+    and by user."""
     logs = run_days(config, policy, behaviour_allocation_policy(), seed=seed, days=days)
     state = np.concatenate([d.feed.state for d in logs])
+    user = np.concatenate([d.feed.user for d in logs])
     expected = np.concatenate([d.feed.expected_reward for d in logs])
     by_segment = np.zeros((N_SEGMENTS, expected.shape[1]))
     np.add.at(by_segment, segment_of(state), expected)
-    return SegmentTotals(by_segment, by_segment.sum(axis=0))
+    by_user = np.zeros((config.n_users, expected.shape[1]))
+    np.add.at(by_user, user, expected)
+    return SegmentTotals(by_segment, by_user, by_segment.sum(axis=0))
 
 
 def holds(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -143,6 +203,18 @@ class ReferenceLines:
     global_index: int
     oracle_indices: np.ndarray  # (S,) candidate per segment
     oracle_composite: SegmentTotals  # the oracle policy itself, run on the selection world
+    selection_groups: np.ndarray  # (U,) the selection world's users' hidden-trait groups
+    hidden_oracle_indices: np.ndarray  # (N_HIDDEN_GROUPS,) candidate per hidden-trait group
+    hidden_oracle_composite: SegmentTotals  # the hidden-trait oracle run on the selection world
+
+    def hidden_oracle_policy(self, config: SimConfig, world: int) -> UserGroupedFeedPolicy:
+        """The hidden-trait oracle in the world of seed ``world`` (with ``config``'s users): its groups are
+        that world's users' traits."""
+        return UserGroupedFeedPolicy(
+            self.candidates[self.hidden_oracle_indices],
+            self.global_policy.state_coef,
+            hidden_trait_groups(World.of_seed(config, world).users),
+        )
 
     def summary(self) -> dict:
         """JSON-able: the chosen logits and their selection-world lifts over the behaviour policy."""
@@ -151,30 +223,28 @@ class ReferenceLines:
             return [float(x) for x in (value - reference) / np.abs(reference)]
 
         oracle_total = sum(self.values[c].by_segment[s] for s, c in enumerate(self.oracle_indices))
+        hidden_total = sum(
+            self.values[c].by_group(self.selection_groups, N_HIDDEN_GROUPS)[g]
+            for g, c in enumerate(self.hidden_oracle_indices)
+        )
+
+        def lifts(total: np.ndarray) -> dict[str, float]:
+            return dict(zip(signals.FEED_SIGNALS, lift(total, self.behaviour.total), strict=True))
+
         return {
             "candidates": int(self.candidates.shape[0]),
             "global_logits": self.candidates[self.global_index].round(4).tolist(),
             "oracle_logits": self.oracle_policy.logits.round(4).tolist(),
+            "hidden_oracle_logits": self.candidates[self.hidden_oracle_indices].round(4).tolist(),
+            # by the sums of the candidates' values over the segments or groups they were chosen for
             "selection_lift": {
-                "global": dict(
-                    zip(
-                        signals.FEED_SIGNALS,
-                        lift(self.values[self.global_index].total, self.behaviour.total),
-                        strict=True,
-                    )
-                ),
-                "oracle": dict(
-                    zip(signals.FEED_SIGNALS, lift(oracle_total, self.behaviour.total), strict=True)
-                ),
+                "global": lifts(self.values[self.global_index].total),
+                "oracle": lifts(oracle_total),
+                "hidden_oracle": lifts(hidden_total),
             },
-            # the oracle run as one policy on the same world and draws: what chose it
-            "oracle_composite_lift": dict(
-                zip(
-                    signals.FEED_SIGNALS,
-                    lift(self.oracle_composite.total, self.behaviour.total),
-                    strict=True,
-                )
-            ),
+            # each oracle run as one policy on the same world and draws: what chose it
+            "oracle_composite_lift": lifts(self.oracle_composite.total),
+            "hidden_oracle_composite_lift": lifts(self.hidden_oracle_composite.total),
         }
 
 
@@ -218,16 +288,31 @@ def search_reference_lines(
         candidates = np.vstack([candidates, local])
         values += run(local)
     best = _most_watch_holding(values, behaviour)
-    # the global weighting is an assignment too, one whose run is its own: first, the default
-    assignments = [np.full(N_SEGMENTS, best)]
-    runs = [values[best]]
-    for assignment in _segment_assignments(values, behaviour, rng)[: search.oracle_shortlist]:
-        policy = SegmentedFeedPolicy(candidates[assignment], coef)
-        assignments.append(assignment)
-        runs.append(segment_totals(config, policy, seed=search.seed, days=search.days))
-        progress(f"oracle shortlist {len(runs) - 1}/{search.oracle_shortlist}")
-    chosen = _most_watch_holding(runs, behaviour)
-    per_segment, composite = assignments[chosen], runs[chosen]
+
+    def oracle(name: str, by_group: np.ndarray, policy_of) -> tuple[np.ndarray, SegmentTotals]:
+        """The assignment of candidates to groups, and its run, with the most watch time holding every
+        constraint as run: the global weighting's (an assignment too, whose run is its own: first, the
+        default) or one of the shortlist the groups' sums rank."""
+        assignments = [np.full(by_group.shape[1], best)]
+        runs = [values[best]]
+        for assignment in _segment_assignments(by_group, behaviour.total, rng)[: search.oracle_shortlist]:
+            assignments.append(assignment)
+            runs.append(segment_totals(config, policy_of(assignment), seed=search.seed, days=search.days))
+            progress(f"{name} shortlist {len(runs) - 1}/{search.oracle_shortlist}")
+        chosen = _most_watch_holding(runs, behaviour)
+        return assignments[chosen], runs[chosen]
+
+    per_segment, composite = oracle(
+        "oracle",
+        np.stack([v.by_segment for v in values]),
+        lambda assignment: SegmentedFeedPolicy(candidates[assignment], coef),
+    )
+    groups = hidden_trait_groups(World.of_seed(config, search.seed).users)
+    per_group, hidden_composite = oracle(
+        "hidden-trait oracle",
+        np.stack([v.by_group(groups, N_HIDDEN_GROUPS) for v in values]),
+        lambda assignment: UserGroupedFeedPolicy(candidates[assignment], coef, groups),
+    )
     return ReferenceLines(
         global_policy=SegmentedFeedPolicy.global_weighting(candidates[best], coef, "reference-global"),
         oracle_policy=SegmentedFeedPolicy(candidates[per_segment], coef, "reference-oracle"),
@@ -237,6 +322,9 @@ def search_reference_lines(
         global_index=best,
         oracle_indices=per_segment,
         oracle_composite=composite,
+        selection_groups=groups,
+        hidden_oracle_indices=per_group,
+        hidden_oracle_composite=hidden_composite,
     )
 
 
@@ -250,10 +338,11 @@ def _most_watch_holding(values: Sequence[SegmentTotals], behaviour: SegmentTotal
 
 
 def _segment_assignments(
-    values: Sequence[SegmentTotals], behaviour: SegmentTotals, rng: np.random.Generator
+    by_segment: np.ndarray, reference: np.ndarray, rng: np.random.Generator
 ) -> list[np.ndarray]:
     """Assignments of a candidate to each segment that hold every constraint in total by the segments'
-    sums, the most watch time by those sums first.
+    sums, the most watch time by those sums first: ``by_segment`` (C, S, K) holds each candidate's
+    values per segment, ``reference`` (K,) the behaviour's totals the constraints keep.
 
     Segments may trade: more watch time where an auxiliary signal is cheap to give up, made good where it
     is cheap to raise, which is what personalisation buys under global constraints. Found by Lagrangian
@@ -261,8 +350,7 @@ def _segment_assignments(
     segment takes its best candidate for watch time plus the weighted signals; every distinct assignment
     over random multipliers that holds the constraints is kept.
     """
-    by_segment = np.stack([v.by_segment for v in values])  # (C, S, K)
-    scaled = _SIGNS * by_segment / np.abs(behaviour.total)  # every signal to raise, relative units
+    scaled = _SIGNS * by_segment / np.abs(reference)  # every signal to raise, relative units
     n_segments = by_segment.shape[1]
     found: dict[tuple[int, ...], float] = {}
     multipliers = np.exp(rng.uniform(np.log(1e-2), np.log(1e2), (_MULTIPLIER_DRAWS, scaled.shape[2] - 1)))
@@ -270,7 +358,7 @@ def _segment_assignments(
         score = scaled[..., 0] + scaled[..., 1:] @ weights  # (C, S)
         choice = np.argmax(score, axis=0)
         total = by_segment[choice, np.arange(n_segments)].sum(axis=0)
-        if holds(total, behaviour.total):
+        if holds(total, reference):
             found[tuple(choice.tolist())] = total[0]
     return [np.array(a) for a in sorted(found, key=found.__getitem__, reverse=True)]
 

@@ -260,8 +260,7 @@ class Simulator:
         """
         self.config = config
         self.seed = seed
-        world = np.random.SeedSequence(seed, spawn_key=(0,))
-        self.world = World.generate(config, np.random.default_rng(world))
+        self.world = World.of_seed(config, seed)
         self.draws = KeyedDraws(np.random.SeedSequence(seed, spawn_key=(1, episode_seed)))
         self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2, episode_seed)))
         # the platform's user table holds every account's group from the start (see events.write_user_table)

@@ -86,6 +86,12 @@ class World:
     lives: Lives
 
     @classmethod
+    def of_seed(cls, config: SimConfig, seed: int) -> World:
+        """The world a simulator run with ``seed`` plays in (its world stream, child 0 of the seed), for
+        whoever needs what is hidden in it: a benchmark's author table, an oracle's user traits."""
+        return cls.generate(config, np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,))))
+
+    @classmethod
     def generate(cls, config: SimConfig, rng: np.random.Generator) -> World:
         return cls(
             users=_generate_users(config, rng),

@@ -1,4 +1,7 @@
-"""Reference lines: segments from observable state, constraint checks, and the two selections."""
+"""Reference lines: segments from observable state, groups from hidden traits, constraint checks, and the
+selections."""
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -7,6 +10,8 @@ from recsys_rl import signals
 from recsys_rl.sim import reference_lines as rl
 from recsys_rl.sim.behaviour import behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.simulator import Simulator
+from recsys_rl.sim.world import FACTOR_SIGNALS, Users
 from recsys_rl.state import ACTIVITY_GROUPS, FEED_STATE_FEATURES, PRIOR_INTERACTION_RATE
 
 K = len(signals.FEED_SIGNALS)
@@ -59,7 +64,12 @@ def test_holds_asks_every_auxiliary_signal_to_keep_its_level_in_its_direction():
 
 
 def _totals(by_segment: np.ndarray) -> rl.SegmentTotals:
-    return rl.SegmentTotals(by_segment, by_segment.sum(axis=0))
+    return rl.SegmentTotals(by_segment, np.zeros((0, K)), by_segment.sum(axis=0))
+
+
+def _assignments(values: list[rl.SegmentTotals], behaviour: rl.SegmentTotals) -> list[np.ndarray]:
+    by_segment = np.stack([v.by_segment for v in values])
+    return rl._segment_assignments(by_segment, behaviour.total, rng=np.random.default_rng(0))
 
 
 def test_the_oracle_trades_between_segments_under_the_global_constraints():
@@ -77,7 +87,7 @@ def test_the_oracle_trades_between_segments_under_the_global_constraints():
     # candidate 0: the behaviour itself
     values = [_totals(behaviour), _totals(first), _totals(second), _totals(greedy)]
     assert rl._most_watch_holding(values, _totals(behaviour)) == 0  # alone, neither new candidate holds
-    shortlist = rl._segment_assignments(values, _totals(behaviour), rng=np.random.default_rng(0))
+    shortlist = _assignments(values, _totals(behaviour))
     sums = [sum(values[c].by_segment[s] for s, c in enumerate(a)) for a in shortlist]
     assert all(rl.holds(total, behaviour.sum(axis=0)) for total in sums)  # every one holds by its sums
     assert [t[0] for t in sums] == sorted((t[0] for t in sums), reverse=True)  # most watch first
@@ -97,7 +107,7 @@ def test_the_shortlist_is_ordered_by_watch_time_not_by_the_assignments_or_anothe
     watchful[:, 0] = 1.2
     engaging[:, [0, click, like]] = [1.1, 1.1, 1.2]
     values = [_totals(behaviour), _totals(watchful), _totals(engaging)]
-    shortlist = rl._segment_assignments(values, _totals(behaviour), rng=np.random.default_rng(0))
+    shortlist = _assignments(values, _totals(behaviour))
     assert [a.tolist() for a in shortlist] == [[1] * rl.N_SEGMENTS, [2] * rl.N_SEGMENTS]
 
 
@@ -123,15 +133,21 @@ def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
     candidates = np.array([[0.123456] * K, [1.987654] * K, [2.0] * K])
     ones = _totals(np.ones((rl.N_SEGMENTS, K)))
     oracle = np.array([1, 2] * (rl.N_SEGMENTS // 2))
+    by_user = np.array([[4.0] * K, [2.0] * K, [2.0] * K])  # three users, the segments' total of 8
+    ones = rl.SegmentTotals(ones.by_segment, by_user, ones.total)
+    twos = rl.SegmentTotals(np.full((rl.N_SEGMENTS, K), 2.0), 2 * by_user, 2 * ones.total)
     lines = rl.ReferenceLines(
         global_policy=rl.SegmentedFeedPolicy.global_weighting(candidates[1], coef),
         oracle_policy=rl.SegmentedFeedPolicy(candidates[oracle], coef),
         candidates=candidates,
         behaviour=ones,
-        values=[ones, _totals(np.full((rl.N_SEGMENTS, K), 2.0)), ones],
+        values=[ones, twos, ones],
         global_index=1,
         oracle_indices=oracle,
         oracle_composite=ones,
+        selection_groups=np.array([0, 1, 1]),
+        hidden_oracle_indices=np.array([2, 1] + [0] * (rl.N_HIDDEN_GROUPS - 2)),
+        hidden_oracle_composite=_totals(np.full((rl.N_SEGMENTS, K), 3.0)),
     )
     summary = lines.summary()
     assert summary["candidates"] == 3
@@ -139,6 +155,12 @@ def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
     assert summary["oracle_logits"] == [[1.9877] * K, [2.0] * K] * (rl.N_SEGMENTS // 2)
     assert summary["selection_lift"]["global"] == dict.fromkeys(signals.FEED_SIGNALS, 1.0)
     assert summary["oracle_composite_lift"] == dict.fromkeys(signals.FEED_SIGNALS, 0.0)
+    assert summary["hidden_oracle_logits"][:2] == [[2.0] * K, [1.9877] * K]
+    # group 0 (the first user) under candidate 2 (ones), group 1 (the other two) under candidate 1, which
+    # doubles them: 4 + 2 * 4 = 12 against the behaviour's 8 in every signal
+    hidden = summary["selection_lift"]["hidden_oracle"]
+    assert list(hidden.values()) == pytest.approx([0.5] * K)
+    assert summary["hidden_oracle_composite_lift"] == dict.fromkeys(signals.FEED_SIGNALS, 2.0)
 
 
 def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_global():
@@ -162,7 +184,6 @@ def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_glob
     if not np.array_equal(lines.oracle_indices, np.full(rl.N_SEGMENTS, lines.global_index)):
         assert rl.holds(lines.oracle_composite.total, lines.behaviour.total)
     summary = lines.summary()
-    assert set(summary["selection_lift"]) == {"global", "oracle"}
     # the composite is the oracle policy itself, run on the selection world with the same draws
     rerun = rl.segment_totals(
         SimConfig(n_users=search.users), lines.oracle_policy, seed=search.seed, days=search.days
@@ -170,3 +191,52 @@ def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_glob
     np.testing.assert_array_equal(lines.oracle_composite.by_segment, rerun.by_segment)
     composite_lift = (rerun.total - lines.behaviour.total) / np.abs(lines.behaviour.total)
     assert list(summary["oracle_composite_lift"].values()) == pytest.approx(composite_lift.tolist())
+    # the hidden-trait oracle: the selection world's own users' groups, and its composite is its own run
+    config = SimConfig(n_users=search.users)
+    world_users = Simulator(config, search.seed).world.users
+    np.testing.assert_array_equal(lines.selection_groups, rl.hidden_trait_groups(world_users))
+    hidden = lines.hidden_oracle_policy(config, search.seed)
+    np.testing.assert_array_equal(hidden.groups, lines.selection_groups)
+    hidden_rerun = rl.segment_totals(config, hidden, seed=search.seed, days=search.days)
+    np.testing.assert_array_equal(lines.hidden_oracle_composite.by_user, hidden_rerun.by_user)
+    assert lines.hidden_oracle_composite.total[0] >= global_total[0]
+    # another world, other users: the policy takes that world's groups
+    other = lines.hidden_oracle_policy(config, search.seed + 1)
+    assert not np.array_equal(other.groups, hidden.groups)
+    assert set(summary["selection_lift"]) == {"global", "oracle", "hidden_oracle"}
+
+
+def _users(social: np.ndarray, interaction_log_factor: np.ndarray) -> Users:
+    n = social.size
+    propensity = np.zeros((n, len(FACTOR_SIGNALS)))
+    propensity[:, FACTOR_SIGNALS.index("comment")] = interaction_log_factor
+    propensity[:, FACTOR_SIGNALS.index("hate")] = -10.0 * interaction_log_factor  # not an interaction
+    return Users(np.zeros(n, int), np.ones((n, 1)), np.zeros(n), np.zeros(n), propensity, social)
+
+
+def test_hidden_trait_groups_are_social_quartile_major_and_interaction_quartile_minor():
+    """Sixteen users: social rises with the row of a 4 x 4 grid, interactions with its column, shuffled;
+    each user's group is its grid cell. Hate's factor (reversed) must not count as an interaction."""
+    rows, cols = np.divmod(np.arange(16), 4)
+    order = np.random.default_rng(0).permutation(16)
+    groups = rl.hidden_trait_groups(_users(0.1 + 0.2 * rows[order], cols[order] - 1.5))
+    assert groups.tolist() == (4 * rows + cols)[order].tolist()
+    assert rl.N_HIDDEN_GROUPS == 16
+
+
+def test_a_user_grouped_policy_serves_each_rows_users_group_plus_the_state_dependence():
+    coef = behaviour_feed_policy().state_coef
+    logits = np.arange(3 * K, dtype=float).reshape(3, K)
+    policy = rl.UserGroupedFeedPolicy(logits, coef, groups=np.array([2, 0, 1, 2]))
+    states = np.stack([_state(2, 0.0), _state(1, 1.0), _state(0, 0.5)])
+    context = SimpleNamespace(users=np.array([1, 3, 2]))
+    actions, log_prob = policy.act_in_context(states, np.random.default_rng(0), context)
+    np.testing.assert_allclose(actions, logits[[0, 2, 1]] + states @ coef)
+    assert log_prob.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_totals_by_group_sum_each_groups_users():
+    by_user = np.arange(4 * K, dtype=float).reshape(4, K)
+    totals = rl.SegmentTotals(np.zeros((rl.N_SEGMENTS, K)), by_user, by_user.sum(axis=0))
+    grouped = totals.by_group(np.array([1, 0, 1, 2]), 4)
+    np.testing.assert_array_equal(grouped, [by_user[1], by_user[0] + by_user[2], by_user[3], np.zeros(K)])
