@@ -184,6 +184,14 @@ def segment_totals(config: SimConfig, policy, *, seed: int, days: int) -> Segmen
     return SegmentTotals(by_segment, by_user, by_segment.sum(axis=0))
 
 
+@dataclass(frozen=True)
+class Shortlisted:
+    """One assignment an oracle ran: its totals (K,) by the sums of its groups' values, and as run."""
+
+    by_sums: np.ndarray
+    as_run: np.ndarray
+
+
 def holds(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """Whether every auxiliary signal of ``candidate`` (..., K) is at least at ``reference``'s level
     (hate at most): the TSCAC constraint, on point values."""
@@ -206,6 +214,9 @@ class ReferenceLines:
     selection_groups: np.ndarray  # (U,) the selection world's users' hidden-trait groups
     hidden_oracle_indices: np.ndarray  # (N_HIDDEN_GROUPS,) candidate per hidden-trait group
     hidden_oracle_composite: SegmentTotals  # the hidden-trait oracle run on the selection world
+    # every assignment each oracle ran to choose from, the global weighting's first
+    oracle_shortlist: list[Shortlisted]
+    hidden_oracle_shortlist: list[Shortlisted]
 
     def hidden_oracle_policy(self, config: SimConfig, world: int) -> UserGroupedFeedPolicy:
         """The hidden-trait oracle in the world of seed ``world`` (with ``config``'s users): its groups are
@@ -245,6 +256,21 @@ class ReferenceLines:
             # each oracle run as one policy on the same world and draws: what chose it
             "oracle_composite_lift": lifts(self.oracle_composite.total),
             "hidden_oracle_composite_lift": lifts(self.hidden_oracle_composite.total),
+            # what each oracle chose from: each assignment's sums and its run, the global weighting first
+            "shortlists": {
+                name: [
+                    {
+                        "by_sums": lifts(entry.by_sums),
+                        "as_run": lifts(entry.as_run),
+                        "holds_as_run": bool(holds(entry.as_run, self.behaviour.total)),
+                    }
+                    for entry in shortlist
+                ]
+                for name, shortlist in (
+                    ("oracle", self.oracle_shortlist),
+                    ("hidden_oracle", self.hidden_oracle_shortlist),
+                )
+            },
         }
 
 
@@ -289,10 +315,12 @@ def search_reference_lines(
         values += run(local)
     best = _most_watch_holding(values, behaviour)
 
-    def oracle(name: str, by_group: np.ndarray, policy_of) -> tuple[np.ndarray, SegmentTotals]:
+    def oracle(
+        name: str, by_group: np.ndarray, policy_of
+    ) -> tuple[np.ndarray, SegmentTotals, list[Shortlisted]]:
         """The assignment of candidates to groups, and its run, with the most watch time holding every
         constraint as run: the global weighting's (an assignment too, whose run is its own: first, the
-        default) or one of the shortlist the groups' sums rank."""
+        default) or one of the shortlist the groups' sums rank; and what each of them gave."""
         assignments = [np.full(by_group.shape[1], best)]
         runs = [values[best]]
         for assignment in _segment_assignments(by_group, behaviour.total, rng)[: search.oracle_shortlist]:
@@ -300,15 +328,20 @@ def search_reference_lines(
             runs.append(segment_totals(config, policy_of(assignment), seed=search.seed, days=search.days))
             progress(f"{name} shortlist {len(runs) - 1}/{search.oracle_shortlist}")
         chosen = _most_watch_holding(runs, behaviour)
-        return assignments[chosen], runs[chosen]
+        columns = np.arange(by_group.shape[1])
+        shortlist = [
+            Shortlisted(by_group[a, columns].sum(axis=0), run.total)
+            for a, run in zip(assignments, runs, strict=True)
+        ]
+        return assignments[chosen], runs[chosen], shortlist
 
-    per_segment, composite = oracle(
+    per_segment, composite, segment_shortlist = oracle(
         "oracle",
         np.stack([v.by_segment for v in values]),
         lambda assignment: SegmentedFeedPolicy(candidates[assignment], coef),
     )
     groups = hidden_trait_groups(World.of_seed(config, search.seed).users)
-    per_group, hidden_composite = oracle(
+    per_group, hidden_composite, group_shortlist = oracle(
         "hidden-trait oracle",
         np.stack([v.by_group(groups, N_HIDDEN_GROUPS) for v in values]),
         lambda assignment: UserGroupedFeedPolicy(candidates[assignment], coef, groups),
@@ -325,6 +358,8 @@ def search_reference_lines(
         selection_groups=groups,
         hidden_oracle_indices=per_group,
         hidden_oracle_composite=hidden_composite,
+        oracle_shortlist=segment_shortlist,
+        hidden_oracle_shortlist=group_shortlist,
     )
 
 

@@ -148,6 +148,11 @@ def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
         selection_groups=np.array([0, 1, 1]),
         hidden_oracle_indices=np.array([2, 1] + [0] * (rl.N_HIDDEN_GROUPS - 2)),
         hidden_oracle_composite=_totals(np.full((rl.N_SEGMENTS, K), 3.0)),
+        oracle_shortlist=[rl.Shortlisted(ones.total, ones.total)],
+        hidden_oracle_shortlist=[
+            rl.Shortlisted(twos.total, ones.total),
+            rl.Shortlisted(ones.total, twos.total),
+        ],
     )
     summary = lines.summary()
     assert summary["candidates"] == 3
@@ -161,6 +166,15 @@ def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
     hidden = summary["selection_lift"]["hidden_oracle"]
     assert list(hidden.values()) == pytest.approx([0.5] * K)
     assert summary["hidden_oracle_composite_lift"] == dict.fromkeys(signals.FEED_SIGNALS, 2.0)
+    zero, one = dict.fromkeys(signals.FEED_SIGNALS, 0.0), dict.fromkeys(signals.FEED_SIGNALS, 1.0)
+    assert summary["shortlists"] == {
+        "oracle": [{"by_sums": zero, "as_run": zero, "holds_as_run": True}],
+        # doubling every signal doubles hate too, which breaks its constraint
+        "hidden_oracle": [
+            {"by_sums": one, "as_run": zero, "holds_as_run": True},
+            {"by_sums": zero, "as_run": one, "holds_as_run": False},
+        ],
+    }
 
 
 def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_global():
@@ -200,6 +214,17 @@ def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_glob
     hidden_rerun = rl.segment_totals(config, hidden, seed=search.seed, days=search.days)
     np.testing.assert_array_equal(lines.hidden_oracle_composite.by_user, hidden_rerun.by_user)
     assert lines.hidden_oracle_composite.total[0] >= global_total[0]
+    # each oracle's shortlist: the global weighting first (its sums are its run), the chosen run among them
+    for shortlist, composite in (
+        (lines.oracle_shortlist, lines.oracle_composite),
+        (lines.hidden_oracle_shortlist, lines.hidden_oracle_composite),
+    ):
+        assert 1 <= len(shortlist) <= 1 + search.oracle_shortlist
+        np.testing.assert_allclose(shortlist[0].by_sums, global_total)
+        np.testing.assert_array_equal(shortlist[0].as_run, global_total)
+        assert any(np.array_equal(entry.as_run, composite.total) for entry in shortlist)
+        for entry in shortlist[1:]:  # shortlisted for holding every constraint by their sums
+            assert rl.holds(entry.by_sums, lines.behaviour.total)
     # another world, other users: the policy takes that world's groups
     other = lines.hidden_oracle_policy(config, search.seed + 1)
     assert not np.array_equal(other.groups, hidden.groups)
