@@ -239,7 +239,8 @@ METHOD = """## The protocol
   the behaviour policy's fusion (its mean, each logit moved alone, random directions, a local round). The
   personalised oracle assigns one candidate per observable segment (activity group x logged interaction
   rate above the prior) to get the most watch time with every constraint held in total: Lagrangian
-  relaxation over the same candidates' per-segment values shortlists assignments, and the one whose own
+  relaxation over the same candidates' per-segment values and a local search of trades from the global
+  weighting (one or two segments moved a step) shortlist assignments by their sums, and the one whose own
   run on the selection world has the most watch time within the constraints is chosen (the global
   weighting when none beats it). The hidden-trait oracle is chosen the same way over groups no policy
   can observe (quartiles of the social trait x quartiles of the like, follow, comment and share

@@ -68,8 +68,14 @@ def _totals(by_segment: np.ndarray) -> rl.SegmentTotals:
 
 
 def _assignments(values: list[rl.SegmentTotals], behaviour: rl.SegmentTotals) -> list[np.ndarray]:
+    """The shortlist from the behaviour's own weighting (candidate 0 in every segment)."""
     by_segment = np.stack([v.by_segment for v in values])
-    return rl._segment_assignments(by_segment, behaviour.total, rng=np.random.default_rng(0))
+    start = np.zeros(rl.N_SEGMENTS, dtype=np.int64)
+    return rl._segment_assignments(by_segment, behaviour.total, start, rng=np.random.default_rng(0))
+
+
+def _watch_by_sums(values: list[rl.SegmentTotals], assignment: np.ndarray) -> float:
+    return float(sum(values[c].by_segment[s, 0] for s, c in enumerate(assignment)))
 
 
 def test_the_oracle_trades_between_segments_under_the_global_constraints():
@@ -107,8 +113,56 @@ def test_the_shortlist_is_ordered_by_watch_time_not_by_the_assignments_or_anothe
     watchful[:, 0] = 1.2
     engaging[:, [0, click, like]] = [1.1, 1.1, 1.2]
     values = [_totals(behaviour), _totals(watchful), _totals(engaging)]
-    shortlist = _assignments(values, _totals(behaviour))
-    assert [a.tolist() for a in shortlist] == [[1] * rl.N_SEGMENTS, [2] * rl.N_SEGMENTS]
+    shortlist = [a.tolist() for a in _assignments(values, _totals(behaviour))]
+    assert shortlist[0] == [1] * rl.N_SEGMENTS
+    assert [2] * rl.N_SEGMENTS in shortlist
+    watch = [_watch_by_sums(values, a) for a in shortlist]
+    assert watch == sorted(watch, reverse=True)
+    assert [0] * rl.N_SEGMENTS not in shortlist  # the start is the global weighting's, run apart
+    by_segment = np.stack([v.by_segment for v in values])
+    from_watchful = rl._segment_assignments(
+        by_segment, behaviour.sum(axis=0), np.ones(rl.N_SEGMENTS, dtype=np.int64), np.random.default_rng(0)
+    )
+    assert [1] * rl.N_SEGMENTS not in [a.tolist() for a in from_watchful]  # found by a multiplier too
+
+
+def test_the_trades_move_two_segments_at_once_where_no_single_move_gains_and_holds():
+    """From the behaviour everywhere: moving segment 0 to the first candidate gains watch time but spends
+    likes; the second candidate pays them back in segment 1 at no watch time, so neither move alone is a
+    gain that holds, and the pair is. The third, the most watch time in segment 1, gives up all its
+    likes."""
+    like = signals.FEED_SIGNALS.index("like")
+    behaviour = np.ones((rl.N_SEGMENTS, K))
+    first, second, greedy = behaviour.copy(), behaviour.copy(), behaviour.copy()
+    first[0, [0, like]] = [1.5, 0.6]
+    second[1, like] = 1.8
+    greedy[1, [0, like]] = [1.3, 0.0]
+    values = np.stack([behaviour, first, second, greedy])
+    start = np.zeros(rl.N_SEGMENTS, dtype=np.int64)
+    path = rl._trades_from(values, behaviour.sum(axis=0), start)
+    assert [a.tolist() for a in path] == [[1, 2] + [0] * (rl.N_SEGMENTS - 2)]
+    assert start.tolist() == [0] * rl.N_SEGMENTS  # the start is not moved in place
+    # from an assignment no pair improves, the search stays
+    assert rl._trades_from(values, behaviour.sum(axis=0), path[0]) == []
+    # where every move gains and holds, two segments a step, each step its own assignment
+    better = 1.1 * behaviour
+    better[:, signals.FEED_SIGNALS.index("hate")] = 0.9
+    steps = rl._trades_from(np.stack([behaviour, better]), behaviour.sum(axis=0), start)
+    assert [a.sum() for a in steps] == list(range(2, rl.N_SEGMENTS + 1, 2))
+
+
+def test_the_shortlist_holds_a_trade_that_no_multiplier_supports():
+    """Segment 0's middle candidate (more watch time, fewer likes) is never the best for any multiplier
+    on likes: below 0.8 the behaviour's weighting beats it, above 1.2 the watch-only one does. With the
+    likes paid back in segment 1 it is the best assignment that holds, so only the trades find it."""
+    like = signals.FEED_SIGNALS.index("like")
+    behaviour = np.ones((rl.N_SEGMENTS, K))
+    middle, watch_only, payback = behaviour.copy(), behaviour.copy(), behaviour.copy()
+    middle[0, [0, like]] = [1.4, 0.5]
+    watch_only[0, [0, like]] = [2.0, 0.0]
+    payback[1, like] = 1.6
+    values = [_totals(v) for v in (behaviour, middle, watch_only, payback)]
+    assert _assignments(values, _totals(behaviour))[0].tolist() == [1, 3] + [0] * (rl.N_SEGMENTS - 2)
 
 
 def test_the_oracle_is_the_assignment_whose_own_run_has_the_most_watch_time_within_the_constraints():
