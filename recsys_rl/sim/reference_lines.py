@@ -384,27 +384,33 @@ def _segment_assignments(
 
     Segments may trade: more watch time where an auxiliary signal is cheap to give up, made good where it
     is cheap to raise, which is what personalisation buys under global constraints. Two searches find
-    such trades. Lagrangian relaxation: for multipliers on the auxiliary signals (relative to the
-    behaviour's totals), each segment takes its best candidate for watch time plus the weighted signals;
-    every distinct assignment over random multipliers that holds the constraints is kept. Random
-    multipliers land far from the constraints' boundary more often than on it (on the benchmark's
-    hidden-trait groups none of them beat the global weighting's sums), so the trades from ``start``
-    (``_trades_from``) are kept too.
+    such trades: Lagrangian relaxation (``_lagrangian_assignments``) and, because random multipliers
+    land far from the constraints' boundary more often than on it (on the benchmark's hidden-trait
+    groups none of them beat the global weighting's sums), a local search from ``start``
+    (``_trades_from``).
     """
+    found = {tuple(a.tolist()) for a in _lagrangian_assignments(by_segment, reference, rng)}
+    found |= {tuple(a.tolist()) for a in _trades_from(by_segment, reference, start)}
+    found.discard(tuple(start.tolist()))
+    columns = np.arange(by_segment.shape[1])
+    return sorted((np.array(a) for a in found), key=lambda a: -by_segment[a, columns, 0].sum())
+
+
+def _lagrangian_assignments(
+    by_segment: np.ndarray, reference: np.ndarray, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """The assignments that hold every constraint by the sums among those Lagrangian relaxation picks:
+    for multipliers on the auxiliary signals (relative to the behaviour's totals), each segment takes its
+    best candidate for watch time plus the weighted signals, over random multipliers."""
     scaled = _SIGNS * by_segment / np.abs(reference)  # every signal to raise, relative units
     columns = np.arange(by_segment.shape[1])
-    found: dict[tuple[int, ...], float] = {}
     multipliers = np.exp(rng.uniform(np.log(1e-2), np.log(1e2), (_MULTIPLIER_DRAWS, scaled.shape[2] - 1)))
+    found = []
     for weights in np.vstack([np.zeros((1, multipliers.shape[1])), multipliers]):
-        score = scaled[..., 0] + scaled[..., 1:] @ weights  # (C, S)
-        choice = np.argmax(score, axis=0)
-        total = by_segment[choice, columns].sum(axis=0)
-        if holds(total, reference):
-            found[tuple(choice.tolist())] = total[0]
-    for assignment in _trades_from(by_segment, reference, start):
-        found[tuple(assignment.tolist())] = by_segment[assignment, columns].sum(axis=0)[0]
-    found.pop(tuple(start.tolist()), None)
-    return [np.array(a) for a in sorted(found, key=found.__getitem__, reverse=True)]
+        choice = np.argmax(scaled[..., 0] + scaled[..., 1:] @ weights, axis=0)  # (S,)
+        if holds(by_segment[choice, columns].sum(axis=0), reference):
+            found.append(choice)
+    return found
 
 
 def _trades_from(by_segment: np.ndarray, reference: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
@@ -414,7 +420,7 @@ def _trades_from(by_segment: np.ndarray, reference: np.ndarray, start: np.ndarra
 
     Pairs, because the trade personalisation buys is one: a move that gains watch time usually spends a
     constraint the start already has at its limit, and only a second segment paying that signal back
-    keeps it. Each step raises the watch time strictly, so the search ends.
+    keeps it. Each step raises the watch time by more than rounding, so the search ends.
     """
     n_candidates, n_segments, k = by_segment.shape
     columns = np.arange(n_segments)
@@ -432,7 +438,7 @@ def _trades_from(by_segment: np.ndarray, reference: np.ndarray, start: np.ndarra
             return path
         current = current.copy()
         for move in (first, second):
-            current[moved_segment[move]] = move // n_segments
+            current[move % n_segments] = move // n_segments
         path.append(current)
 
 

@@ -93,6 +93,12 @@ def test_the_oracle_trades_between_segments_under_the_global_constraints():
     # candidate 0: the behaviour itself
     values = [_totals(behaviour), _totals(first), _totals(second), _totals(greedy)]
     assert rl._most_watch_holding(values, _totals(behaviour)) == 0  # alone, neither new candidate holds
+    by_segment = np.stack([v.by_segment for v in values])
+    relaxed = rl._lagrangian_assignments(by_segment, behaviour.sum(axis=0), np.random.default_rng(0))
+    assert [1, 2] + [0] * (rl.N_SEGMENTS - 2) in [a.tolist() for a in relaxed]  # the relaxation finds it
+    assert all(
+        rl.holds(by_segment[a, np.arange(rl.N_SEGMENTS)].sum(axis=0), behaviour.sum(axis=0)) for a in relaxed
+    )
     shortlist = _assignments(values, _totals(behaviour))
     sums = [sum(values[c].by_segment[s] for s, c in enumerate(a)) for a in shortlist]
     assert all(rl.holds(total, behaviour.sum(axis=0)) for total in sums)  # every one holds by its sums
@@ -111,7 +117,7 @@ def test_the_shortlist_is_ordered_by_watch_time_not_by_the_assignments_or_anothe
     behaviour = np.ones((rl.N_SEGMENTS, K))
     watchful, engaging = behaviour.copy(), behaviour.copy()
     watchful[:, 0] = 1.2
-    engaging[:, [0, click, like]] = [1.1, 1.1, 1.2]
+    engaging[:, [0, click, like]] = [1.13, 1.1, 1.2]
     values = [_totals(behaviour), _totals(watchful), _totals(engaging)]
     shortlist = [a.tolist() for a in _assignments(values, _totals(behaviour))]
     assert shortlist[0] == [1] * rl.N_SEGMENTS
@@ -144,6 +150,14 @@ def test_the_trades_move_two_segments_at_once_where_no_single_move_gains_and_hol
     assert start.tolist() == [0] * rl.N_SEGMENTS  # the start is not moved in place
     # from an assignment no pair improves, the search stays
     assert rl._trades_from(values, behaviour.sum(axis=0), path[0]) == []
+    # a gain within rounding of the total is not one: the search would otherwise cycle on rounding error
+    tiny = behaviour.copy()
+    tiny[:, 0] = 125.0  # watch time 1,000 in all; the other signals 8
+    nudged = tiny.copy()
+    nudged[2, 0] += 1e-10
+    assert rl._trades_from(np.stack([tiny, nudged]), tiny.sum(axis=0), start) == []
+    nudged[2, 0] += 1e-8
+    assert len(rl._trades_from(np.stack([tiny, nudged]), tiny.sum(axis=0), start)) == 1
     # where every move gains and holds, two segments a step, each step its own assignment
     better = 1.1 * behaviour
     better[:, signals.FEED_SIGNALS.index("hate")] = 0.9
