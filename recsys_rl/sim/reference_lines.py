@@ -186,8 +186,10 @@ def segment_totals(config: SimConfig, policy, *, seed: int, days: int) -> Segmen
 
 @dataclass(frozen=True)
 class Shortlisted:
-    """One assignment an oracle ran: its totals (K,) by the sums of its groups' values, and as run."""
+    """One assignment an oracle ran: the candidate per group (G,), its totals (K,) by the sums of its
+    groups' values, and as run."""
 
+    assignment: np.ndarray
     by_sums: np.ndarray
     as_run: np.ndarray
 
@@ -256,10 +258,11 @@ class ReferenceLines:
             # each oracle run as one policy on the same world and draws: what chose it
             "oracle_composite_lift": lifts(self.oracle_composite.total),
             "hidden_oracle_composite_lift": lifts(self.hidden_oracle_composite.total),
-            # what each oracle chose from: each assignment's sums and its run, the global weighting first
+            # what each oracle chose from: each assignment (candidate indices), its sums and its run, the global first
             "shortlists": {
                 name: [
                     {
+                        "assignment": entry.assignment.tolist(),
                         "by_sums": lifts(entry.by_sums),
                         "as_run": lifts(entry.as_run),
                         "holds_as_run": bool(holds(entry.as_run, self.behaviour.total)),
@@ -332,7 +335,7 @@ def search_reference_lines(
         chosen = _most_watch_holding(runs, behaviour)
         columns = np.arange(by_group.shape[1])
         shortlist = [
-            Shortlisted(by_group[a, columns].sum(axis=0), run.total)
+            Shortlisted(a, by_group[a, columns].sum(axis=0), run.total)
             for a, run in zip(assignments, runs, strict=True)
         ]
         return assignments[chosen], runs[chosen], shortlist

@@ -216,10 +216,10 @@ def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
         selection_groups=np.array([0, 1, 1]),
         hidden_oracle_indices=np.array([2, 1] + [0] * (rl.N_HIDDEN_GROUPS - 2)),
         hidden_oracle_composite=_totals(np.full((rl.N_SEGMENTS, K), 3.0)),
-        oracle_shortlist=[rl.Shortlisted(ones.total, ones.total)],
+        oracle_shortlist=[rl.Shortlisted(oracle, ones.total, ones.total)],
         hidden_oracle_shortlist=[
-            rl.Shortlisted(twos.total, ones.total),
-            rl.Shortlisted(ones.total, twos.total),
+            rl.Shortlisted(np.zeros(rl.N_HIDDEN_GROUPS, dtype=np.int64), twos.total, ones.total),
+            rl.Shortlisted(np.full(rl.N_HIDDEN_GROUPS, 2), ones.total, twos.total),
         ],
     )
     summary = lines.summary()
@@ -236,11 +236,11 @@ def test_the_summary_names_the_candidates_and_the_chosen_logits_rounded():
     assert summary["hidden_oracle_composite_lift"] == dict.fromkeys(signals.FEED_SIGNALS, 2.0)
     zero, one = dict.fromkeys(signals.FEED_SIGNALS, 0.0), dict.fromkeys(signals.FEED_SIGNALS, 1.0)
     assert summary["shortlists"] == {
-        "oracle": [{"by_sums": zero, "as_run": zero, "holds_as_run": True}],
+        "oracle": [{"assignment": oracle.tolist(), "by_sums": zero, "as_run": zero, "holds_as_run": True}],
         # doubling every signal doubles hate too, which breaks its constraint
         "hidden_oracle": [
-            {"by_sums": one, "as_run": zero, "holds_as_run": True},
-            {"by_sums": zero, "as_run": one, "holds_as_run": False},
+            {"assignment": [0] * rl.N_HIDDEN_GROUPS, "by_sums": one, "as_run": zero, "holds_as_run": True},
+            {"assignment": [2] * rl.N_HIDDEN_GROUPS, "by_sums": zero, "as_run": one, "holds_as_run": False},
         ],
     }
 
@@ -293,6 +293,13 @@ def test_a_small_search_chooses_feasible_lines_with_the_oracle_at_least_the_glob
         assert any(np.array_equal(entry.as_run, composite.total) for entry in shortlist)
         for entry in shortlist[1:]:  # shortlisted for holding every constraint by their sums
             assert rl.holds(entry.by_sums, lines.behaviour.total)
+    # a shortlisted assignment's run is its policy's on the selection world and draws
+    entry = lines.hidden_oracle_shortlist[-1]
+    policy = rl.UserGroupedFeedPolicy(
+        lines.candidates[entry.assignment], behaviour_feed_policy().state_coef, hidden.groups
+    )
+    rerun = rl.segment_totals(config, policy, seed=search.seed, days=search.days)
+    np.testing.assert_array_equal(entry.as_run, rerun.total)
     # another world, other users: the policy takes that world's groups
     other = lines.hidden_oracle_policy(config, search.seed + 1)
     assert not np.array_equal(other.groups, hidden.groups)
