@@ -258,7 +258,7 @@ class ReferenceLines:
             # each oracle run as one policy on the same world and draws: what chose it
             "oracle_composite_lift": lifts(self.oracle_composite.total),
             "hidden_oracle_composite_lift": lifts(self.hidden_oracle_composite.total),
-            # what each oracle chose from: each assignment (candidate indices), its sums and its run, the global first
+            # what each oracle chose from: each assignment (candidate per group), its sums and run
             "shortlists": {
                 name: [
                     {
