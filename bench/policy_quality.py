@@ -25,6 +25,7 @@ deployable lifts; "ahead" needs the paired (by training seed) mean difference be
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import sys
@@ -168,9 +169,11 @@ def verdicts(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
-    """The docs' table and verdicts, written from the result."""
-    config = result["config"]
+def markdown(result: dict[str, Any]) -> str:
+    """The docs' table and verdicts, written from the result as its JSON file holds it (so the page can be
+    rendered again from the file alone): references first, then the runs and variants in their order."""
+    config, table = result["config"], result["table"]
+    order = ["global", "oracle", "hidden-oracle", *RUNS, *VARIANTS]
     lines = [
         "# Policy quality in the simulator",
         "",
@@ -192,7 +195,8 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         "| policy | " + " | ".join(signals.FEED_SIGNALS) + " | return rate | broken | deployable |",
         "|---|" + "---|" * (len(signals.FEED_SIGNALS) + 3),
     ]
-    for name, r in table.items():
+    for name in sorted(table, key=order.index):
+        r = table[name]
         cells = [
             f"{100 * r['lift'][s]['mean']:+.2f}% ± {100 * r['lift'][s]['std']:.2f}"
             for s in signals.FEED_SIGNALS
@@ -219,9 +223,39 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         f"({100 * search['selection_lift']['hidden_oracle'][signals.FEED_MAIN_SIGNAL]:+.2f}% by its groups' "
         "sums). What a selection world shows and the scoring worlds do not is the selection's luck.",
         "",
+        *shortlist_table(search["shortlists"]),
+        "",
         METHOD,
     ]
     return "\n".join(lines)
+
+
+def shortlist_table(shortlists: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """What each oracle chose from, so that a reader sees why it is (or is not) the global weighting:
+    each assignment's watch time by its groups' sums (what shortlisted it) and as run (what chose it),
+    and its weakest constraint as run."""
+    main = signals.FEED_MAIN_SIGNAL
+    auxiliary = [s for s in signals.FEED_SIGNALS if s != main]
+    signs = dict(zip(auxiliary, signals.directions(auxiliary), strict=True))
+    lines = [
+        "Each oracle's shortlist on the selection world (`search.shortlists`), the global weighting first: "
+        "watch time by the sums of its groups' values under their candidates and as run as one policy on "
+        "the same world and draws, the auxiliary signal with the least lift in its direction as run, and "
+        "whether every constraint held as run (point values).",
+        "",
+        "| oracle | assignment | watch time by sums | watch time as run | weakest as run | holds as run |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, entries in shortlists.items():
+        for i, entry in enumerate(entries):
+            run = entry["as_run"]
+            weakest = min(auxiliary, key=lambda s: signs[s] * run[s])
+            lines.append(
+                f"| {name} | {'global' if i == 0 else i} | {100 * entry['by_sums'][main]:+.2f}% | "
+                f"{100 * run[main]:+.2f}% | {weakest} {100 * run[weakest]:+.2f}% | "
+                f"{'yes' if entry['holds_as_run'] else 'no'} |"
+            )
+    return lines
 
 
 METHOD = """## The protocol
@@ -350,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     write_result(args.out, result)
     if args.docs:
         Path(args.docs).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.docs).write_text(markdown(table, result))
+        Path(args.docs).write_text(markdown(json.loads(Path(args.out).read_text())))
     share = result["tscac_share_of_oracle_headroom"]
     print(
         f"policy quality: oracle over global {100 * result['oracle_lift_over_global']:+.2f}% (hidden-trait "

@@ -5,27 +5,16 @@ mutmut itself runs in CI's sample (`.ci/run`); these pin what the script makes o
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def mutation():
-    sys.path.insert(0, str(BENCH))  # bench scripts import their shared helpers as `common`
-    try:
-        spec = importlib.util.spec_from_file_location("bench_mutation", BENCH / "mutation.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench_script("mutation")
 
 
 def test_timeouts_count_as_killed_and_mutants_no_test_reaches_count_against(mutation):

@@ -3,28 +3,16 @@ another's (bench/allocation_quality.py ``spread_test``, the one-sided F test of 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def spread_test():
-    sys.path.insert(0, str(BENCH))  # bench scripts import their shared helpers as `common`, `trained`
-    try:
-        path = BENCH / "allocation_quality.py"
-        spec = importlib.util.spec_from_file_location("bench_allocation_quality", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module.spread_test
+    return load_bench_script("allocation_quality").spread_test
 
 
 def _with_variance(variance: float, n: int) -> list[float]:
