@@ -58,6 +58,14 @@ def test_critic_loss_is_half_the_squared_error_per_head_large_errors_included():
     _close(per_head, [(0.125 + 2.0) / 2, (4.5 + 0.005) / 2])  # a Huber loss would give 0.8125, 1.2525
 
 
+def test_critic_loss_with_row_weights_is_their_weighted_mean_and_zero_for_no_weight():
+    q = _t([[0.0, 0.0], [0.0, 0.0]])
+    targets = _t([[1.0, 2.0], [3.0, -1.0]])  # half squared errors [[0.5, 2], [4.5, 0.5]]
+
+    _close(losses.critic_loss(q, targets, row_weights=_t([1.0, 3.0])), [(0.5 + 13.5) / 4, (2 + 1.5) / 4])
+    _close(losses.critic_loss(q, targets, row_weights=_t([0.0, 0.0])), [0.0, 0.0])  # not NaN
+
+
 def test_critic_loss_does_not_train_the_targets():
     q = tf.Variable([[1.0], [-1.0]])
     targets = tf.Variable([[0.0], [0.0]])

@@ -115,6 +115,58 @@ def test_a_pair_left_waiting_at_the_cut_off_is_valued_by_how_often_waiting_pairs
         assert click[of_kind].mean() == pytest.approx(expected, rel=0.07), kind
 
 
+LOG_DAYS, LATE = 10.0, 0.5  # a late pair first meets in the log's last LATE days
+
+
+def _returners_and_leavers(pairs: int, seed: int) -> PairTransitions:
+    """Pairs that look alike at a first meeting: half come back after an exponential wait (mean one day),
+    half never do. Most first meet in the log's last half day, so their rows wait at the cut-off and are
+    valued by how often pairs that had waited as long came back; the rest meet early enough to show it.
+    A come-back meeting is the pair's last, and every meeting brings a click."""
+    rng = np.random.default_rng(seed)
+    days, first = (PAIR_STATE_FEATURES.index(f) for f in ("log_days_since_last", "first"))
+    rows: dict[str, list] = {
+        k: [] for k in ("states", "next_states", "pairs", "steps", "gap_days", "truncated")
+    }
+
+    def add(pair: int, step: int, since: float, gap: float, truncated: bool) -> None:
+        state, after = np.zeros((2, len(PAIR_STATE_FEATURES)), np.float32)
+        state[first], state[days], after[days] = step == 0, np.log1p(since), np.log1p(gap)
+        for key, value in zip(rows, (state, after, pair, step, gap, truncated), strict=True):
+            rows[key].append(value)
+
+    for pair in range(pairs):
+        late = rng.random() < 0.75
+        met = rng.uniform(LOG_DAYS - LATE, LOG_DAYS) if late else rng.uniform(0, LOG_DAYS - 5)
+        back = rng.exponential(1.0) if rng.random() < 0.5 else np.inf
+        again = met + back <= LOG_DAYS
+        add(pair, 0, 0.0, back if again else LOG_DAYS - met, not again)
+        if again:
+            add(pair, 1, back, LOG_DAYS - met - back, True)
+    rewards = np.zeros((len(rows["pairs"]), len(PAIR_SIGNALS)), np.float32)
+    rewards[:, PAIR_SIGNALS.index("click")] = 1.0
+    return PairTransitions(
+        np.array(rows["states"]),
+        np.array(rows["next_states"]),
+        rewards,
+        **{k: np.array(v) for k, v in rows.items() if k not in ("states", "next_states")},
+    )
+
+
+def test_every_day_a_pair_waits_counts_once_in_its_waiting_value():
+    # A first meeting is worth its click and, half the time, a come-back after an exponential wait of
+    # rate 1: 1 + MEETING * 0.5 * E[DAILY**T] = 1 + MEETING * 0.5 / (1 - log DAILY) = 1.37. A pair that
+    # came back waited a day on average; one that never did waited until the cut-off. Drawing the moment
+    # of the wait uniformly within each row let a pair that came back soon stand for a whole day of
+    # waiting pairs, so the late pairs' waiting value counted the come-backs several times: 1.59 (+16%).
+    config = PairValueConfig(discounts=(MEETING,) * 4, daily_discount=DAILY, hidden=(32, 32))
+    value = train_pair_value(_returners_and_leavers(3000, seed=0), config, steps=2500, seed=3)
+    probe = _returners_and_leavers(400, seed=1)
+    first = probe.states[:, PAIR_STATE_FEATURES.index("first")] == 1
+    click = value.values(probe.states[first]).numpy()[:, PAIR_SIGNALS.index("click")]
+    assert click.mean() == pytest.approx(1.0 + MEETING * 0.5 / (1.0 - np.log(DAILY)), rel=0.07)
+
+
 def test_rows_come_from_the_surfaces_parquet_shards():
     rows = [
         {
