@@ -240,6 +240,9 @@ def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, 
         predictions[critic] = policy.values(data.states[held]).numpy()
     out |= {name: rmse(p, returns) for name, p in predictions.items()}
     out["expected_returns"] = {name: rmse(p, expected_returns) for name, p in predictions.items()}
+    # calibration: a value's mean over the held-out rows against their mean expected return
+    out["mean_value"] = {name: per_head(predictions[name].mean(axis=0)) for name in ("mtcl", "independent")}
+    out["mean_value"]["expected_return"] = per_head(expected_returns[held].mean(axis=0))
     squared_error = ((mean - returns[held]) ** 2).mean(axis=0)
     share = np.divide(
         luck[held].mean(axis=0), squared_error, out=np.zeros(len(mean)), where=squared_error > 0
@@ -394,6 +397,17 @@ def _error_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
     return rows
 
 
+def _calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown rows: each head's mean expected return on the held-out rows and each critic's mean value."""
+    rows = ["| head | mean expected return | MTCL | independent |", "|---|---|---|---|"]
+    for s, row in per_head.items():
+        means = row["mean_value"]
+        truth = means["expected_return"]
+        cells = [f"{means[k]:.4g} ({means[k] / truth:.2f}x)" for k in ("mtcl", "independent")]
+        rows.append(f"| {s} | {truth:.4g} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def markdown(result: dict[str, Any]) -> str:
     config, terms, mtcl = result["config"], result["terms"], result["mtcl"]
     lines = [
@@ -443,6 +457,11 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`mtcl_error_reduction_on_expected_returns`: "
         f"{100 * result['mtcl_error_reduction_on_expected_returns']:+.1f}%.",
+        "",
+        "Calibration: each critic's mean value over the held-out rows against their mean expected return "
+        "(a value that is right on average has the ratio 1):",
+        "",
+        *_calibration_table(mtcl["per_head"]),
         "",
         "## The ranking term",
         "",
@@ -568,6 +587,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         for s in signals.PAIR_SIGNALS
     }
+    for s in signals.PAIR_SIGNALS:
+        per_head[s]["mean_value"] = {
+            k: statistics.fmean(e["mean_value"][k][s] for e in errors) for k in errors[0]["mean_value"]
+        }
     for s in _DRAWN:
         shares = [e["noise_share"][s] for e in errors]
         per_head[s]["noise_share"] = statistics.fmean(shares)
