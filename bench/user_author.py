@@ -397,7 +397,7 @@ def _error_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
     return rows
 
 
-def _calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
+def calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
     """Markdown rows: each head's mean expected return on the held-out rows and each critic's mean value."""
     rows = ["| head | mean expected return | MTCL | independent |", "|---|---|---|---|"]
     for s, row in per_head.items():
@@ -409,7 +409,11 @@ def _calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    config, terms, mtcl = result["config"], result["terms"], result["mtcl"]
+    """The page of a result, as run or as read back from its file (whose keys are sorted): heads and terms
+    in the benchmark's own order."""
+    config, mtcl = result["config"], result["mtcl"]
+    terms = {name: result["terms"][name] for name in (*HEADS, "follow-boost")}
+    mtcl = {**mtcl, "per_head": {s: mtcl["per_head"][s] for s in signals.PAIR_SIGNALS}}
     lines = [
         "# The user-author value in the simulator",
         "",
@@ -461,7 +465,7 @@ def markdown(result: dict[str, Any]) -> str:
         "Calibration: each critic's mean value over the held-out rows against their mean expected return "
         "(a value that is right on average has the ratio 1):",
         "",
-        *_calibration_table(mtcl["per_head"]),
+        *calibration_table(mtcl["per_head"]),
         "",
         "## The ranking term",
         "",

@@ -20,6 +20,7 @@ def load_bench_script(name: str) -> ModuleType:
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # a dataclass of the script looks its module up there
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(BENCH))
