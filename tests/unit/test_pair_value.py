@@ -167,6 +167,29 @@ def test_every_day_a_pair_waits_counts_once_in_its_waiting_value():
     assert click.mean() == pytest.approx(1.0 + MEETING * 0.5 / (1.0 - np.log(DAILY)), rel=0.07)
 
 
+RARE = 0.002  # a follow's rate per meeting, about the simulator's
+
+
+def test_a_rare_signals_value_is_its_rate_not_the_luck_of_the_last_batches():
+    # Pairs alike but for one bit, a follow once in 500 meetings and nothing after a meeting: the follow
+    # value is RARE. A batch of 256 holds half a follow on average, so the network after its last Adam
+    # step is off by whatever the last few batches drew (0.19 to 1.63 times RARE over five seeds); the
+    # served values are the Polyak average the targets come from, which spans a hundred steps.
+    rows = 200_000
+    rng = np.random.default_rng(0)
+    states = np.zeros((rows, len(PAIR_STATE_FEATURES)), np.float32)
+    states[:, 0] = rng.random(rows) < 0.5
+    rewards = np.zeros((rows, len(PAIR_SIGNALS)), np.float32)
+    rewards[:, PAIR_SIGNALS.index("follow")] = rng.random(rows) < RARE
+    waits = np.ones(rows)
+    data = PairTransitions(states, states, rewards, np.arange(rows), np.zeros(rows, int), waits, waits > 0)
+    config = PairValueConfig(discounts=(0.0,) * 4, hidden=(32, 32))
+    value = train_pair_value(data, config, steps=1500, seed=0)
+    follow = value.values(states[:2000]).numpy()[:, PAIR_SIGNALS.index("follow")]
+    assert follow.mean() == pytest.approx(RARE, rel=0.1)
+    assert np.sqrt(np.mean((follow - RARE) ** 2)) < 0.2 * RARE
+
+
 def test_rows_come_from_the_surfaces_parquet_shards():
     rows = [
         {
