@@ -186,7 +186,10 @@ def test_serving_builds_the_exported_ranking_term_and_refuses_an_export_without_
     from recsys_rl.serving.policies import load_user_author_decider
 
     dataset = open_dataset(feed_dataset, USER_AUTHOR)
-    config = PairValueConfig(hidden=(16, 8), term_coefficients=(0.0, 2.0, 0.0, 1.0), term_weight=3.0)
+    # target_update 1: the served average is the last step's network, which five steps move off zero
+    config = PairValueConfig(
+        hidden=(16, 8), term_coefficients=(0.0, 2.0, 0.0, 1.0), term_weight=3.0, target_update=1.0
+    )
     agent = build_pair_value_agent(algo, transition_statistics(dataset), config)
     batches = iter(read_transitions(dataset, 64, seed=0))
     for _ in range(5):  # the heads start at zero: trained, every value differs
