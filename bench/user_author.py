@@ -397,6 +397,13 @@ def _error_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
     return rows
 
 
+def _tried(tried: list[dict[str, Any]]) -> str:
+    return ", ".join(
+        f"{t['weight']:g} ({100 * t['follow_lift']:+.2f}%, {'held' if t['holds'] else 'broke'})"
+        for t in tried
+    )
+
+
 def calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
     """Markdown rows: each head's mean expected return on the held-out rows and each critic's mean value."""
     rows = ["| head | mean expected return | MTCL | independent |", "|---|---|---|---|"]
@@ -499,8 +506,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{terms['follow-boost']['holds_pooled']}): the most direct lever on follows, at the weight with "
         "the most follows that broke nothing on the tuning world",
         "",
-        "Weights chosen on the tuning world: "
-        + "; ".join(f"{n}: {rounded(t['weight']['tried'], 4)}" for n, t in terms.items()),
+        "Weights tried on the tuning world (follows against TSCAC alone; whether nothing broke): "
+        + "; ".join(f"{n}: {_tried(t['weight']['tried'])}" for n, t in terms.items()),
     ]
     return "\n".join([*lines, "", METHOD])
 
