@@ -514,6 +514,9 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
                 "done": following is None,
                 "reward": _rewards(request, surface),
                 "predicted_reward": _predicted_rewards(request, surface),
+                # the user-author surface's rewards of this request's views (``pipelines.user_author``),
+                # filled in where that surface is built; zeros where it is not
+                "pair_reward": [0.0] * len(signals.PAIR_SIGNALS),
                 "feedback_count": len(request.feedback),
             }
         )
@@ -523,6 +526,7 @@ def _transitions(user_id: str, chain: list[_Request], surface: str) -> list[dict
 def _view_fact(user_id: str, event: Feedback) -> dict:
     return {
         "user_id": user_id,
+        "request_id": event.request_id,
         "item_id": event.item_id,
         "author_id": event.author_id,
         "item_type": event.item_type,

@@ -52,6 +52,7 @@ _SIGNAL_FIELDS = (
 )
 FACT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "user_id": str,
+    "request_id": str,  # not aggregated here: the user-author surface sums its rewards per request by it
     "item_id": str,
     "author_id": str,
     "item_type": str,

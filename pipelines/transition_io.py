@@ -75,8 +75,10 @@ REQUEST_LAYOUT = RowLayout(
         "feedback_count",
     ),
     # predicted_reward: per signal of the surface, the upstream model's predictions summed over the viewed
-    # items (``pipelines.episodes._predicted_rewards``)
-    float_lists=("state", "next_state", "action", "predicted_reward"),
+    # items (``pipelines.episodes._predicted_rewards``); pair_reward: per signal of the user-author
+    # surface, its rewards summed over the request's views (``pipelines.user_author.with_pair_rewards``;
+    # zeros in a dataset built without that surface)
+    float_lists=("state", "next_state", "action", "predicted_reward", "pair_reward"),
     floats=("log_propensity", "user_author_weight_logit", "user_author_log_propensity"),
     unique="request_id",
     shard_by="session_id",
@@ -85,7 +87,7 @@ REQUEST_LAYOUT = RowLayout(
 #: Rows of the user-author surface (``pipelines.user_author``): one per interaction of a pair, sharded
 #: by user so that a pair's chain of steps stays in one shard.
 PAIR_LAYOUT = RowLayout(
-    strings=("user_id", "author_id", "item_id", "item_type", "surface"),
+    strings=("user_id", "author_id", "request_id", "item_id", "item_type", "surface"),
     ints=("pair_step", "event_time_ms", "next_event_time_ms", "truncated"),
     float_lists=("state", "next_state"),
     floats=("gap_days",),
@@ -239,8 +241,8 @@ def parquet_schema(surface: str) -> pa.Schema:
 def feed_steps_table(logged: LoggedSteps, **columns: Any) -> pa.Table:
     """Logged feed steps as a feed shard's table in the pipeline's schema, in their order: what OPE reads
     back (``LoggedSteps.from_parquet``), for benchmarks and tests that log without Kafka. ``columns``
-    replace the defaults: blank ids and times, nothing deterministic, no user-author term, no
-    predictions (predicted rewards 0)."""
+    replace the defaults (a 2-D array stands for a float-list column): blank ids and times, nothing
+    deterministic, no user-author term, no predictions (predicted rewards 0), pair rewards 0."""
     n = logged.rows
 
     def lists(matrix: np.ndarray) -> pa.Array:
@@ -268,11 +270,12 @@ def feed_steps_table(logged: LoggedSteps, **columns: Any) -> pa.Table:
         "next_state": lists(logged.next_states),
         "action": lists(logged.actions),
         "predicted_reward": lists(np.zeros_like(logged.rewards)),
+        "pair_reward": lists(np.zeros((n, len(DATASET_SIGNALS[USER_AUTHOR])))),
         "log_propensity": logged.behaviour_log_prob,
         "user_author_weight_logit": np.zeros(n),
         "user_author_log_propensity": np.zeros(n),
         **{f"reward_{s}": logged.rewards[:, i] for i, s in enumerate(DATASET_SIGNALS["feed"])},
-        **columns,
+        **{name: lists(np.asarray(v)) if np.ndim(v) == 2 else v for name, v in columns.items()},
     }
     return pa.Table.from_pydict(table, schema=parquet_schema("feed"))
 

@@ -54,6 +54,7 @@ from recsys_rl.pipelines.user_author import (
     histories_of,
     history_line,
     pair_transitions,
+    with_pair_rewards,
 )
 from recsys_rl.pipelines.whole_files import WriteWholeFiles, parquet_file
 from recsys_rl.state import DAY_MS
@@ -150,6 +151,7 @@ class BuildEpisodes(beam.DoFn):
                 else max((f["event_time_ms"] for f in built.view_facts), default=0)
             )
             pair_rows, histories = pair_transitions(user_id, built.view_facts, cut_off, prior)
+            with_pair_rewards(built.transitions, pair_rows)
         for rows in (built.transitions, pair_rows):
             if rows:
                 yield rows

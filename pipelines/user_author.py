@@ -112,6 +112,7 @@ def pair_transitions(
                     "surface": USER_AUTHOR,
                     "user_id": user_id,
                     "author_id": author_id,
+                    "request_id": fact["request_id"],
                     "item_id": fact["item_id"],
                     "item_type": fact["item_type"],
                     "pair_step": record.running.views - 1,
@@ -140,6 +141,24 @@ def _rewards(fact: Mapping, before: PairHistory) -> list[float]:
         fact["event_time_ms"] // DAY_MS > before.last_time_ms // DAY_MS
     )
     return [float(fact["click"] > 0), float(fact["follow"] > 0), float(fact["gift"]), float(returned)]
+
+
+def with_pair_rewards(request_rows: Iterable[dict], pair_rows: Iterable[Mapping]) -> None:
+    """Fill each request row's ``pair_reward`` with the sum of the pair rewards of its views.
+
+    A Rank's user-author term is one decision per request, so the OPE gate judges it on request rows;
+    what it is meant to move, the pairs' return above all, is only in the pair rows, which know the
+    pairs' histories across runs. The sums bring it to the request that showed the views. A request
+    without views keeps its zeros.
+    """
+    totals: dict[str, list[float]] = {}
+    for row in pair_rows:
+        total = totals.setdefault(row["request_id"], [0.0] * len(row["reward"]))
+        for signal, value in enumerate(row["reward"]):
+            total[signal] += value
+    for row in request_rows:
+        if (total := totals.get(row["request_id"])) is not None:
+            row["pair_reward"] = total
 
 
 def feature_rows(user_id: str, met: Iterable[str], records: Mapping[str, PairRecord]) -> list[dict]:

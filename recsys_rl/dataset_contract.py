@@ -19,12 +19,17 @@ MANIFEST = "manifest.json"
 #: ``user_author_log_propensity`` (a Rank's user-author term; "" and zeros where none was routed).
 #: Version 5 added the request rows' ``predicted_reward`` (per signal, the upstream model's logged
 #: predictions summed over the viewed items), which training reads with ``rewards: predicted``.
-DATASET_SCHEMA_VERSION = 5
+#: Version 6 added the request rows' ``pair_reward`` (per ``PAIR_SIGNALS`` signal, the user-author
+#: surface's rewards of the request's views; zeros unless that surface was built) and the pair rows'
+#: ``request_id``: the OPE gate judges a user-author term on the pairs' return through them.
+DATASET_SCHEMA_VERSION = 6
 #: Versions readers accept. A version-1 dataset has no ``deterministic`` column: it was built from
 #: version-1 decision records, which cannot say, and its decisions are all read as sampled.
-READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5)
+READABLE_DATASET_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
 #: The first version with ``predicted_reward``.
 PREDICTED_REWARDS_SINCE = 5
+#: The first version with ``pair_reward``.
+PAIR_REWARDS_SINCE = 6
 #: The surface of user-author pair transitions (issue 22): one row per interaction of a pair.
 USER_AUTHOR = "user_author"
 #: Every surface a dataset holds, with its reward vector's signals in order.

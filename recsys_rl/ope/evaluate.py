@@ -5,8 +5,9 @@ Its command-line side is ``recsys_rl.cli.evaluate``; this module does the work.
 The gate's ``surface`` picks the decisions: ``feed`` (rankings, Gaussian fusion-weight densities),
 ``live_allocation`` (insert decisions, Bernoulli probabilities) or ``user_author`` (the weight of a Rank's
 user-author term: the feed's rankings, weighted by the density of the term's weight logit, on the
-sessions whose every ranking had the candidate's term function, ``policy_io.term_id``); the estimators
-and the gate are the same.
+sessions whose every ranking had the candidate's term function, ``policy_io.term_id``, judged also on
+the pairs' return its views brought, ``gate.USER_AUTHOR_PAIR_SIGNALS``); the estimators and the gate are
+the same.
 
 With one candidate (``run_evaluation``) the output directory holds
 
@@ -51,7 +52,7 @@ import numpy as np
 from recsys_rl import signals as signal_registry
 from recsys_rl.atomic_json import read_json_file, write_json_atomic
 from recsys_rl.config import ConfigError
-from recsys_rl.dataset_contract import MANIFEST
+from recsys_rl.dataset_contract import MANIFEST, PAIR_REWARDS_SINCE, USER_AUTHOR
 from recsys_rl.errors import OperationalError
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.ope import report as ope_report
@@ -59,7 +60,7 @@ from recsys_rl.ope import simulated_truth
 from recsys_rl.ope.blessing import Blessing, PolicyRef, utc_now, write_blessing
 from recsys_rl.ope.diagnostics import weight_summary
 from recsys_rl.ope.estimators import log_importance_ratio
-from recsys_rl.ope.gate import GateConfig, Lift, Support, Verdict, decide
+from recsys_rl.ope.gate import USER_AUTHOR_PAIR_SIGNALS, GateConfig, Lift, Support, Verdict, decide
 from recsys_rl.ope.logged import LOG_PROB_CHUNK_ROWS, LoggedSteps, ScoredPolicy, target_log_prob
 from recsys_rl.ope.offline_evaluation import OPESettings, evaluate_lift
 from recsys_rl.ope.simulated_truth import SimulatorWorld
@@ -67,7 +68,7 @@ from recsys_rl.ope.tensorboard import write_evaluation as write_tensorboard
 from recsys_rl.registry.policy_files import POLICY_MANIFEST, policy_digest
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.sim_eval import policy_directory
-from recsys_rl.training.agents.data import TransitionDataset, open_dataset
+from recsys_rl.training.agents.data import DatasetMismatchError, TransitionDataset, open_dataset
 from recsys_rl.training.agents.policy_io import (
     POLICY_KINDS,
     PolicyLoadError,
@@ -235,7 +236,11 @@ def _fresh(path: str) -> Path:
 def _read_inputs(config: EvaluateConfig, progress: Progress) -> _Inputs:
     surface = config.gate.surface
     dataset = open_dataset(config.data, config.gate.data_surface)
-    logged = LoggedSteps.from_dataset(dataset, _evaluated_term(config) if surface == "user_author" else None)
+    if surface == "user_author":
+        _check_pair_rewards(dataset)
+        logged = LoggedSteps.from_dataset(dataset, _evaluated_term(config), USER_AUTHOR_PAIR_SIGNALS)
+    else:
+        logged = LoggedSteps.from_dataset(dataset)
     progress("loaded", {"decisions": logged.rows, "dataset": dataset.manifest["version"], "surface": surface})
     incumbent_dir = None if config.incumbent in BEHAVIOUR else policy_directory(config.incumbent)
     incumbent = None if incumbent_dir is None else scored_policy(incumbent_dir, surface)
@@ -305,6 +310,24 @@ def _evaluate(inputs: _Inputs, candidate_path: str, progress: Progress) -> _Eval
         created_at=created_at,
     )
     return _Evaluation("", report, ope_report.render(report), blessing, verdict)
+
+
+def _check_pair_rewards(dataset: TransitionDataset) -> None:
+    """Refuse a dataset whose request rows cannot say what a user-author term did to the pairs' return:
+    their pair rewards are zeros unless the user-author surface was built beside them."""
+    version = dataset.manifest["schema_version"]
+    if version < PAIR_REWARDS_SINCE:
+        raise DatasetMismatchError(
+            f"{dataset.directory} has schema_version {version}, whose request rows have no pair rewards "
+            f"(they came in version {PAIR_REWARDS_SINCE}), so a user_author version cannot be judged on "
+            "the pairs' return: rebuild it with build-transitions --user-author-surface"
+        )
+    if USER_AUTHOR not in dataset.manifest["surfaces"]:
+        raise DatasetMismatchError(
+            f"{dataset.directory} was built without the user-author surface, so its request rows' pair "
+            "rewards are zeros and a user_author version cannot be judged on the pairs' return: rebuild "
+            "it with build-transitions --user-author-surface"
+        )
 
 
 def _evaluated_term(config: EvaluateConfig) -> str:

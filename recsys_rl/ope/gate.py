@@ -60,8 +60,19 @@ SUPPORT_HINTS = {
     "smaller. Export it with a weight nearer the served one, or serve a wider term_weight_std first.",
 }
 #: The rows each gate surface weighs: a user_author version is judged on the feed's rankings (its term
-#: moves which items a Rank shows), by the same signals as a feed policy.
+#: moves which items a Rank shows).
 DATA_SURFACES = {"feed": "feed", "live_allocation": "live_allocation", "user_author": "feed"}
+#: The pair signals a user_author version is judged on besides the feed's, from the request rows' pair
+#: rewards: the pairs' return is what the term is for, and nothing in the feed's vector counts it. (The
+#: pairs' click and follow are the feed's own; their gifts come only from live insertions, which the
+#: term does not rank.)
+USER_AUTHOR_PAIR_SIGNALS: tuple[str, ...] = ("author_return",)
+#: The signals each gate surface judges, main signal first.
+GATE_SIGNALS: dict[str, tuple[str, ...]] = {
+    "feed": signals.FEED_SIGNALS,
+    "live_allocation": signals.LIVE_SIGNALS,
+    "user_author": (*signals.FEED_SIGNALS, *USER_AUTHOR_PAIR_SIGNALS),
+}
 INCUMBENT_SUPPORT_HINT = (
     "hint: the logs barely cover the incumbent, so its value here is no yardstick: compare with the "
     "behaviour policy (--incumbent behavior), or evaluate on logs the incumbent served"
@@ -124,12 +135,11 @@ class GateConfig:
 
     @property
     def main_signal(self) -> str:
-        return signals.FEED_MAIN_SIGNAL if self.data_surface == "feed" else signals.LIVE_MAIN_SIGNAL
+        return GATE_SIGNALS[self.surface][0]
 
     @property
     def constraint_signals(self) -> tuple[str, ...]:
-        names = signals.FEED_SIGNALS if self.data_surface == "feed" else signals.LIVE_SIGNALS
-        return tuple(n for n in names if n != self.main_signal)
+        return GATE_SIGNALS[self.surface][1:]
 
     @property
     def support_level(self) -> str:

@@ -56,6 +56,8 @@ EXCLUSION_REASONS: dict[str, str] = {
 TERM_COLUMNS = ("user_author_term_id", "user_author_weight_logit", "user_author_log_propensity")
 #: The transitions' column that marks such a decision; datasets of schema version 1 do not have it.
 DETERMINISTIC_COLUMN = "deterministic"
+#: The request rows' user-author rewards of their views, per ``PAIR_SIGNALS`` signal (schema 6 on).
+PAIR_REWARD_COLUMN = "pair_reward"
 _NOTHING_EXCLUDED: Mapping[str, Mapping[str, int]] = MappingProxyType({})
 
 
@@ -166,14 +168,20 @@ class LoggedSteps:
         return self.user[self.session_starts]
 
     @classmethod
-    def from_dataset(cls, dataset: TransitionDataset, term_id: str | None = None) -> LoggedSteps:
+    def from_dataset(
+        cls, dataset: TransitionDataset, term_id: str | None = None, pair_signals: Sequence[str] = ()
+    ) -> LoggedSteps:
         """The rows of a transition dataset (its Parquet shards; the manifest was checked on opening),
         less the sessions `from_parquet` leaves out."""
-        return cls.from_parquet(dataset.shard_paths("parquet"), dataset.signals, term_id)
+        return cls.from_parquet(dataset.shard_paths("parquet"), dataset.signals, term_id, pair_signals)
 
     @classmethod
     def from_parquet(
-        cls, paths: Sequence[str | Path], signals: Sequence[str], term_id: str | None = None
+        cls,
+        paths: Sequence[str | Path],
+        signals: Sequence[str],
+        term_id: str | None = None,
+        pair_signals: Sequence[str] = (),
     ) -> LoggedSteps:
         """Read transition Parquet shards (the pipeline's schema), sorted by (session_id, step).
 
@@ -184,10 +192,13 @@ class LoggedSteps:
         With ``term_id``, the steps are the user-author term's decisions of feed rows: the action is the
         weight logit and the behaviour log-probability its draw's; every session with a ranking that had
         another term, or none, is left out too (shards before dataset schema 4 had no term anywhere).
+
+        ``pair_signals`` (of ``PAIR_SIGNALS``) follow ``signals`` in the rewards, read from the request
+        rows' ``pair_reward`` (dataset schema 6 on; ValueError naming a shard without it).
         """
         columns = ["session_id", "user_id", "step", "user_group", "done", "state", "next_state"]
         columns += ["action", "log_propensity"] if term_id is None else list(TERM_COLUMNS)
-        columns += [f"reward_{s}" for s in signals]
+        columns += [f"reward_{s}" for s in signals] + ([PAIR_REWARD_COLUMN] if pair_signals else [])
         table = pa.concat_tables([_read_shard(p, columns) for p in paths])
         if table.num_rows == 0:
             raise ValueError(f"the Parquet shards {[str(p) for p in paths]} hold no rows")
@@ -224,14 +235,16 @@ class LoggedSteps:
         steps = cls(
             states=_list_matrix(table, "state"),
             actions=actions,
-            rewards=np.column_stack([table.column(f"reward_{s}").to_numpy() for s in signals]),
+            rewards=np.column_stack(
+                [table.column(f"reward_{s}").to_numpy() for s in signals] + _pair_rewards(table, pair_signals)
+            ),
             behaviour_log_prob=behaviour_log_prob,
             groups=ints("user_group"),
             session=session,
             step=ints("step"),
             done=ints("done").astype(bool),
             next_states=_list_matrix(table, "next_state"),
-            signals=tuple(signals),
+            signals=(*signals, *pair_signals),
             user=user_identities(table.column("user_id")),
         )
         return steps._with_excluded(excluded)
@@ -328,9 +341,22 @@ def _read_shard(path: str | Path, columns: list[str]) -> pa.Table:
     table = pq.read_table(path, columns=[c for c in wanted if c in present])
     for name in wanted:
         if name not in present:
+            if name not in _DEFAULTS:
+                raise ValueError(
+                    f"the Parquet shard {path} has no column {name!r}: it is older than this reader needs "
+                    "(a request row's pair_reward came in dataset schema 6); rebuild the dataset"
+                )
             default = "" if _DEFAULTS[name] == pa.string() else 0
             table = table.append_column(name, pa.array([default] * table.num_rows, _DEFAULTS[name]))
     return table
+
+
+def _pair_rewards(table: pa.Table, pair_signals: Sequence[str]) -> list[np.ndarray]:
+    """The ``pair_signals`` columns of the table's pair rewards, in that order."""
+    if not pair_signals:
+        return []
+    matrix = _list_matrix(table, PAIR_REWARD_COLUMN).astype(np.float64)
+    return [matrix[:, signal_registry.PAIR_SIGNALS.index(name)] for name in pair_signals]
 
 
 def _session_codes(table: pa.Table) -> np.ndarray:

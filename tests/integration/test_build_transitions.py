@@ -113,6 +113,17 @@ def test_a_simulated_day_becomes_the_simulators_transitions(simulated_topics, in
     assert data.states.shape == (len(pairs), len(PAIR_STATE_FEATURES))
     reward_columns = [f"reward_{s}" for s in PAIR_SIGNALS]
     np.testing.assert_allclose(data.rewards.sum(axis=0), pairs[reward_columns].sum().to_numpy(), rtol=1e-6)
+    # each request row holds the pair rewards of its views: the pair rows' rewards summed by request
+    requests = pd.concat([_rows(result.dataset_dir, s) for s in ("feed", "live_allocation")])
+    by_request = pairs.groupby("request_id")[reward_columns].sum()
+    held = pd.DataFrame(
+        requests["pair_reward"].tolist(), index=requests["request_id"], columns=reward_columns
+    )
+    assert set(by_request.index) <= set(held.index)
+    np.testing.assert_allclose(held.loc[by_request.index].to_numpy(), by_request.to_numpy(), rtol=1e-6)
+    assert held.drop(by_request.index).to_numpy().sum() == 0  # a request without views: zeros
+    # on a feed request the pairs' clicks are the feed's
+    assert held.loc[feed.index, "reward_click"].sum() == feed["reward_click"].sum() > 0
     # the feature store's pair rows: one per pair, its totals through its last step, stamped at its day's end
     features = _pair_features(result.dataset_dir)
     assert len(features) == section["pairs"]
@@ -426,6 +437,8 @@ def test_sessions_open_at_the_cut_off_are_carried_to_the_next_run_and_built_whol
         assert both.index.tolist() == one.index.tolist()  # every decision once, none lost at the cut
         pd.testing.assert_frame_equal(both[columns], one[columns])
         assert [list(s) for s in both["next_state"]] == [list(s) for s in one["next_state"]]
+        # a request's pair rewards (the pairs' return among them) count the histories of the run before
+        assert [list(s) for s in both["pair_reward"]] == [list(s) for s in one["pair_reward"]]
     # user-author pairs go on from the first run's histories: the same steps, states and rewards as
     # one run's, and the same histories at the end; only a pair's step at the first cut-off is cut short
     key = ["user_id", "author_id", "pair_step"]

@@ -2,9 +2,10 @@
 
 The logs are a simulated day's feed rows with a user-author term written in by hand: every session but
 a few was ranked with one term function, whose weight logit was drawn from N(LOGGED_MEAN, LOGGED_STD);
-the follow reward is made to grow with the drawn logit, so that the value of another weight
-distribution is known in closed form. Candidates are exported-policy manifests with only the term (the
-gate needs no SavedModel to score a weight).
+the follow reward and the request's pair return (its pair rewards' ``author_return``) are made to grow
+with the drawn logit, so that the value of another weight distribution is known in closed form.
+Candidates are exported-policy manifests with only the term (the gate needs no SavedModel to score a
+weight).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from recsys_rl.ope.logged import LoggedSteps
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
-from recsys_rl.training.agents.data import open_dataset
+from recsys_rl.training.agents.data import DatasetMismatchError, open_dataset
 from recsys_rl.training.agents.policy_io import term_id
 
 LOGGED_MEAN, LOGGED_STD = 0.0, 0.4
 FOLLOW_PER_LOGIT = 0.01  # follow reward = 0.02 + FOLLOW_PER_LOGIT * logit, so E[follow] is linear in the mean
+RETURN_PER_LOGIT = 0.1  # the request's pair return = 0.5 + RETURN_PER_LOGIT * logit
 _FOLLOW = signals.FEED_SIGNALS.index("follow")
+_RETURN = signals.PAIR_SIGNALS.index("author_return")
 
 
 def pair_policy(directory, *, mean: float, std: float = LOGGED_STD, variables: str = "v1", version="ua"):
@@ -65,6 +68,8 @@ def logs(tmp_path_factory):
     no_term = np.isin(logged.session, np.arange(0, logged.sessions, 10))  # every tenth session: none
     rewards = logged.rewards.copy()
     rewards[:, _FOLLOW] = 0.02 + FOLLOW_PER_LOGIT * logits
+    pair_rewards = np.zeros((logged.rows, len(signals.PAIR_SIGNALS)))
+    pair_rewards[:, _RETURN] = 0.5 + RETURN_PER_LOGIT * logits
     table = feed_table(
         logged,
         user_author_term_id=np.where(no_term, "", term).tolist(),
@@ -73,9 +78,10 @@ def logs(tmp_path_factory):
             no_term, 0.0, log_density(logits[:, None], LOGGED_MEAN, np.array([LOGGED_STD]))
         ),
         reward_follow=rewards[:, _FOLLOW],
+        pair_reward=pair_rewards,
     )
     directory = tmp_path_factory.mktemp("logs")
-    write_feed_dataset(directory, table)
+    write_feed_dataset(directory, table, user_author=True)
     return directory, term, int(np.unique(logged.session[no_term]).size)
 
 
@@ -95,6 +101,69 @@ def test_the_term_steps_are_the_logged_weight_draws_of_sessions_ranked_with_that
     assert np.mean(steps.rewards[:, _FOLLOW]) == pytest.approx(
         0.02 + FOLLOW_PER_LOGIT * LOGGED_MEAN, abs=0.0004
     )
+
+
+def test_the_pairs_return_is_read_from_the_request_rows_pair_rewards_and_reweighted(logs, tmp_path):
+    directory, term, _ = logs
+    steps = LoggedSteps.from_dataset(open_dataset(directory), term, ("author_return",))
+    assert steps.signals == (*signals.FEED_SIGNALS, "author_return")
+    candidate = scored_policy(pair_policy(tmp_path / "c", mean=-0.3), "user_author")
+    ratio = np.exp(candidate.log_prob(steps.states, steps.actions) - steps.behaviour_log_prob)
+    estimate = np.sum(ratio * steps.rewards[:, -1]) / np.sum(ratio)
+    assert estimate == pytest.approx(0.5 - RETURN_PER_LOGIT * 0.3, abs=0.005)
+    # the feed's own rewards are where they were
+    feed = LoggedSteps.from_dataset(open_dataset(directory), term)
+    np.testing.assert_array_equal(steps.rewards[:, :-1], feed.rewards)
+
+
+def test_the_gate_refuses_a_term_that_costs_the_pairs_return_naming_it(logs, tmp_path):
+    """A candidate whose weight is lower than the served one loses pair returns (and follows) in these
+    logs; the gate judges author_return as a constraint signal and says so."""
+    directory, _, _ = logs
+    gate = GateConfig(surface="user_author", resamples=50)
+    assert gate.constraint_signals[-1] == "author_return" and gate.main_signal == "watch_time"
+    candidate = pair_policy(tmp_path / "lower", mean=LOGGED_MEAN - 0.4, version="lower")
+    report = run_evaluation(
+        EvaluateConfig(candidate=str(candidate), data=str(directory), out=str(tmp_path / "o"), gate=gate)
+    ).report
+    lift = report["lift"]["estimators"]["snips"]["overall"]["author_return"]["relative"]
+    assert lift["value"] == pytest.approx(-RETURN_PER_LOGIT * 0.4 / 0.5, abs=0.02)
+    assert any(
+        r.startswith("author_return: 95% lower bound of the lift") for r in report["verdict"]["reasons"]
+    )
+
+
+def test_a_user_author_gate_refuses_logs_whose_request_rows_cannot_say_the_pairs_return(logs, tmp_path):
+    directory, _, _ = logs
+    table = feed_table(LoggedSteps.from_dataset(open_dataset(directory)))
+    candidate = str(pair_policy(tmp_path / "c", mean=LOGGED_MEAN))
+    gate = GateConfig(surface="user_author", resamples=20)
+
+    def evaluate(data) -> None:
+        run_evaluation(
+            EvaluateConfig(candidate=candidate, data=str(data), out=str(tmp_path / "o"), gate=gate)
+        )
+
+    without = tmp_path / "without-pairs"
+    without.mkdir()
+    write_feed_dataset(without, table)
+    with pytest.raises(DatasetMismatchError, match="built without the user-author surface, so its request"):
+        evaluate(without)
+    old = tmp_path / "schema-5"
+    old.mkdir()
+    write_feed_dataset(
+        old,
+        feed_table(LoggedSteps.from_dataset(open_dataset(directory)), schema_version=5),
+        schema_version=5,
+        user_author=True,
+    )
+    with pytest.raises(
+        DatasetMismatchError, match="schema_version 5, whose request rows have no pair rewards"
+    ):
+        evaluate(old)
+    shard = old / "transitions-feed-00000-of-00002.parquet"
+    with pytest.raises(ValueError, match=rf"{re.escape(str(shard))} has no column 'pair_reward'"):
+        LoggedSteps.from_parquet([shard], signals.FEED_SIGNALS, None, ("author_return",))
 
 
 def test_logs_without_the_term_have_no_session_to_weight_and_say_why(logs, tmp_path):

@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recsys_rl.pair_state import PairHistory
-from recsys_rl.pipelines.user_author import PairRecord, histories_of, history_line, pair_transitions
+from recsys_rl.pipelines.user_author import (
+    PairRecord,
+    histories_of,
+    history_line,
+    pair_transitions,
+    with_pair_rewards,
+)
 from recsys_rl.signals import PAIR_SIGNALS
 from recsys_rl.state import DAY_MS
 
@@ -19,9 +25,12 @@ HOUR_MS = DAY_MS // 24
 BASE = 10 * DAY_MS  # the run starts on day 10
 
 
-def _fact(author: str, item: str, time_ms: int, click=0, follow=0, gift=0.0, item_type="video") -> dict:
+def _fact(
+    author: str, item: str, time_ms: int, click=0, follow=0, gift=0.0, item_type="video", request=None
+) -> dict:
     return {
         "user_id": "u",
+        "request_id": request or f"r-{item}",
         "item_id": item,
         "author_id": author,
         "item_type": item_type,
@@ -95,6 +104,28 @@ def test_a_hand_computed_week_of_two_pairs():
     # the records go to the next run through a JSON line and come back whole
     line = json.loads(json.dumps(history_line("u", histories)))
     assert line["user_id"] == "u" and histories_of(line["pairs"]) == histories
+
+
+def test_each_request_row_holds_the_pair_rewards_of_its_views():
+    """The week above, paged: a1 and a2 on one page (r1), a3 (the gift and a return) on r2, b1 (a return)
+    on r3; r4 had no view."""
+    facts = [
+        _fact("a", "a1", BASE + HOUR_MS, click=1, request="r1"),
+        _fact("a", "a2", BASE + HOUR_MS + 1, click=1, follow=1, request="r1"),
+        _fact("a", "a3", BASE + 3 * DAY_MS + HOUR_MS, gift=5.0, item_type="live", request="r2"),
+        _fact("b", "b1", BASE + DAY_MS, request="r3"),
+    ]
+    b_before = PairHistory(views=2, clicks=1, last_time_ms=BASE - 2 * DAY_MS)
+    pair_rows, _ = pair_transitions("u", facts, BASE + 5 * DAY_MS, {"b": PairRecord(b_before, b_before)})
+    assert [row["request_id"] for row in pair_rows] == ["r1", "r1", "r2", "r3"]
+    requests = [{"request_id": r, "pair_reward": [0.0] * 4} for r in ("r1", "r2", "r3", "r4")]
+    with_pair_rewards(requests, pair_rows)
+    assert [row["pair_reward"] for row in requests] == [
+        [2.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0, 5.0, 1.0],
+        [0.0, 0.0, 0.0, 1.0],
+        [0.0, 0.0, 0.0, 0.0],
+    ]
 
 
 def test_a_fact_after_the_cut_off_is_refused_naming_the_user():

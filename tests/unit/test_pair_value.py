@@ -196,6 +196,7 @@ def test_rows_come_from_the_surfaces_parquet_shards():
             "surface": USER_AUTHOR,
             "user_id": "u",
             "author_id": "a",
+            "request_id": f"r{i}",
             "item_id": f"v{i}",
             "item_type": "video",
             "pair_step": i,

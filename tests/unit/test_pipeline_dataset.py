@@ -207,7 +207,7 @@ def test_the_manifest_counts_transitions_that_served_the_policys_mode(tmp_path):
     paths = DatasetPaths(tmp_path, "transitions-modes")
     _stage(paths, {"read": 4, "used": 4, "built:feed": 4}, deterministic=(0, 1, 1, 0))
     manifest = finalize(paths, {}, SETTINGS)
-    assert manifest["schema_version"] == DATASET_SCHEMA_VERSION == 5
+    assert manifest["schema_version"] == DATASET_SCHEMA_VERSION == 6
     assert manifest["surfaces"]["feed"]["deterministic"] == {"rows": 2}
     assert manifest["surfaces"]["live_allocation"]["deterministic"] == {"rows": 0}
 

@@ -23,6 +23,7 @@ def _fact(event: contracts.FeedbackEvent) -> dict:
     """A feedback event as the pipeline's view fact: what travels on the wire, nothing else."""
     return {
         "user_id": event.user_id,
+        "request_id": event.request_id,
         "item_id": event.item_id,
         "author_id": event.author_id,
         "item_type": "live" if event.item_type == _LIVE else "video",

@@ -43,6 +43,7 @@ def _row(surface: str = "feed") -> dict:
         "user_author_log_propensity": -0.25,
         "reward": [12.5, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
         "predicted_reward": [11.0, 0.75, 0.5, 0.0, 0.125, 0.25, 0.0],
+        "pair_reward": [2.0, 1.0, 0.0, 1.0],
     }
 
 
@@ -57,6 +58,7 @@ def test_examples_parse_with_tensorflow():
         "action": tf.io.FixedLenFeature([7], tf.float32),
         "log_propensity": tf.io.FixedLenFeature([], tf.float32),
         "predicted_reward": tf.io.FixedLenFeature([7], tf.float32),
+        "pair_reward": tf.io.FixedLenFeature([4], tf.float32),
         **{f"reward/{s}": tf.io.FixedLenFeature([], tf.float32) for s in signals.FEED_SIGNALS},
     }
     parsed = tf.io.parse_single_example(to_example(_row()), spec)
@@ -65,6 +67,7 @@ def test_examples_parse_with_tensorflow():
     np.testing.assert_allclose(parsed["state"].numpy(), [0.5, -1.0])
     assert float(parsed["reward/watch_time"]) == 12.5 and float(parsed["reward/share"]) == 1.0
     assert parsed["predicted_reward"].numpy().tolist() == [11.0, 0.75, 0.5, 0.0, 0.125, 0.25, 0.0]
+    assert parsed["pair_reward"].numpy().tolist() == [2.0, 1.0, 0.0, 1.0]
     assert float(parsed["log_propensity"]) == -3.5
     flags = {
         "features_missing": tf.io.FixedLenFeature([], tf.int64),
@@ -102,6 +105,7 @@ def test_parquet_rows_name_each_reward_and_keep_every_value():
     first = table.to_pylist()[0]
     assert [first[f"reward_{s}"] for s in signals.LIVE_SIGNALS] == [30.0, 2.0, 7.5]
     assert first["predicted_reward"] == [25.0, 1.5, 7.5]
+    assert first["pair_reward"] == [2.0, 1.0, 0.0, 1.0]
     assert first["state"] == [0.5, -1.0] and first["done"] == 1 and first["step"] == 3
     assert first["deterministic"] == 1
     assert (first["user_author_term_id"], first["user_author_weight_logit"]) == ("t1", 0.5)
@@ -116,6 +120,7 @@ def test_a_pair_row_keeps_its_own_fields_in_both_formats():
         "surface": USER_AUTHOR,
         "user_id": "u1",
         "author_id": "a7",
+        "request_id": "r9",
         "item_id": "v3",
         "item_type": "live",
         "pair_step": 4,
@@ -135,6 +140,7 @@ def test_a_pair_row_keeps_its_own_fields_in_both_formats():
     }
     spec = {
         "author_id": tf.io.FixedLenFeature([], tf.string),
+        "request_id": tf.io.FixedLenFeature([], tf.string),
         "truncated": tf.io.FixedLenFeature([], tf.int64),
         "next_state": tf.io.FixedLenFeature([2], tf.float32),
         "gap_days": tf.io.FixedLenFeature([], tf.float32),
@@ -142,6 +148,7 @@ def test_a_pair_row_keeps_its_own_fields_in_both_formats():
     }
     parsed = tf.io.parse_single_example(to_example(row), spec)
     assert parsed["author_id"].numpy() == b"a7" and int(parsed["truncated"]) == 1
+    assert parsed["request_id"].numpy() == b"r9"
     assert float(parsed["gap_days"]) == 2.5 and float(parsed["reward/author_return"]) == 1.0
     np.testing.assert_allclose(parsed["next_state"].numpy(), [0.75, 1.0])
 
@@ -186,6 +193,7 @@ def _random_row(rng: random.Random) -> dict:
             "surface": surface,
             "user_id": rng.choice(["u1", "x" * 200, "é✓"]),
             "author_id": rng.choice(["a7", "", "a" * 150]),
+            "request_id": rng.choice(["", "sim0-r0000000001", "r" * rng.randint(100, 300)]),
             "item_id": rng.choice(["", "v1", "v" * rng.randint(100, 300)]),
             "item_type": rng.choice(["video", "live"]),
             "pair_step": rng.randint(0, 2 ** rng.randint(1, 40)),
@@ -221,6 +229,7 @@ def _random_row(rng: random.Random) -> dict:
         "user_author_log_propensity": floats(1)[0],
         "reward": floats(len(DATASET_SIGNALS[surface])),
         "predicted_reward": floats(len(DATASET_SIGNALS[surface])),
+        "pair_reward": floats(len(DATASET_SIGNALS[USER_AUTHOR])),
     }
 
 
