@@ -1042,7 +1042,8 @@ def test_a_first_exposures_draws_reach_the_gate_through_kafka_and_the_pipeline_a
     """A new term's way in, with the real pieces: approved first exposure, canary, the server's logs of
     the term through Kafka and the transition pipeline, the user_author gate on them, the report attached,
     stable. The gate's steps are the logged weight logits and their log-densities, in order, for the
-    candidate with the served term function."""
+    candidate with the served term function; its rewards, the feed's and the pairs' return (every
+    candidate is author-1's, and each user comes back to that author on a second day)."""
     from recsys_rl.kafka.producer import EventProducer
     from recsys_rl.ope.evaluate import EvaluateConfig, run_evaluation
     from recsys_rl.ope.gate import GateConfig
@@ -1070,17 +1071,19 @@ def test_a_first_exposures_draws_reach_the_gate_through_kafka_and_the_pipeline_a
     )
     answers = []
     with channel(server) as ch, EventProducer(embedded_kafka.bootstrap_servers) as producer:
-        for i in range(12):  # three canary users, two sessions an hour apart, two pages each, a video watched
+        for i in range(12):  # three canary users, two sessions a day apart, two pages each, a video watched
             user = canary[i % 3]
             request = rank_request(f"term-{i}", user)
-            request.context.event_time_ms = REQUEST_TIME_MS + 3_600_000 * (i // 6) + 30_000 * (i % 6)
-            request.candidates[3].author_id = "author-1"
+            request.context.event_time_ms = REQUEST_TIME_MS + DAY_MS * (i // 6) + 30_000 * (i % 6)
+            for candidate in request.candidates:
+                candidate.author_id = "author-1"
             answers.append(ranking(ch).Rank(request))
             watched = contracts.FeedbackEvent(
                 schema_version=1,
                 request_id=request.request_id,
                 user_id=user,
                 item_id=answers[-1].item_ids[0],
+                author_id="author-1",
                 event_time_ms=request.context.event_time_ms + 10_000,
                 item_type=contracts.ITEM_TYPES["video"],
                 signals=contracts.FeedbackSignals(  # each signal from each user: the gate's intervals
@@ -1110,6 +1113,7 @@ def test_a_first_exposures_draws_reach_the_gate_through_kafka_and_the_pipeline_a
             dead_letter_topic="",
             start="earliest",
             commit=False,
+            user_author_surface=True,  # the request rows' pair rewards, which the gate reads
         )
     )
     policy = registry.get_version(root, "user_author", "ua1").policy_dir
@@ -1124,6 +1128,8 @@ def test_a_first_exposures_draws_reach_the_gate_through_kafka_and_the_pipeline_a
     with pytest.raises(ValueError, match="without the evaluated user-author term function"):
         LoggedSteps.from_dataset(open_dataset(result.dataset_dir), "another-term")
     assert steps.rewards[:, 0].sum() == pytest.approx(sum(5.0 + i for i in range(12)))
+    with_return = LoggedSteps.from_dataset(open_dataset(result.dataset_dir), served_term, ("author_return",))
+    assert with_return.rewards[:, -1].sum() == 3  # each user's first view on the second day
 
     # the gate on the canary's own logs (a lenient one: what is under test is the path, not the verdict)
     gate = GateConfig(surface="user_author", resamples=20, interval="percentile", **OPEN_GATE)
