@@ -12,14 +12,19 @@ from hypothesis import strategies as st
 
 from recsys_rl.pair_state import PairHistory
 from recsys_rl.pipelines.user_author import (
+    HISTORIES_FILE,
+    PAIR_HISTORIES,
     PairRecord,
+    feature_rows,
     histories_of,
     history_line,
     pair_transitions,
+    read_histories,
     with_pair_rewards,
 )
 from recsys_rl.signals import PAIR_SIGNALS
 from recsys_rl.state import DAY_MS
+from recsys_rl.storage import location
 
 HOUR_MS = DAY_MS // 24
 BASE = 10 * DAY_MS  # the run starts on day 10
@@ -72,6 +77,10 @@ def test_a_hand_computed_week_of_two_pairs():
         ("a", "a1", 0), ("a", "a2", 1), ("a", "a3", 2), ("b", "b1", 2),
     ]  # fmt: skip
     a1, a2, a3, b1 = rows
+    assert {(r["surface"], r["user_id"]) for r in rows} == {("user_author", "u")}
+    assert [(r["item_type"], r["event_time_ms"]) for r in (a1, a3)] == [
+        ("video", BASE + HOUR_MS), ("live", BASE + 3 * DAY_MS + HOUR_MS)
+    ]  # fmt: skip
     # the first meeting: no history, no return
     assert a1["state"] == _state(0, 0, 0, 0, 0, first=1.0)
     assert a1["reward"] == [1.0, 0.0, 0.0, 0.0]
@@ -131,6 +140,32 @@ def test_each_request_row_holds_the_pair_rewards_of_its_views():
 def test_a_fact_after_the_cut_off_is_refused_naming_the_user():
     with pytest.raises(ValueError, match=r"user 'u'.*after the cut-off"):
         pair_transitions("u", [_fact("a", "a1", BASE + DAY_MS)], BASE)
+    [row], _ = pair_transitions("u", [_fact("a", "a1", BASE)], BASE)  # one at the cut-off is this run's
+    assert row["truncated"] and row["gap_days"] == 0.0
+
+
+def test_the_feature_stores_rows_are_the_met_pairs_running_totals(tmp_path):
+    """Only the pairs met in the run are written, each with its totals through its last interaction; and
+    the histories file is read back as the per-user builder receives it."""
+    a = PairRecord(running=PairHistory(views=3, clicks=2, followed=True, gifts=5.0, last_time_ms=BASE + 7))
+    c = PairRecord(running=PairHistory(views=1, last_time_ms=BASE))
+    assert feature_rows("u", {"a"}, {"a": a, "c": c}) == [
+        {
+            "user_id": "u",
+            "author_id": "a",
+            "views": 3,
+            "clicks": 2,
+            "followed": 1,
+            "gifts": 5.0,
+            "last_interaction_ms": BASE + 7,
+        }
+    ]
+    path = tmp_path / HISTORIES_FILE
+    assert list(read_histories(location(str(path)))) == []  # a group's first run: nothing carried in
+    path.write_text("\n".join(json.dumps(history_line(u, {"a": a})) for u in ("u", "v")) + "\n")
+    carried = list(read_histories(location(str(path))))
+    assert [user for user, _ in carried] == ["u", "v"]
+    assert all(kind == PAIR_HISTORIES and histories_of(pairs) == {"a": a} for _, (kind, pairs) in carried)
 
 
 _facts = st.lists(
