@@ -1,17 +1,20 @@
 """LoggedSteps from simulator days and from a transition dataset's Parquet shards: the same rows both ways."""
 
 import dataclasses
+import hashlib
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from transition_shards import feed_table, write_feed_dataset
 
 from recsys_rl import signals
 from recsys_rl.dataset_contract import DATASET_SCHEMA_VERSION
-from recsys_rl.ope.logged import LoggedSteps, group_label, target_log_prob
+from recsys_rl.ope.logged import LoggedSteps, _list_matrix, group_label, target_log_prob, user_identities
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
+from recsys_rl.state import ACTIVITY_GROUPS
 from recsys_rl.training.agents.data import open_dataset
 
 FEED, LIVE = behaviour_feed_policy(), behaviour_allocation_policy()
@@ -171,20 +174,91 @@ def test_steps_must_be_numbered_without_gaps(simulated):
     logged = LoggedSteps.from_day_logs([day])
     step = logged.step.copy()
     step[logged.step == 1] = 2  # every second decision claims to be the third
-    with pytest.raises(ValueError, match="without gaps"):
+    first = int(np.flatnonzero(logged.step == 1)[0])
+    with pytest.raises(
+        ValueError,
+        match=rf"^LoggedSteps row {first}: step 2, but it is decision 1 of its session; sessions must be "
+        r"sorted by step and numbered 0, 1, \.\.\. without gaps$",
+    ):
         dataclasses.replace(logged, step=step)
-    with pytest.raises(ValueError, match="non-decreasing"):
+    order = r"^LoggedSteps.session should be codes 0, 1, \.\.\. in non-decreasing order$"
+    with pytest.raises(ValueError, match=order):
         dataclasses.replace(logged, session=logged.session[::-1].copy())
-    with pytest.raises(ValueError, match="rewards"):
-        dataclasses.replace(logged, rewards=logged.rewards[:-1])
+    with pytest.raises(ValueError, match=order):  # no gap, but not from 0
+        dataclasses.replace(logged, session=logged.session + 1)
+    with pytest.raises(ValueError, match=order):  # from 0, but a code skipped between sessions
+        dataclasses.replace(logged, session=2 * logged.session)
+    with pytest.raises(ValueError, match=r"^rewards have 7 columns for signals \('watch_time'"):
+        dataclasses.replace(logged, signals=logged.signals[:-1])
+
+
+def test_malformed_steps_are_refused_naming_what_disagrees(simulated):
+    _, day = simulated
+    logged = LoggedSteps.from_day_logs([day])
+    n = logged.rows
+    with pytest.raises(ValueError, match=rf"^states \({n}, \d+\) and next_states \({n}, \d+\) disagree$"):
+        dataclasses.replace(logged, next_states=logged.next_states[:, :-1])
+    with pytest.raises(
+        ValueError, match=rf"^LoggedSteps.groups should have {n} rows and 1 dims, has \({n}, 1\)$"
+    ):
+        dataclasses.replace(logged, groups=logged.groups[:, None])  # the rows right, the dims not
+    rows = {f.name: getattr(logged, f.name) for f in dataclasses.fields(logged) if f.name != "signals"}
+    with pytest.raises(ValueError, match=r"^LoggedSteps needs at least one row$"):
+        LoggedSteps(**{k: v[:0] for k, v in rows.items()}, signals=logged.signals)
+    one = LoggedSteps(**{k: v[:1] for k, v in rows.items()}, signals=logged.signals)  # one row is a log
+    assert one.rows == 1 and one.sessions == 1
+
+
+def test_without_user_ids_each_session_is_its_own_user(simulated):
+    _, day = simulated
+    logged = dataclasses.replace(LoggedSteps.from_day_logs([day]), user=None)
+    np.testing.assert_array_equal(logged.user, logged.session)
+    assert logged.user.dtype == np.int64
+    logged.user[:] = -1  # a copy: the sessions are not the users' to change
+    assert logged.session[0] == 0
+
+
+def test_three_logs_concatenate_with_their_sessions_apart(simulated):
+    _, day = simulated
+    logged = LoggedSteps.from_day_logs([day])
+    both = LoggedSteps.concatenate([logged, logged, logged])
+    assert both.sessions == 3 * logged.sessions
+    assert LoggedSteps.concatenate([logged]).sessions == logged.sessions  # one log is itself
+    np.testing.assert_array_equal(both.session[-logged.rows :], logged.session + 2 * logged.sessions)
+
+
+def test_user_identities_are_the_first_eight_bytes_of_each_ids_blake2b_digest():
+    """The identity must not depend on the read (logs read apart are concatenated), so it is pinned."""
+    ids = pa.chunked_array([["u1", "u2"], ["u1"]])
+    expected = [
+        int.from_bytes(hashlib.blake2b(u.encode(), digest_size=8).digest(), "little", signed=True)
+        for u in ("u1", "u2", "u1")
+    ]
+    assert user_identities(ids).tolist() == expected
+
+
+def test_a_ragged_list_column_is_refused_naming_its_lengths():
+    table = pa.table({"state": pa.array([[0.0] * k for k in (1, 2, 3, 4, 5, 6, 7)], pa.list_(pa.float32()))})
+    with pytest.raises(ValueError, match=r"^column 'state' holds lists of lengths \[1, 2, 3, 4, 5\]$"):
+        _list_matrix(table, "state")
+    one = pa.table({"state": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))})
+    np.testing.assert_array_equal(_list_matrix(one, "state"), [[1.0, 2.0]])
 
 
 def test_target_log_prob_in_chunks_equals_one_call(simulated):
     _, day = simulated
     logged = LoggedSteps.from_day_logs([day])
     shifted = dataclasses.replace(FEED, base_logits=FEED.base_logits + 0.2)
-    chunked = target_log_prob(shifted, logged.states, logged.actions, chunk_rows=37)
+    calls = []
+
+    class Recording:
+        def log_prob(self, states, actions):
+            calls.append(states.shape[0])
+            return shifted.log_prob(states, actions)
+
+    chunked = target_log_prob(Recording(), logged.states, logged.actions, chunk_rows=37)
     np.testing.assert_allclose(chunked, shifted.log_prob(logged.states, logged.actions))
+    assert max(calls) == 37 and sum(calls) == logged.rows  # the chunks bound a call's memory
     # the behaviour policy's own density reproduces the logged propensities (up to float32 actions)
     np.testing.assert_allclose(
         target_log_prob(FEED, logged.states, logged.actions), logged.behaviour_log_prob, atol=1e-4
@@ -193,4 +267,4 @@ def test_target_log_prob_in_chunks_equals_one_call(simulated):
 
 def test_group_labels_name_activity_groups():
     assert group_label(0) == "high_active" and group_label(3) == "low_active_or_unknown"
-    assert group_label(9) == "9"
+    assert group_label(9) == "9" and group_label(len(ACTIVITY_GROUPS)) == str(len(ACTIVITY_GROUPS))

@@ -165,7 +165,7 @@ def test_a_user_author_gate_refuses_logs_whose_request_rows_cannot_say_the_pairs
     with pytest.raises(
         ValueError,
         match=rf"{re.escape(str(shard))} has no column 'pair_reward': .*\(a request row's pair_reward came "
-        r"in dataset schema 6\); rebuild the dataset",
+        r"in dataset schema 6\); rebuild the dataset$",
     ):
         LoggedSteps.from_parquet([shard], signals.FEED_SIGNALS, None, ("author_return",))
 
