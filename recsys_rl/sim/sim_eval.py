@@ -149,9 +149,15 @@ _Z = 1.959963984540054
 
 
 def _paired(name: str, behaviour: PolicyValues, policy: PolicyValues) -> dict[str, Any]:
-    """One signal: each side's per-user mean and the per-user difference (policy - behaviour)."""
+    """One feed signal: each side's per-user mean and the per-user difference (policy - behaviour)."""
     column = signals.FEED_SIGNALS.index(name)
-    before, after = behaviour.per_user[:, column], policy.per_user[:, column]
+    return paired_per_user(name, behaviour.per_user[:, column], policy.per_user[:, column])
+
+
+def paired_per_user(name: str, before: np.ndarray, after: np.ndarray) -> dict[str, Any]:
+    """Signal ``name``'s per-user totals under the reference (``before``) and the policy (``after``), the
+    same users in the same order: each side's mean, the policy's lift and the paired difference with its
+    95% interval."""
     difference = _mean_and_stderr(after - before)
     low, high = difference.mean - _Z * difference.stderr, difference.mean + _Z * difference.stderr
     return {
