@@ -518,7 +518,7 @@ def markdown(result: dict[str, Any]) -> str:
     for name, t in terms.items():
         lifts = [t["pooled"]["signals"][s]["lift"] for s in signals.FEED_SIGNALS]
         cells = [f"{100 * v:+.2f}%" if v is not None else "n/a" for v in lifts]
-        cells.append(f"{t['holds_pooled']} | {_lift_with_interval(t['pair_returns'])}")
+        cells += [str(t["holds_pooled"]), _lift_with_interval(t["pair_returns"])]
         lines.append(
             f"| {name} | {t['weight']['weight']:g} | " + " | ".join(cells) + " | "
             f"{t['authors_followed']:.0f} (TSCAC {t['authors_followed_reference']:.0f}) | "
