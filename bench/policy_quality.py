@@ -3,6 +3,7 @@
 Logs of the behaviour policy go the production way (simulator -> embedded Kafka -> the Beam pipeline)
 into one dataset; every learned run trains on it with every seed: TSCAC, its myopic control (the same
 agent with every discount 0), RCPO, RCPO with the multi-task critic and the watch-time-only actor-critic.
+TSCAC's one calibration knob, its lambda, is chosen as the reference lines are, on the selection world.
 Each trained policy (its mean) then runs for several days on evaluation worlds the training never saw,
 beside reference lines run on the same worlds and episode draws (recsys_rl.sim.reference_lines):
 
@@ -48,20 +49,30 @@ from recsys_rl.sim.reference_lines import SearchConfig, search_reference_lines
 from recsys_rl.sim.sim_eval import compare_values
 from recsys_rl.training.agents.policy_io import load_feed_policy
 
-#: Learned runs: label -> TrainConfig fields. The myopic control is TSCAC valuing only the current page.
-RUNS: dict[str, dict[str, Any]] = {
-    "tscac": {"algo": "tscac"},
-    "tscac-myopic": {"algo": "tscac", "agent": {"discount": 0.0}},
+#: TSCAC's lambda (every auxiliary prior's, in reward units) is chosen the way the reference lines are:
+#: TSCAC trains at each of these on every seed, runs on the selection world, and the lambda with the
+#: most deployable lift there is the one the table calls "tscac"; the others stay as the sweep's rows.
+LAMBDA_SWEEP = (0.03, 0.1, 0.3)
+
+
+def sweep_label(aux_lambda: float) -> str:
+    return f"tscac-lambda-{aux_lambda:g}"
+
+
+#: The runs trained before the lambda is chosen: label -> TrainConfig fields.
+FIRST_RUNS: dict[str, dict[str, Any]] = {
+    **{sweep_label(lam): {"algo": "tscac", "agent": {"aux_lambda": lam}} for lam in LAMBDA_SWEEP},
     "rcpo": {"algo": "rcpo"},
     "rcpo-mc": {"algo": "rcpo-mc"},
     "ac-main": {"algo": "ac-main"},
 }
-#: TSCAC's variants, on the first three seeds: the lambda sweep (in reward units, around the default
-#: 0.1), the shared critic trunk against the paper's independent ones, and the critics trained on the
-#: upstream model's predictions of the viewed items instead of the drawn responses (``rewards``).
+#: TSCAC's controls, trained at the chosen lambda on every seed: the myopic control values only the
+#: current page.
+CONTROLS: dict[str, dict[str, Any]] = {"tscac-myopic": {"algo": "tscac", "agent": {"discount": 0.0}}}
+#: TSCAC's variants at the chosen lambda, on the first three seeds: the shared critic trunk against the
+#: paper's independent ones, and the critics trained on the upstream model's predictions of the viewed
+#: items instead of the drawn responses (``rewards``).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "tscac-lambda-0.03": {"algo": "tscac", "agent": {"aux_lambda": 0.03}},
-    "tscac-lambda-0.3": {"algo": "tscac", "agent": {"aux_lambda": 0.3}},
     "tscac-shared-trunk": {"algo": "tscac", "agent": {"critic_trunk": "shared"}},
     "tscac-predicted-rewards": {"algo": "tscac", "rewards": "predicted"},
 }
@@ -116,6 +127,18 @@ def paired_ahead(ours: list[float], theirs: list[float]) -> dict[str, Any]:
         "stderr": stderr if math.isfinite(stderr) else None,
         "ahead": mean > 2 * stderr,
     }
+
+
+def at_lambda(fields: dict[str, Any], aux_lambda: float) -> dict[str, Any]:
+    """A run's TrainConfig fields with TSCAC's auxiliary lambda set to ``aux_lambda``."""
+    return {**fields, "agent": {**fields.get("agent", {}), "aux_lambda": aux_lambda}}
+
+
+def choose_lambda(selection: dict[float, dict[str, Any]]) -> float:
+    """The lambda whose TSCAC has the most mean deployable lift over the seeds on the selection world
+    (``row`` of its reports there). Ties, and a sweep deployable nowhere, go to the largest lambda: the
+    one that keeps the auxiliary signals closest to their own actors, the cautious side."""
+    return max(selection, key=lambda lam: (selection[lam]["deployable_lift"]["mean"], lam))
 
 
 def row(reports: list[list[dict[str, Any]]]) -> dict[str, Any]:
@@ -173,7 +196,7 @@ def markdown(result: dict[str, Any]) -> str:
     """The docs' table and verdicts, written from the result as its JSON file holds it (so the page can be
     rendered again from the file alone): references first, then the runs and variants in their order."""
     config, table = result["config"], result["table"]
-    order = ["global", "oracle", "hidden-oracle", *RUNS, *VARIANTS]
+    order = ["global", "oracle", "hidden-oracle", "tscac", *CONTROLS, *FIRST_RUNS, *VARIANTS]
     lines = [
         "# Policy quality in the simulator",
         "",
@@ -206,7 +229,7 @@ def markdown(result: dict[str, Any]) -> str:
         dep = r["deployable_lift"]
         cells.append(f"{100 * dep['mean']:+.2f}% ± {100 * dep['std']:.2f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Verdicts:", ""]
+    lines += ["", *lambda_table(result["lambda_selection"]), "", "Verdicts:", ""]
     lines += [f"- `{k}`: {rounded(v, 4)}" for k, v in result["verdicts"].items()]
     search = result["search"]
     lines += [
@@ -228,6 +251,28 @@ def markdown(result: dict[str, Any]) -> str:
         METHOD,
     ]
     return "\n".join(lines)
+
+
+def lambda_table(selection: dict[str, Any]) -> list[str]:
+    """How TSCAC's lambda was chosen: each sweep point's TSCAC on the selection world, as ``row`` gives it."""
+    lines = [
+        f"TSCAC's lambda, chosen on the selection world (world {selection['world']}, the reference search's; "
+        "the most deployable lift there, mean ± std over training seeds; `choose_lambda`): "
+        f"**{selection['chosen']:g}**. The table's `tscac`, its myopic control and its variants train at it.",
+        "",
+        "| lambda | watch_time | broken | deployable | chosen |",
+        "|---|---|---|---|---|",
+    ]
+    for point in selection["sweep"]:
+        r = point["row"]
+        watch, dep = r["lift"][signals.FEED_MAIN_SIGNAL], r["deployable_lift"]
+        lines.append(
+            f"| {point['aux_lambda']:g} | {100 * watch['mean']:+.2f}% ± {100 * watch['std']:.2f} | "
+            f"{100 * r['constraints_broken_share']:.0f}% | "
+            f"{100 * dep['mean']:+.2f}% ± {100 * dep['std']:.2f} | "
+            f"{'yes' if point['aux_lambda'] == selection['chosen'] else ''} |"
+        )
+    return lines
 
 
 def shortlist_table(shortlists: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -281,10 +326,12 @@ METHOD = """## The protocol
   propensities): the traits that make the best trade-off differ between users. It bounds what any
   personalised weighting could gain here; if it finds nothing either, the world has no personalisation
   headroom left for the observable oracle to miss.
-- **Learned runs.** TSCAC; its myopic control (every critic discount 0); RCPO, RCPO with the multi-task
-  critic, the watch-time-only actor-critic; TSCAC's lambda sweep, its shared-trunk critic and TSCAC with
-  critics on predicted rewards (the upstream model's predictions of the viewed items, not the drawn
-  responses) on three seeds. Every policy serves its mean.
+- **Learned runs.** TSCAC at each lambda of its sweep, RCPO, RCPO with the multi-task critic and the
+  watch-time-only actor-critic, on every seed. TSCAC's lambda is then chosen as the reference lines are,
+  on the selection world: the sweep point with the most deployable lift there (mean over seeds) is the
+  table's `tscac`. At that lambda train its myopic control (every critic discount 0) on every seed, and
+  on three seeds its shared-trunk critic and TSCAC with critics on predicted rewards (the upstream
+  model's predictions of the viewed items, not the drawn responses). Every policy serves its mean.
 - **Deployable lift.** The watch-time lift where no constraint is broken, 0 where one is (the gate keeps
   the behaviour policy). `tscac_share_of_oracle_headroom` is TSCAC's mean deployable lift over the
   oracle's; "ahead" is a paired (by training seed) mean difference beyond two standard errors.
@@ -302,36 +349,57 @@ def main(argv: list[str] | None = None) -> int:
     search = SearchConfig(**{**search.__dict__, "seed": SEARCH_WORLD + args.seed})
     references = search_reference_lines(search, SimConfig(), lambda m: print(f"search: {m}", file=sys.stderr))
     print(f"reference search done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    eval_config = SimConfig(n_users=settings["eval_users"])
+
+    def values(
+        policy, world: int, config: SimConfig = eval_config, days: int = settings["eval_days"]
+    ) -> PolicyValues:
+        t0 = time.perf_counter()
+        out = monte_carlo_values(config, policy, behaviour_allocation_policy(), seed=world, days=days)
+        print(
+            f"evaluated {policy.version} on world {world} in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+        return out
+
+    def runs_of(fields_by_label: dict[str, dict[str, Any]], **extra: Any) -> dict[str, dict[str, Any]]:
+        return {
+            label: {**fields, "steps": settings["steps"], **extra}
+            for label, fields in fields_by_label.items()
+        }
+
     with tempfile.TemporaryDirectory() as work:
         with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
-            runs = {label: {**fields, "steps": settings["steps"]} for label, fields in RUNS.items()}
+            trained = train_runs(built.dataset_dir, work, runs_of(FIRST_RUNS), settings["seeds"])
+            selection_config = SimConfig(n_users=search.users)
+            behaviour_there = values(behaviour_feed_policy(), search.seed, selection_config, search.days)
+
+            def on_selection_world(policy_dir: Path) -> list[dict[str, Any]]:
+                policy = load_feed_policy(policy_dir, numpy=True)
+                return [
+                    compare_values(
+                        behaviour_there, values(policy, search.seed, selection_config, search.days)
+                    )
+                ]
+
+            sweep = {
+                lam: row([on_selection_world(d) for d in trained.policy_dirs[sweep_label(lam)]])
+                for lam in LAMBDA_SWEEP
+            }
+            chosen = choose_lambda(sweep)
+            print(f"tscac's lambda: {chosen:g}", file=sys.stderr)
+            at_chosen = {
+                label: at_lambda(fields, chosen) for label, fields in {**CONTROLS, **VARIANTS}.items()
+            }
+            second = runs_of({k: at_chosen[k] for k in CONTROLS})
             if settings["variant_seeds"]:
-                runs.update(
-                    {
-                        label: {**fields, "steps": settings["steps"], "seeds": settings["variant_seeds"]}
-                        for label, fields in VARIANTS.items()
-                    }
-                )
-            trained = train_runs(built.dataset_dir, work, runs, settings["seeds"])
+                second.update(runs_of({k: at_chosen[k] for k in VARIANTS}, seeds=settings["variant_seeds"]))
+            controls = train_runs(built.dataset_dir, work, second, settings["seeds"])
+        for field in ("policy_dirs", "train_seconds"):
+            merged = {**getattr(trained, field), **getattr(controls, field)}
+            merged["tscac"] = merged.pop(sweep_label(chosen))
+            setattr(trained, field, merged)
         worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
-
-        eval_config = SimConfig(n_users=settings["eval_users"])
-
-        def values(policy, world: int) -> PolicyValues:
-            t0 = time.perf_counter()
-            out = monte_carlo_values(
-                eval_config,
-                policy,
-                behaviour_allocation_policy(),
-                seed=world,
-                days=settings["eval_days"],
-            )
-            print(
-                f"evaluated {policy.version} on world {world} in {time.perf_counter() - t0:.0f} s",
-                file=sys.stderr,
-            )
-            return out
-
         behaviour = {w: values(behaviour_feed_policy(), w) for w in worlds}
         references_in = {
             "global": lambda w: references.global_policy,
@@ -355,14 +423,22 @@ def main(argv: list[str] | None = None) -> int:
             **{k: v for k, v in settings.items() if k not in ("seeds", "variant_seeds", "search")},
             "seeds": list(settings["seeds"]),
             "variant_seeds": list(settings["variant_seeds"]),
+            "first_runs": FIRST_RUNS,
+            "lambda_sweep": list(LAMBDA_SWEEP),
+            "controls": CONTROLS,
             "variants": VARIANTS,
             "search": search.__dict__,
             "eval_world_seeds": worlds,
-            "runs": RUNS,
             "transitions": built.manifest["surfaces"]["feed"]["rows"],
             "dataset_version": built.manifest["version"],
         },
         "search": references.summary(),
+        "tscac_lambda": chosen,
+        "lambda_selection": {
+            "world": search.seed,
+            "chosen": chosen,
+            "sweep": [{"aux_lambda": lam, "row": sweep[lam]} for lam in LAMBDA_SWEEP],
+        },
         "table": table,
         "reports": reports,
         "train_seconds": trained.train_seconds,

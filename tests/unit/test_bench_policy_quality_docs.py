@@ -1,5 +1,5 @@
-"""docs/policy_quality.md's shortlist table says what each oracle chose from (the page is the committed
-result rendered: test_bench_pages)."""
+"""The pure parts of bench/policy_quality.py: the page's tables (the page is the committed result rendered:
+test_bench_pages) and how TSCAC's lambda is chosen."""
 
 from __future__ import annotations
 
@@ -36,4 +36,48 @@ def test_the_shortlist_table_has_a_row_per_assignment_with_its_weakest_constrain
     assert rows == [
         "| hidden_oracle | global | +1.50% | +1.10% | hate +0.40% | no |",
         "| hidden_oracle | 1 | +1.50% | +1.10% | hate +0.40% | yes |",
+    ]
+
+
+def _sweep_point(deployable: float, broken: float = 0.0) -> dict:
+    return {
+        "lift": {"watch_time": {"mean": 0.01, "std": 0.002}},
+        "deployable_lift": {"mean": deployable, "std": 0.001},
+        "constraints_broken_share": broken,
+    }
+
+
+def test_tscacs_lambda_is_the_sweep_point_with_the_most_deployable_lift():
+    choose = load_bench_script("policy_quality").choose_lambda
+    assert choose({0.03: _sweep_point(0.004), 0.1: _sweep_point(0.007), 0.3: _sweep_point(0.006)}) == 0.1
+
+
+def test_a_sweep_deployable_nowhere_or_tied_keeps_the_most_cautious_lambda():
+    choose = load_bench_script("policy_quality").choose_lambda
+    assert choose({0.03: _sweep_point(0.0), 0.1: _sweep_point(0.0), 0.3: _sweep_point(0.0)}) == 0.3
+    assert choose({0.03: _sweep_point(0.005), 0.1: _sweep_point(0.005), 0.3: _sweep_point(0.001)}) == 0.1
+
+
+def test_the_controls_train_at_the_chosen_lambda_keeping_their_own_agent_fields():
+    at_lambda = load_bench_script("policy_quality").at_lambda
+    myopic = {"algo": "tscac", "agent": {"discount": 0.0}}
+    assert at_lambda(myopic, 0.3) == {"algo": "tscac", "agent": {"discount": 0.0, "aux_lambda": 0.3}}
+    assert myopic == {"algo": "tscac", "agent": {"discount": 0.0}}  # the module's table stays as it was
+    assert at_lambda({"algo": "tscac", "rewards": "predicted"}, 0.03)["agent"] == {"aux_lambda": 0.03}
+
+
+def test_the_lambda_table_marks_the_chosen_point():
+    selection = {
+        "world": 1000,
+        "chosen": 0.3,
+        "sweep": [
+            {"aux_lambda": 0.1, "row": _sweep_point(0.0, broken=0.25)},
+            {"aux_lambda": 0.3, "row": _sweep_point(0.006)},
+        ],
+    }
+    lines = load_bench_script("policy_quality").lambda_table(selection)
+    assert "world 1000" in lines[0] and "**0.3**" in lines[0]
+    assert lines[-2:] == [
+        "| 0.1 | +1.00% ± 0.20 | 25% | +0.00% ± 0.10 |  |",
+        "| 0.3 | +1.00% ± 0.20 | 0% | +0.60% ± 0.10 | yes |",
     ]
