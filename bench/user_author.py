@@ -103,6 +103,8 @@ MODES: dict[str, dict[str, Any]] = {
         "days": 2,
         "steps": 60,
         "critic_steps": 100,
+        # shares of the training pairs the critics also train on, beside all of them
+        "fewer_pairs": (0.5,),
         "seeds": (0,),
         "eval_users": 400,
         "eval_days": 2,
@@ -112,6 +114,7 @@ MODES: dict[str, dict[str, Any]] = {
         "days": 7,
         "steps": 1_500,
         "critic_steps": 3_000,
+        "fewer_pairs": (0.03, 0.1),
         "seeds": (0, 1, 2, 3, 4),
         "eval_users": 20_000,
         "eval_days": 7,
@@ -212,9 +215,12 @@ def replayed_returns(
     return ReplayedReturns(*(r[index] for r in returns))
 
 
-def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, seed: int) -> dict[str, Any]:
+def critic_errors(
+    data: PairTransitions, replayed: ReplayedReturns, steps: int, seed: int, train_share: float = 1.0
+) -> dict[str, Any]:
     """Each critic's RMSE per head on the held-out pairs' rows, against their Monte-Carlo returns and
-    against the expected returns along the same meetings.
+    against the expected returns along the same meetings, the critics trained on ``train_share`` of the
+    other pairs (drawn per pair; the held-out rows are the same at every share).
 
     The luck in a return, ``sum_k g^2k var_k`` over its meetings, is what no value of the row's state can
     predict; it leaves out that one draw moves later probabilities (a follow ends the pair's follows),
@@ -224,10 +230,12 @@ def critic_errors(data: PairTransitions, replayed: ReplayedReturns, steps: int, 
     returns, expected_returns, luck = replayed.drawn, replayed.expected, replayed.luck
     held_pairs = np.random.default_rng(seed).random(data.pairs.max() + 1) < HELD_OUT_SHARE
     held = held_pairs[data.pairs]
-    train = PairTransitions(*(a[~held] for a in dataclasses.astuple(data)))
-    out: dict[str, Any] = {"held_out_rows": int(held.sum())}
+    kept_pairs = np.random.default_rng((seed, 1)).random(held_pairs.size) < train_share
+    trained_on = ~held & kept_pairs[data.pairs]
+    train = PairTransitions(*(a[trained_on] for a in dataclasses.astuple(data)))
+    out: dict[str, Any] = {"held_out_rows": int(held.sum()), "training_rows": int(trained_on.sum())}
     # the reference any value should beat: each head's mean return over the training pairs' rows
-    mean = returns[~held].mean(axis=0)
+    mean = returns[trained_on].mean(axis=0)
 
     def per_head(values: np.ndarray) -> dict[str, float]:
         return dict(zip(signals.PAIR_SIGNALS, map(float, values), strict=True))
@@ -427,6 +435,32 @@ def _tried(tried: list[dict[str, Any]]) -> str:
     )
 
 
+def fewer_pairs_summary(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """MTCL against independent heads at one share of the training pairs (``critic_errors`` per seed):
+    the rows trained on, and each sparse head's RMSE against the expected returns."""
+    return {
+        "training_rows": statistics.fmean(e["training_rows"] for e in errors),
+        "per_head": {s: errors_summary([e["expected_returns"] for e in errors], s) for s in SPARSE_HEADS},
+    }
+
+
+def fewer_pairs_table(by_share: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows: per share of the training pairs and sparse head, each critic's RMSE over the mean's."""
+    rows = [
+        "| share of training pairs | rows | head | MTCL / mean | independent / mean | reduction |",
+        "|---|---|---|---|---|---|",
+    ]
+    for point in by_share:
+        for head, row in point["per_head"].items():
+            reduction, mean = row["reduction"], row["training_mean"]
+            rows.append(
+                f"| {point['share']:g} | {point['training_rows']:.0f} | {head} | "
+                f"{row['mtcl'] / mean:.3f} | {row['independent'] / mean:.3f} | "
+                f"{100 * reduction['mean']:+.1f}% ± {100 * (reduction['stderr'] or 0):.1f} |"
+            )
+    return rows
+
+
 def calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
     """Markdown rows: each head's mean expected return on the held-out rows and each critic's mean value."""
     rows = ["| head | mean expected return | MTCL | independent |", "|---|---|---|---|"]
@@ -505,6 +539,13 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         *calibration_table(mtcl["per_head"]),
         "",
+        "On fewer training pairs, where a funnel's denser heads should help the sparse ones most: each "
+        "critic trained on a share of the training pairs (the same held-out rows), its RMSE against the "
+        "expected returns as a multiple of the training rows' mean's (below 1: the critic learnt something "
+        "from the pair's state), and MTCL's reduction (mean ± standard error over seeds):",
+        "",
+        *fewer_pairs_table(mtcl["by_training_share"]),
+        "",
         "## The ranking term",
         "",
         "Against TSCAC alone, pooled over the seeds' worlds (paired per user): lift of each signal's "
@@ -558,7 +599,9 @@ METHOD = """## The protocol
   meetings. The chains are the logged run replayed in the simulator and carried on for 14 days past the
   log, so that no row's return ends at the log's end (what would follow is discounted by 0.8^14 = 4% at
   least), and every held-out row is scored: choosing rows by how many meetings follow them would choose
-  by the future, and a follow makes a pair meet more.
+  by the future, and a follow makes a pair meet more. Both critics train again on shares of the rest
+  (``fewer_pairs``, drawn per pair) and are scored on the same held-out rows: with ample pairs a sparse
+  head has data of its own, and the funnel's help, if any, shows where it has little.
 - **The ranking term.** score = fusion(predictions, TSCAC's action) + weight * term(candidate). The
   user-author terms combine the critic's values of the candidate's pair state (its history through the
   last finished day, as the feature store would serve it) in reward-std units: every head, or the follow
@@ -599,6 +642,10 @@ def main(argv: list[str] | None = None) -> int:
                 surface, pairs, users=settings["users"], days=settings["days"], seed=args.seed
             )
         errors = [critic_errors(pairs, replayed, settings["critic_steps"], seed) for seed in seeds]
+        by_share = {
+            share: [critic_errors(pairs, replayed, settings["critic_steps"], seed, share) for seed in seeds]
+            for share in settings["fewer_pairs"]
+        } | {1.0: errors}
         tscac = [load_feed_policy(d, numpy=True) for d in trained.policy_dirs["tscac"]]
         values = [load_pair_value_policy(d) for d in trained.policy_dirs["ua-mtcl"]]
         terms = {
@@ -661,7 +708,14 @@ def main(argv: list[str] | None = None) -> int:
             "feed_rows": built.manifest["surfaces"]["feed"]["rows"],
             "dataset_version": built.manifest["version"],
         },
-        "mtcl": {"per_seed": errors, "per_head": per_head, "held_out_rows": errors[0]["held_out_rows"]},
+        "mtcl": {
+            "per_seed": errors,
+            "per_head": per_head,
+            "held_out_rows": errors[0]["held_out_rows"],
+            "by_training_share": [
+                {"share": share, **fewer_pairs_summary(e)} for share, e in sorted(by_share.items())
+            ],
+        },
         "mtcl_error_reduction": statistics.fmean(per_head[s]["reduction"]["mean"] for s in SPARSE_HEADS),
         "mtcl_error_reduction_on_expected_returns": statistics.fmean(
             per_head[s]["expected_returns"]["reduction"]["mean"] for s in SPARSE_HEADS

@@ -1,10 +1,12 @@
-"""The user-author benchmark's own accounting: the pairs' returns it reports beside the follows."""
+"""The user-author benchmark's own accounting: the pairs' returns it reports beside the follows, and the
+critics' scoring on fewer training pairs."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from bench_scripts import load_bench_script
 
 from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS
@@ -39,3 +41,66 @@ def test_a_pair_that_meets_on_k_days_returns_k_minus_one_times():
     ]
     returns = load_bench_script("user_author").pair_returns(logs, world, users=3)
     assert returns.tolist() == [1.0, 2.0, 0.0]
+
+
+def _pairs_with_returns(n_pairs: int, rows_per_pair: int):
+    """Rows of ``n_pairs`` pairs; each row's state is its pair's code, so a fake critic can tell them
+    apart; every return is its row's pair code (a value that knows the pair is exact)."""
+    bench = load_bench_script("user_author")
+    pairs = np.repeat(np.arange(n_pairs), rows_per_pair)
+    states = pairs[:, None].astype(np.float32)
+    returns = np.repeat(pairs[:, None].astype(float), 4, axis=1)
+    data = bench.PairTransitions(
+        states,
+        states,
+        returns,
+        pairs,
+        np.tile(np.arange(rows_per_pair), n_pairs),
+        np.ones(pairs.size),
+        pairs < 0,
+    )
+    replayed = bench.ReplayedReturns(returns, returns, np.zeros_like(returns))
+    return bench, data, replayed
+
+
+def test_the_critics_train_on_a_share_of_the_other_pairs_and_are_scored_on_the_same_held_out_rows(
+    monkeypatch,
+):
+    bench, data, replayed = _pairs_with_returns(n_pairs=2_000, rows_per_pair=3)
+    trained_on: list[np.ndarray] = []
+
+    def fake_training(train, config, *, critic, steps, batch_size, seed):
+        trained_on.append(train.pairs)
+        values = lambda states: SimpleNamespace(numpy=lambda: np.repeat(states, 4, axis=1))  # noqa: E731
+        return SimpleNamespace(values=values)
+
+    monkeypatch.setattr(bench, "train_pair_value", fake_training)
+    full = bench.critic_errors(data, replayed, steps=1, seed=3)
+    tenth = bench.critic_errors(data, replayed, steps=1, seed=3, train_share=0.1)
+    assert full["held_out_rows"] == tenth["held_out_rows"]
+    full_pairs, tenth_pairs = set(trained_on[0]), set(trained_on[2])
+    assert tenth_pairs < full_pairs  # only pairs the full critics train on too: none held out
+    assert len(tenth_pairs) == pytest.approx(0.1 * len(full_pairs), rel=0.25)
+    assert tenth["training_rows"] == 3 * len(tenth_pairs)  # a pair is kept with all its rows
+    # the reference mean is the kept rows': their pair codes' mean
+    assert tenth["training_mean"]["follow"] == pytest.approx(
+        float(np.sqrt(((np.mean(sorted(tenth_pairs)) - data.pairs[_held(full_pairs, data)]) ** 2).mean()))
+    )
+    assert tenth["mtcl"]["follow"] == 0.0  # the fake critic is exact on every held-out row
+
+
+def _held(trained_pairs: set, data) -> np.ndarray:
+    return ~np.isin(data.pairs, list(trained_pairs))
+
+
+def test_the_fewer_pairs_table_gives_each_critics_error_over_the_means():
+    row = {
+        "mtcl": 0.9,
+        "independent": 1.2,
+        "training_mean": 1.0,
+        "reduction": {"mean": 0.25, "stderr": 0.05},
+    }
+    lines = load_bench_script("user_author").fewer_pairs_table(
+        [{"share": 0.1, "training_rows": 4500.4, "per_head": {"follow": row}}]
+    )
+    assert lines[2:] == ["| 0.1 | 4500 | follow | 0.900 | 1.200 | +25.0% ± 5.0 |"]
