@@ -451,7 +451,7 @@ def fewer_pairs_table(by_share: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for point in by_share:
-        for head, row in point["per_head"].items():
+        for head, row in sorted(point["per_head"].items(), key=lambda item: SPARSE_HEADS.index(item[0])):
             reduction, mean = row["reduction"], row["training_mean"]
             rows.append(
                 f"| {point['share']:g} | {point['training_rows']:.0f} | {head} | "
