@@ -388,12 +388,10 @@ def main(argv: list[str] | None = None) -> int:
             }
             chosen = choose_lambda(sweep)
             print(f"tscac's lambda: {chosen:g}", file=sys.stderr)
-            at_chosen = {
-                label: at_lambda(fields, chosen) for label, fields in {**CONTROLS, **VARIANTS}.items()
-            }
-            second = runs_of({k: at_chosen[k] for k in CONTROLS})
+            second = runs_of({label: at_lambda(fields, chosen) for label, fields in CONTROLS.items()})
             if settings["variant_seeds"]:
-                second.update(runs_of({k: at_chosen[k] for k in VARIANTS}, seeds=settings["variant_seeds"]))
+                variants = {label: at_lambda(fields, chosen) for label, fields in VARIANTS.items()}
+                second.update(runs_of(variants, seeds=settings["variant_seeds"]))
             controls = train_runs(built.dataset_dir, work, second, settings["seeds"])
         for field in ("policy_dirs", "train_seconds"):
             merged = {**getattr(trained, field), **getattr(controls, field)}
