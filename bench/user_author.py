@@ -451,7 +451,7 @@ def fewer_pairs_table(by_share: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for point in by_share:
-        for head, row in sorted(point["per_head"].items(), key=lambda item: SPARSE_HEADS.index(item[0])):
+        for head, row in point["per_head"].items():
             reduction, mean = row["reduction"], row["training_mean"]
             rows.append(
                 f"| {point['share']:g} | {point['training_rows']:.0f} | {head} | "
@@ -485,7 +485,14 @@ def markdown(result: dict[str, Any]) -> str:
     in the benchmark's own order."""
     config, mtcl = result["config"], result["mtcl"]
     terms = {name: result["terms"][name] for name in (*HEADS, "follow-boost")}
-    mtcl = {**mtcl, "per_head": {s: mtcl["per_head"][s] for s in signals.PAIR_SIGNALS}}
+    mtcl = {
+        **mtcl,
+        "per_head": {s: mtcl["per_head"][s] for s in signals.PAIR_SIGNALS},
+        "by_training_share": [
+            {**point, "per_head": {s: point["per_head"][s] for s in SPARSE_HEADS}}
+            for point in mtcl["by_training_share"]
+        ],
+    }
     lines = [
         "# The user-author value in the simulator",
         "",
