@@ -39,22 +39,31 @@ def test_the_shortlist_table_has_a_row_per_assignment_with_its_weakest_constrain
     ]
 
 
-def _sweep_point(deployable: float, broken: float = 0.0) -> dict:
+def _sweep_point(watch: float, deployable: float = 0.0, broken: float = 0.0, **auxiliary: float) -> dict:
+    """A sweep point's ``row``: every auxiliary signal's mean lift 0 (held, just) unless given."""
+    lifts = {"watch_time": watch, "click": 0.0, "like": 0.0, "follow": 0.0, "comment": 0.0, "share": 0.0}
+    lifts |= {"hate": 0.0, **auxiliary}
     return {
-        "lift": {"watch_time": {"mean": 0.01, "std": 0.002}},
+        "lift": {s: {"mean": lift, "std": 0.002} for s, lift in lifts.items()},
         "deployable_lift": {"mean": deployable, "std": 0.001},
         "constraints_broken_share": broken,
     }
 
 
-def test_tscacs_lambda_is_the_sweep_point_with_the_most_deployable_lift():
+def test_tscacs_lambda_is_the_holding_sweep_point_with_the_most_watch_time():
     choose = load_bench_script("policy_quality").choose_lambda
-    assert choose({0.03: _sweep_point(0.004), 0.1: _sweep_point(0.007), 0.3: _sweep_point(0.006)}) == 0.1
+    sweep = {
+        0.03: _sweep_point(0.012, follow=-0.001),  # the most watch time, but follows below the behaviour's
+        0.1: _sweep_point(0.008, like=0.002),
+        0.3: _sweep_point(0.006, hate=-0.004),
+        1.0: _sweep_point(0.009, hate=0.0001),  # more hates: lower is better, so this one misses its bound
+    }
+    assert choose(sweep) == 0.1
 
 
-def test_a_sweep_deployable_nowhere_or_tied_keeps_the_most_cautious_lambda():
+def test_a_sweep_holding_nowhere_or_tied_keeps_the_most_cautious_lambda():
     choose = load_bench_script("policy_quality").choose_lambda
-    assert choose({0.03: _sweep_point(0.0), 0.1: _sweep_point(0.0), 0.3: _sweep_point(0.0)}) == 0.3
+    assert choose({0.03: _sweep_point(0.01, comment=-0.001), 0.1: _sweep_point(0.005, share=-0.002)}) == 0.1
     assert choose({0.03: _sweep_point(0.005), 0.1: _sweep_point(0.005), 0.3: _sweep_point(0.001)}) == 0.1
 
 
@@ -66,18 +75,18 @@ def test_the_controls_train_at_the_chosen_lambda_keeping_their_own_agent_fields(
     assert at_lambda({"algo": "tscac", "rewards": "predicted"}, 0.03)["agent"] == {"aux_lambda": 0.03}
 
 
-def test_the_lambda_table_marks_the_chosen_point():
+def test_the_lambda_table_marks_the_chosen_point_and_why_the_others_lost():
     selection = {
         "world": 1000,
         "chosen": 0.3,
         "sweep": [
-            {"aux_lambda": 0.1, "row": _sweep_point(0.0, broken=0.25)},
-            {"aux_lambda": 0.3, "row": _sweep_point(0.006)},
+            {"aux_lambda": 0.1, "row": _sweep_point(0.01, broken=0.25, follow=-0.003, comment=-0.001)},
+            {"aux_lambda": 0.3, "row": _sweep_point(0.006, deployable=0.006, like=0.001, hate=-0.002)},
         ],
     }
     lines = load_bench_script("policy_quality").lambda_table(selection)
     assert "world 1000" in lines[0] and "**0.3**" in lines[0]
     assert lines[-2:] == [
-        "| 0.1 | +1.00% ± 0.20 | 25% | +0.00% ± 0.10 |  |",
-        "| 0.3 | +1.00% ± 0.20 | 0% | +0.60% ± 0.10 | yes |",
+        "| 0.1 | +1.00% ± 0.20 | follow -0.30% | no | 25% | +0.00% ± 0.10 |  |",
+        "| 0.3 | +0.60% ± 0.20 | click +0.00% | yes | 0% | +0.60% ± 0.10 | yes |",
     ]
