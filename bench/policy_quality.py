@@ -304,10 +304,11 @@ def lambda_table(selection: dict[str, Any]) -> list[str]:
     for point in selection["sweep"]:
         r = point["row"]
         watch, dep = r["lift"][signals.FEED_MAIN_SIGNAL], r["deployable_lift"]
-        least = weakest(mean_lifts(r))
+        lifts = mean_lifts(r)
+        least = weakest(lifts)
         lines.append(
             f"| {point['aux_lambda']:g} | {100 * watch['mean']:+.2f}% ± {100 * watch['std']:.2f} | "
-            f"{least} {100 * mean_lifts(r)[least]:+.2f}% | {'yes' if holds_on_means(r) else 'no'} | "
+            f"{least} {100 * lifts[least]:+.2f}% | {'yes' if holds_on_means(r) else 'no'} | "
             f"{100 * r['constraints_broken_share']:.0f}% | "
             f"{100 * dep['mean']:+.2f}% ± {100 * dep['std']:.2f} | "
             f"{'yes' if point['aux_lambda'] == selection['chosen'] else ''} |"
