@@ -19,7 +19,9 @@ have none.
 
 Beside them, greedy at several thresholds traces the trade-off a threshold rule offers between live
 watch and usage (``recsys_rl.sim.allocation_frontier``), and each learned policy's usage is compared
-with that frontier's at its own live watch.
+with that frontier's at its own live watch. Each learned policy's insert probabilities on states of an
+evaluation world, compared across training seeds, say how much a retraining moves it: the spread the
+paper credits both of SL-MGAC's distinctive parts with reducing (``retraining_spread``).
 
 Targets (issue 8): more live watch time than the fixed-rate heuristic with no loss of total usage time,
 no loss to greedy allocation on total usage time, and a smaller spread across seeds than the
@@ -53,9 +55,12 @@ from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,
     behaviour_allocation_policy,
+    behaviour_feed_policy,
 )
+from recsys_rl.sim.ground_truth import run_days
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.sim_eval import AllocationOutcome, allocation_outcome, compare_allocation
+from recsys_rl.state import ACTIVITY_GROUPS, user_groups
 from recsys_rl.training.agents.allocation import VARIANTS
 from recsys_rl.training.agents.policy_io import load_allocation_policy
 
@@ -70,8 +75,9 @@ MODES = {
         "days": 1,
         "steps": 60,
         "batch_size": 128,
-        "seeds": (0,),
-        "algorithms": ("sl-mgac",),
+        # three seeds and one ablation: the fewest the spread between retrainings can be tested on
+        "seeds": (0, 1, 2),
+        "algorithms": ("sl-mgac", "ac-single-group"),
         "eval_users": 1_000,
         "eval_days": 2,
         "eval_worlds": 1,
@@ -204,11 +210,90 @@ def spread_test(ours: list[float], theirs: list[float]) -> dict[str, float]:
     return {"variance_ratio": ratio, "p": float(p)}
 
 
+#: The paper's words for what each part is for: the group towers "reduce prediction variance and improve
+#: model stability", the supervised heads are among its "variance reduction techniques". So each ablation
+#: is also judged on how much its insert probabilities move between retrainings (``retraining_spread``).
+#: Over the same states for every seed, that spread is measured on thousands of states at once, where the
+#: spread of the outcomes above rests on five numbers.
+def retraining_spread(probabilities: np.ndarray, groups: np.ndarray | None = None) -> dict[str, Any]:
+    """How much retraining with another seed moves a policy, from its insert probabilities (seeds,
+    states) on one set of states: ``prediction_variance``, the mean over states of the probability's
+    variance over seeds; ``decision_disagreement``, the mean over pairs of seeds of the share of states
+    whose served decisions (insert iff p >= 0.5) differ; and, given each state's activity group,
+    the prediction variance within each group."""
+    p = np.asarray(probabilities, np.float64)
+    variance = p.var(axis=0, ddof=1)
+    served = p >= 0.5
+    seeds = range(p.shape[0])
+    out: dict[str, Any] = {
+        "prediction_variance": float(variance.mean()),
+        "decision_disagreement": float(
+            np.mean([np.mean(served[i] != served[j]) for i in seeds for j in seeds if i < j])
+        ),
+    }
+    if groups is not None:
+        out["prediction_variance_by_group"] = {
+            name: float(variance[groups == g].mean()) if np.any(groups == g) else None
+            for g, name in enumerate(ACTIVITY_GROUPS)
+        }
+    return out
+
+
+#: One test per part here (not two as for the outcomes' spread): one-sided 2.5%.
+PREDICTION_VARIANCE_LEVEL = 0.025
+
+
+def prediction_variance_test(ours: np.ndarray, theirs: np.ndarray) -> dict[str, float]:
+    """Is ``ours`` (seeds, states) less spread between retrainings than ``theirs``, trained with the
+    same seeds? ``variance_ratio``: theirs' prediction variance over ours'; ``log_stderr``: the
+    delete-one-seed jackknife's standard error of its logarithm (each replicate drops the same seed from
+    both, as they share its data order); ``z``: the log ratio over that error; ``p``: the chance of a z
+    at least that large were the spreads the same, from Student's t with seeds - 1 degrees of freedom.
+    The states are many but the seeds few, and a seed moves all of a policy's states at once: against
+    the normal's 2, simulated equal spreads over 5 seeds passed z > 2 4-5% of the time, and p < 0.025
+    (z > 2.78) 1.2-2.1%."""
+    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    if ours.shape[0] != theirs.shape[0] or ours.shape[0] < 3:
+        raise ValueError(
+            "prediction_variance_test needs the same seeds, at least 3, on both sides, but got "
+            f"{ours.shape[0]} and {theirs.shape[0]}"
+        )
+
+    def log_ratio(keep: np.ndarray) -> float:
+        return math.log(theirs[keep].var(axis=0, ddof=1).mean() / ours[keep].var(axis=0, ddof=1).mean())
+
+    n = ours.shape[0]
+    everything = log_ratio(np.arange(n))
+    replicates = np.array([log_ratio(np.delete(np.arange(n), i)) for i in range(n)])
+    stderr = math.sqrt((n - 1) / n * np.sum((replicates - replicates.mean()) ** 2))
+    z = everything / stderr if stderr > 0 else math.copysign(math.inf, everything) if everything else 0.0
+    return {
+        "variance_ratio": math.exp(everything),
+        "log_stderr": stderr,
+        "z": z,
+        "p": _t_upper_tail(z, n - 1),
+    }
+
+
+def _t_upper_tail(t: float, dof: int) -> float:
+    """P(T >= t) for Student's T with ``dof`` degrees of freedom: half the regularised incomplete beta
+    I_x(dof / 2, 1 / 2) at x = dof / (dof + t^2), mirrored for t below zero."""
+    x = dof / (dof + t * t) if math.isfinite(t) else 0.0
+    half_tail = 0.5 * float(
+        tf.math.betainc(tf.constant(dof / 2.0, tf.float64), tf.constant(0.5, tf.float64), x)
+    )
+    return half_tail if t >= 0 else 1.0 - half_tail
+
+
 def issue16_verdicts(
-    outcomes: dict[str, list[AllocationOutcome]], hull: list[AllocationOutcome]
+    outcomes: dict[str, list[AllocationOutcome]],
+    hull: list[AllocationOutcome],
+    probabilities: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """SL-MGAC against greedy on total usage, and against each ablation on total usage and live watch,
-    and on usage above greedy's frontier (``above_frontier``: the ablations insert at other rates)."""
+    on usage above greedy's frontier (``above_frontier``: the ablations insert at other rates) and, given
+    each learned policy's insert probabilities (seeds, states) on shared states, on their spread between
+    retrainings (``prediction_variance_test``)."""
     main = outcomes["sl-mgac"]
     greedy = paired_z(main, outcomes["greedy"])
     out: dict[str, Any] = {
@@ -240,6 +325,12 @@ def issue16_verdicts(
             above = paired_z(ours_above, theirs_above)
             out[f"sl_mgac_vs_{ablation}"]["usage_above_frontier"] = above
             out[f"sl_mgac_vs_{ablation}"]["earns_its_place_on_the_frontier"] = above["z"] > 2.0
+        if probabilities is not None:
+            test = prediction_variance_test(probabilities["sl-mgac"], probabilities[ablation])
+            out[f"sl_mgac_vs_{ablation}"]["prediction_variance"] = test
+            out[f"sl_mgac_vs_{ablation}"]["earns_its_place_on_prediction_variance"] = (
+                test["p"] < PREDICTION_VARIANCE_LEVEL
+            )
     return out
 
 
@@ -409,8 +500,51 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         f"`{result['linear_rule_headroom']['chosen']}`, on the evaluation worlds: "
         f"{_against_frontier(result['linear_rule_headroom']['scored'])}.",
     ]
-    lines += ["", "## Findings", "", *findings(table, result), "", METHOD]
+    lines += ["", *retraining_section(result), "", "## Findings", "", *findings(table, result), "", METHOD]
     return "\n".join(lines)
+
+
+def retraining_section(result: dict[str, Any]) -> list[str]:
+    """Markdown: each learned policy's spread between retrainings, and each ablation's test of it."""
+    spread_ = result["retraining_spread"]
+    lines = [
+        "## Spread between retrainings",
+        "",
+        f"Each learned policy's insert probability on the {spread_['states']} allocation states the logging "
+        f"policy met on one day of evaluation world {spread_['world']} (states no policy trained on), "
+        "compared across training seeds: the prediction variance (mean over states of the probability's "
+        "variance over seeds, its square root in brackets), the share of states two seeds serve differently "
+        "(mean over pairs of seeds), and the prediction variance within each activity group. The paper "
+        "claims less prediction variance for both parts; each ablation's variance over SL-MGAC's, with the "
+        "delete-one-seed jackknife's standard error of its logarithm and a one-sided p from Student's t "
+        "(`prediction_variance_test`).",
+        "",
+        "| policy | prediction variance | decisions that differ | " + " | ".join(ACTIVITY_GROUPS) + " |",
+        "|---|---|---|" + "---|" * len(ACTIVITY_GROUPS),
+    ]
+    for algo, r in spread_["policies"].items():
+        by_group = " | ".join(
+            "-" if v is None else f"{v:.4f}" for v in r["prediction_variance_by_group"].values()
+        )
+        variance = r["prediction_variance"]
+        lines.append(
+            f"| {algo} | {variance:.4f} ({math.sqrt(variance):.3f}) | "
+            f"{100 * r['decision_disagreement']:.1f}% | {by_group} |"
+        )
+    lines.append("")
+    for ablation, part in ABLATIONS.items():
+        verdict = result["issue16"].get(f"sl_mgac_vs_{ablation}", {})
+        if "prediction_variance" not in verdict:
+            continue
+        test = verdict["prediction_variance"]
+        lines.append(
+            f"- Without the {part} ({ablation}): prediction variance {test['variance_ratio']:.2f} times "
+            f"SL-MGAC's (log ratio {math.log(test['variance_ratio']):+.2f} ± {test['log_stderr']:.2f}, "
+            f"z {test['z']:+.1f}, p {test['p']:.3f}): the part earns its place on prediction variance where "
+            f"p < {PREDICTION_VARIANCE_LEVEL:g}: "
+            + ("yes." if verdict["earns_its_place_on_prediction_variance"] else "no.")
+        )
+    return lines
 
 
 def _against_frontier(gap: dict[str, Any]) -> str:
@@ -581,8 +715,16 @@ def main(argv: list[str] | None = None) -> int:
             t: outcomes["greedy"][0] if t == GREEDY_THRESHOLD_S else run_policy(ThresholdAllocationPolicy(t))
             for t in settings["frontier_s"]
         }
-        for algo, dirs in trained.policy_dirs.items():
-            outcomes[algo] = [run_policy(load_allocation_policy(d)) for d in dirs]
+        learned = {
+            algo: [load_allocation_policy(d) for d in dirs] for algo, dirs in trained.policy_dirs.items()
+        }
+        for algo, policies in learned.items():
+            outcomes[algo] = [run_policy(p) for p in policies]
+        shared_states = logging_policy_states(settings["eval_users"], worlds[0])
+        probabilities = {
+            algo: np.stack([p.insert_probability(shared_states) for p in policies])
+            for algo, policies in learned.items()
+        }
 
         def on_training_world(policy) -> AllocationOutcome:
             return run_policy(policy, on=[args.seed], users=settings["users"])
@@ -626,7 +768,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     result["verdicts"] = verdicts(table, paired)
     hull = upper_hull(list(thresholds.values()))
-    result["issue16"] = issue16_verdicts(outcomes, hull)
+    result["issue16"] = issue16_verdicts(outcomes, hull, probabilities)
+    result["retraining_spread"] = {
+        "states": int(shared_states.shape[0]),
+        "world": worlds[0],
+        "policies": {
+            algo: retraining_spread(p, user_groups(shared_states)) for algo, p in probabilities.items()
+        },
+    }
     result["sl_mgac_usage_vs_greedy_z"] = result["issue16"]["sl_mgac_usage_vs_greedy_z"]
     result["greedy_frontier"] = frontier_table(thresholds, hull)
     result["usage_vs_greedy_frontier"] = {
@@ -659,6 +808,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{'met' if result['meets_targets'] else 'NOT met'}; {result['wall_s']:.0f} s; wrote {args.out}"
     )
     return 0
+
+
+def logging_policy_states(users: int, world: int) -> np.ndarray:
+    """The allocation states the logging policy meets on one day of ``world``: the states on which every
+    retraining's insert probabilities are compared (states no policy trained on)."""
+    day = run_days(
+        SimConfig(n_users=users), behaviour_feed_policy(), behaviour_allocation_policy(), seed=world, days=1
+    )[0]
+    return day.live.state
 
 
 def logged_insert_rate(dataset_dir: Path) -> float:
