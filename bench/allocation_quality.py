@@ -524,7 +524,8 @@ def retraining_section(result: dict[str, Any]) -> list[str]:
     ]
     for algo, r in spread_["policies"].items():
         by_group = " | ".join(
-            "-" if v is None else f"{v:.4f}" for v in r["prediction_variance_by_group"].values()
+            "-" if (v := r["prediction_variance_by_group"][g]) is None else f"{v:.4f}"
+            for g in ACTIVITY_GROUPS
         )
         variance = r["prediction_variance"]
         lines.append(
