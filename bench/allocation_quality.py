@@ -33,6 +33,7 @@ single-group actor-critic.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 import sys
@@ -430,8 +431,19 @@ def best_linear_rule(
     return {"tried_on_selection_world": tried, "chosen": chosen["rule"]}, on_evaluation(rule)
 
 
-def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
-    config = result["config"]
+#: The order policies are listed in on the page: the heuristics, then the learned policies.
+HEURISTICS = ("behaviour", "greedy", "fixed-rate")
+
+
+def in_page_order(by_policy: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``by_policy``'s items, heuristics first, then learned policies: the page reads the same from a result
+    in memory and from its JSON, whose keys are sorted."""
+    return [(name, by_policy[name]) for name in (*HEURISTICS, *LEARNED) if name in by_policy]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The page of a result as its JSON holds it (bench/results/allocation_quality.json)."""
+    table, config = result["table"], result["config"]
     lines = [
         "# Live-stream allocation quality in the simulator",
         "",
@@ -453,7 +465,7 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
         "| constraint met |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, r in table.items():
+    for name, r in in_page_order(table):
 
         def cell(metric: str, digits: int = 1, percent: bool = False, r: dict[str, Any] = r) -> str:
             scale = 100.0 if percent else 1.0
@@ -493,7 +505,10 @@ def markdown(table: dict[str, dict[str, Any]], result: dict[str, Any]) -> str:
             for p in result["greedy_frontier"]
         ),
         "",
-        *(f"- {algo}: {_against_frontier(gap)}" for algo, gap in result["usage_vs_greedy_frontier"].items()),
+        *(
+            f"- {algo}: {_against_frontier(gap)}"
+            for algo, gap in in_page_order(result["usage_vs_greedy_frontier"])
+        ),
         "",
         "Headroom beyond the frontier: linear rules on more of the state than greedy reads (predicted live "
         "watch - d x predicted displaced video watch + h x the user's live watch history > t), "
@@ -524,7 +539,7 @@ def retraining_section(result: dict[str, Any]) -> list[str]:
         "| policy | prediction variance | decisions that differ | " + " | ".join(ACTIVITY_GROUPS) + " |",
         "|---|---|---|" + "---|" * len(ACTIVITY_GROUPS),
     ]
-    for algo, r in spread_["policies"].items():
+    for algo, r in in_page_order(spread_["policies"]):
         by_group = " | ".join(
             "-" if (v := r["prediction_variance_by_group"][g]) is None else f"{v:.4f}"
             for g in ACTIVITY_GROUPS
@@ -801,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     write_result(args.out, result)
     if args.docs:
         Path(args.docs).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.docs).write_text(markdown(table, result))
+        Path(args.docs).write_text(markdown(json.loads(Path(args.out).read_text())))
     main_row = table["sl-mgac"]
     fixed, usage = table["fixed-rate"]["live_watch_s"]["mean"], main_row["total_usage_s"]["mean"]
     print(

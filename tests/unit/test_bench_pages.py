@@ -12,7 +12,7 @@ from bench_scripts import load_bench_script
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["policy_quality", "user_author"])
+@pytest.mark.parametrize("name", ["policy_quality", "user_author", "allocation_quality"])
 def test_the_page_is_the_committed_result_rendered(name):
     result = json.loads((ROOT / f"bench/results/{name}.json").read_text())
     page = (ROOT / f"docs/{name}.md").read_text()
