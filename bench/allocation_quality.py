@@ -207,10 +207,15 @@ def spread_test(ours: list[float], theirs: list[float]) -> dict[str, float]:
         theirs_spread = theirs_var > 0
         return {"variance_ratio": math.inf if theirs_spread else math.nan, "p": 0.0 if theirs_spread else 1.0}
     ratio = theirs_var / ours_var
-    # P(F(d_theirs, d_ours) >= ratio) = I_x(d_ours / 2, d_theirs / 2), x = d_ours / (d_ours + d_theirs ratio)
-    x = d_ours / (d_ours + d_theirs * ratio)
-    p = tf.math.betainc(tf.constant(d_ours / 2.0, tf.float64), tf.constant(d_theirs / 2.0, tf.float64), x)
-    return {"variance_ratio": ratio, "p": float(p)}
+    return {"variance_ratio": ratio, "p": _f_upper_tail(ratio, d_theirs, d_ours)}
+
+
+def _f_upper_tail(ratio: float, d_numerator: int, d_denominator: int) -> float:
+    """P(F(d_numerator, d_denominator) >= ratio): the regularised incomplete beta I_x(d_denominator / 2,
+    d_numerator / 2) at x = d_denominator / (d_denominator + d_numerator ratio)."""
+    x = d_denominator / (d_denominator + d_numerator * ratio)
+    a, b = tf.constant(d_denominator / 2.0, tf.float64), tf.constant(d_numerator / 2.0, tf.float64)
+    return float(tf.math.betainc(a, b, x))
 
 
 #: The paper's words for what each part is for: the group towers "reduce prediction variance and improve
@@ -279,12 +284,9 @@ def prediction_variance_test(ours: np.ndarray, theirs: np.ndarray) -> dict[str, 
 
 
 def _t_upper_tail(t: float, dof: int) -> float:
-    """P(T >= t) for Student's T with ``dof`` degrees of freedom: half the regularised incomplete beta
-    I_x(dof / 2, 1 / 2) at x = dof / (dof + t^2), mirrored for t below zero."""
-    x = dof / (dof + t * t) if math.isfinite(t) else 0.0
-    half_tail = 0.5 * float(
-        tf.math.betainc(tf.constant(dof / 2.0, tf.float64), tf.constant(0.5, tf.float64), x)
-    )
+    """P(T >= t) for Student's T with ``dof`` degrees of freedom: T squared is F(1, dof), so half of F's
+    upper tail at t^2, mirrored for t below zero."""
+    half_tail = 0.5 * _f_upper_tail(t * t, 1, dof)
     return half_tail if t >= 0 else 1.0 - half_tail
 
 
