@@ -222,29 +222,27 @@ def _f_upper_tail(ratio: float, d_numerator: int, d_denominator: int) -> float:
 #: model stability", the supervised heads are among its "variance reduction techniques". So each ablation
 #: is also judged on how much its insert probabilities move between retrainings (``retraining_spread``).
 #: Over the same states for every seed, that spread is measured on thousands of states at once, where the
-#: spread of the outcomes above rests on five numbers.
-def retraining_spread(probabilities: np.ndarray, groups: np.ndarray | None = None) -> dict[str, Any]:
+#: spread of the outcomes above rests on one number per seed.
+def retraining_spread(probabilities: np.ndarray, groups: np.ndarray) -> dict[str, Any]:
     """How much retraining with another seed moves a policy, from its insert probabilities (seeds,
     states) on one set of states: ``prediction_variance``, the mean over states of the probability's
     variance over seeds; ``decision_disagreement``, the mean over pairs of seeds of the share of states
-    whose served decisions (insert iff p >= 0.5) differ; and, given each state's activity group,
-    the prediction variance within each group."""
+    whose served decisions (insert iff p >= 0.5) differ; and ``prediction_variance_by_group``, within
+    each activity group (``groups``: each state's group id; None for a group with no state)."""
     p = np.asarray(probabilities, np.float64)
     variance = p.var(axis=0, ddof=1)
     served = p >= 0.5
     seeds = range(p.shape[0])
-    out: dict[str, Any] = {
+    return {
         "prediction_variance": float(variance.mean()),
         "decision_disagreement": float(
             np.mean([np.mean(served[i] != served[j]) for i in seeds for j in seeds if i < j])
         ),
-    }
-    if groups is not None:
-        out["prediction_variance_by_group"] = {
+        "prediction_variance_by_group": {
             name: float(variance[groups == g].mean()) if np.any(groups == g) else None
             for g, name in enumerate(ACTIVITY_GROUPS)
-        }
-    return out
+        },
+    }
 
 
 #: One test per part here (not two as for the outcomes' spread): one-sided 2.5%.
