@@ -202,6 +202,7 @@ class PairValueAgent(tf_agent.TFAgent):
             PAIR_SIGNALS,
             state_mean=stats.state_mean,
             state_std=stats.state_std,
+            logged_action_coef=stats.logged_action_coef,
             hidden=config.hidden,
             funnel=PAIR_SIGNALS if shared else (),
             shared_trunk=shared,

@@ -21,6 +21,7 @@ from tf_agents.trajectories import trajectory
 
 from recsys_rl import signals
 from recsys_rl.dataset_contract import MANIFEST, USER_AUTHOR
+from recsys_rl.sim.behaviour import behaviour_feed_policy
 from recsys_rl.state import FEED_STATE_FEATURES
 from recsys_rl.training.agents.data import (
     DatasetMismatchError,
@@ -257,6 +258,13 @@ def test_transition_statistics_match_numpy_over_the_parquet_shards(feed_dataset,
     np.testing.assert_allclose(stats.reward_mean, rewards.mean(axis=0), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(stats.reward_std, np.maximum(rewards.std(axis=0), 1e-3), rtol=1e-9)
     np.testing.assert_allclose(stats.action_mean, actions.mean(axis=0), rtol=1e-9, atol=1e-9)
+    # the simulator's logging policy has a mean linear in the state, which the fit finds up to its noise
+    fitted = (
+        stats.logged_action_coef[0]
+        + (states - stats.state_mean) / stats.state_std @ stats.logged_action_coef[1:]
+    )
+    logging_mean = behaviour_feed_policy().mean(states)
+    assert np.abs(fitted - logging_mean).mean() < 0.2 * np.abs(stats.action_mean - logging_mean).mean()
     assert np.all(stats.state_std >= 1e-3) and np.all(stats.reward_std >= 1e-3)
     assert json.loads(json.dumps(stats.to_dict()))["rows"] == len(feed_rows)
 

@@ -26,6 +26,7 @@ def _stats() -> TransitionStatistics:
         reward_std=np.ones(K),
         reward_mean=np.zeros(K),
         action_mean=np.zeros(K),
+        logged_action_coef=np.zeros((d + 1, K)),
         rows=10,
     )
 

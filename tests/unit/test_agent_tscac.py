@@ -45,6 +45,7 @@ def _stats() -> TransitionStatistics:
         reward_std=np.ones(K),
         reward_mean=np.zeros(K),
         action_mean=np.zeros(K),
+        logged_action_coef=np.zeros((D + 1, K)),
         rows=64,
     )
 

@@ -44,6 +44,7 @@ def stats() -> TransitionStatistics:
         reward_std=np.array([30.0, 0.5, 5.0]),
         reward_mean=np.array([7.0, 0.03, 3.0]),
         action_mean=np.array([0.3]),
+        logged_action_coef=np.zeros((D + 1, 1)),
         rows=100,
     )
 

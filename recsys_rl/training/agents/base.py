@@ -158,6 +158,7 @@ class FeedAgent(tf_agent.TFAgent):
             head_names,
             state_mean=self._stats.state_mean,
             state_std=self._stats.state_std,
+            logged_action_coef=self._stats.logged_action_coef,
             hidden=self._config.critic_hidden,
             head_hidden=self._config.head_hidden,
             funnel=funnel,

@@ -115,6 +115,9 @@ class TransitionStatistics:
     reward_std: np.ndarray  # (S,), floored so a constant signal does not divide by zero
     reward_mean: np.ndarray  # (S,)
     action_mean: np.ndarray  # (K,): where a new actor's mean starts, so it begins near the logged policy
+    # (D + 1, K): the logged actions' least-squares fit on [1, normalised state], the part of an action
+    # the logging policy's state dependence explains (see MultiTaskCriticNetwork)
+    logged_action_coef: np.ndarray
     rows: int
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,6 +127,7 @@ class TransitionStatistics:
             "reward_mean": self.reward_mean.tolist(),
             "reward_std": self.reward_std.tolist(),
             "action_mean": self.action_mean.tolist(),
+            "logged_action_coef": self.logged_action_coef.tolist(),
             "rows": self.rows,
         }
 
@@ -189,12 +193,16 @@ def statistics_of(
     states: np.ndarray, rewards: np.ndarray, actions: np.ndarray, floor: float = 1e-3
 ) -> TransitionStatistics:
     """The moments of rows held as arrays (``transition_statistics``'s rule for the floor)."""
+    state_mean = states.mean(axis=0)
+    state_std = np.where(states.std(axis=0) < floor, 1.0, states.std(axis=0))
+    design = np.column_stack([np.ones(len(states)), (states - state_mean) / state_std])
     return TransitionStatistics(
-        state_mean=states.mean(axis=0),
-        state_std=np.where(states.std(axis=0) < floor, 1.0, states.std(axis=0)),
+        state_mean=state_mean,
+        state_std=state_std,
         reward_mean=rewards.mean(axis=0),
         reward_std=np.maximum(rewards.std(axis=0), floor),
         action_mean=actions.mean(axis=0),
+        logged_action_coef=np.linalg.lstsq(design, actions, rcond=None)[0],
         rows=states.shape[0],
     )
 
