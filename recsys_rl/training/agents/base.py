@@ -49,10 +49,10 @@ class AgentConfig:
     # advantages in each signal's per-step reward standard deviations, never rescaled per batch. The
     # benchmark (bench/policy_quality.py) sweeps aux_lambda and keeps, as it keeps its reference lines, the
     # point with the most watch time among those that hold every constraint on its selection world, else
-    # the largest: 1 at 39ca3a1 (0.03, 0.1 and 0.3 each left follows or comments below the behaviour's
-    # there; at 1 nothing broke on the evaluation worlds, where 0.1, the earlier default, broke 7%).
+    # the largest: 0.03 at 29623dd, where the critics read an action as its departure from the logged
+    # actions' fit and every point of the sweep held (at 39ca3a1, with raw logits, none did below 1).
     # With no BC term at all the deterministic actors ran off the data and lost 40% of watch time.
-    aux_lambda: float = 1.0  # TSCAC: lambda_i of every stage-one prior
+    aux_lambda: float = 0.03  # TSCAC: lambda_i of every stage-one prior
     behaviour_lambda: float = 0.05  # weight of the offline behaviour term (TSCAC, AWR stage one)
     max_weight: float = 20.0  # cap on a normalised likelihood weight
     bc_weight: float = 0.1  # deterministic updates: behaviour-cloning term
