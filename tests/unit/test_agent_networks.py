@@ -260,11 +260,11 @@ def test_a_state_driven_logging_policy_does_not_lend_the_states_effect_to_the_ac
     near 0.5 here); given the departure from the logged actions' fit it learns the action's own."""
     rng = np.random.default_rng(12)
     states = rng.normal(size=(4096, STATE_SIZE))
-    driver = states[:, 0]
+    driver, click = states[:, 0], FEED_ACTION_NAMES.index("click")
     exploration = 0.3 * rng.normal(size=(4096, ACTION_SIZE))
     actions = exploration.copy()
-    actions[:, FEED_ACTION_NAMES.index("click")] += 1.5 * driver
-    rewards = 2.0 * np.tanh(2.0 * driver) + 0.1 * exploration[:, 1] + 0.1 * rng.normal(size=4096)
+    actions[:, click] += 1.5 * driver
+    rewards = 2.0 * np.tanh(2.0 * driver) + 0.1 * exploration[:, click] + 0.1 * rng.normal(size=4096)
     fitted = statistics_of(states, rewards[:, None], actions).logged_action_coef
 
     assert abs(_action_slope_learnt(fitted, states, actions, rewards) - 0.1) < 0.05
