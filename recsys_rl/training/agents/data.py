@@ -193,8 +193,8 @@ def statistics_of(
     states: np.ndarray, rewards: np.ndarray, actions: np.ndarray, floor: float = 1e-3
 ) -> TransitionStatistics:
     """The moments of rows held as arrays (``transition_statistics``'s rule for the floor)."""
-    state_mean = states.mean(axis=0)
-    state_std = np.where(states.std(axis=0) < floor, 1.0, states.std(axis=0))
+    state_mean, spread = states.mean(axis=0), states.std(axis=0)
+    state_std = np.where(spread < floor, 1.0, spread)
     design = np.column_stack([np.ones(len(states)), (states - state_mean) / state_std])
     return TransitionStatistics(
         state_mean=state_mean,
