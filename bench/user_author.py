@@ -317,10 +317,18 @@ def gini(counts: np.ndarray) -> float:
     return float((2.0 * np.arange(1, n + 1) - n - 1) @ ordered / (n * total))
 
 
+def broken(report: dict[str, Any]) -> list[str]:
+    """The signals the policy broke against the reference: each auxiliary constraint whose interval lies
+    on the wrong side of the reference's level, and watch time when it is significantly lower."""
+    watch_high = report["signals"][signals.FEED_MAIN_SIGNAL]["interval"][1]
+    watch_lower = watch_high is not None and watch_high < 0.0
+    constraints = [name for name, verdict in report["constraints"].items() if not verdict["satisfied"]]
+    return [signals.FEED_MAIN_SIGNAL] * watch_lower + constraints
+
+
 def holds(report: dict[str, Any]) -> bool:
     """Nothing broken against the reference: every constraint, and watch time not significantly lower."""
-    watch_high = report["signals"][signals.FEED_MAIN_SIGNAL]["interval"][1]
-    return report["constraints_satisfied"] and (watch_high is None or watch_high >= 0.0)
+    return not broken(report)
 
 
 def choose_weight(
@@ -334,7 +342,12 @@ def choose_weight(
             reference, run(TermRanking(tscac, term, weight), users=users, days=days, world=world).values
         )
         tried.append(
-            {"weight": weight, "follow_lift": report["signals"]["follow"]["lift"], "holds": holds(report)}
+            {
+                "weight": weight,
+                "follow_lift": report["signals"]["follow"]["lift"],
+                "holds": holds(report),
+                "broken": broken(report),
+            }
         )
     holding = [t for t in tried if t["holds"]]
     chosen = (
@@ -430,7 +443,8 @@ def _error_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
 
 def _tried(tried: list[dict[str, Any]]) -> str:
     return ", ".join(
-        f"{t['weight']:g} ({100 * t['follow_lift']:+.2f}%, {'held' if t['holds'] else 'broke'})"
+        f"{t['weight']:g} ({100 * t['follow_lift']:+.2f}%, "
+        f"{'held' if t['holds'] else 'broke ' + ' and '.join(t['broken'])})"
         for t in tried
     )
 
@@ -589,7 +603,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{terms['follow-boost']['holds_pooled']}): the most direct lever on follows, at the weight with "
         "the most follows that broke nothing on the tuning world",
         "",
-        "Weights tried on the tuning world (follows against TSCAC alone; whether nothing broke): "
+        "Weights tried on the tuning world (follows against TSCAC alone; what broke, if anything): "
         + "; ".join(f"{n}: {_tried(t['weight']['tried'])}" for n, t in terms.items()),
     ]
     return "\n".join([*lines, "", METHOD])
