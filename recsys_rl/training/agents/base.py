@@ -49,8 +49,9 @@ class AgentConfig:
     # advantages in each signal's per-step reward standard deviations, never rescaled per batch. The
     # benchmark (bench/policy_quality.py) sweeps aux_lambda and keeps, as it keeps its reference lines, the
     # point with the most watch time among those that hold every constraint on its selection world, else
-    # the largest: 0.03 at 29623dd, where the critics read an action as its departure from the logged
-    # actions' fit and every point of the sweep held (at 39ca3a1, with raw logits, none did below 1).
+    # the largest: 0.03 at 29623dd and again at 094d595, where the critics read an action as its departure
+    # from the logged actions' fit (0.01 raised hate beyond its bound; at 39ca3a1, with raw logits, no point
+    # below 1 held).
     # With no BC term at all the deterministic actors ran off the data and lost 40% of watch time.
     aux_lambda: float = 0.03  # TSCAC: lambda_i of every stage-one prior
     behaviour_lambda: float = 0.05  # weight of the offline behaviour term (TSCAC, AWR stage one)
