@@ -42,6 +42,8 @@ class Purpose(enum.IntEnum):
     VIDEO_RESPONSE = 12
     LIVE_RESPONSE = 13
     EXIT = 14
+    FEED_EXPLORATION = 15
+    ALLOCATION_EXPLORATION = 16
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -130,6 +132,42 @@ class KeyedDraws:
             term = term * mean / k
             cdf = cdf + term
         return count
+
+
+class KeyedExploration:
+    """What a policy explores with on a page: the two methods of numpy's ``Generator`` the project's
+    policies draw from (``random`` and ``standard_normal``), keyed by the page's rows.
+
+    The users' draws being keyed was not enough for common random numbers: a stochastic policy (the
+    behaviour's Gaussian fusion, its Bernoulli live allocation) drew from one shared generator, so one
+    user's longer session shifted every later user's exploration. At 4,000 users over two days, giving half
+    of them another fusion changed the totals of 55% of the other half, and a per-user difference between
+    two runs carried that noise. Keyed, a row's exploration depends on its own row alone. A policy must
+    draw per row (the first dimension of ``size`` is the page's rows); each call gets its own numbers.
+    """
+
+    def __init__(self, draws: KeyedDraws, rows: np.ndarray, purpose: Purpose) -> None:
+        self._draws, self._rows, self._purpose = draws, rows, purpose
+        self._calls = 0
+
+    def random(self, size: int | tuple[int, ...]) -> np.ndarray:
+        keys, shape = self._call(size)
+        return self._draws.uniform(keys, self._purpose, shape)
+
+    def standard_normal(self, size: int | tuple[int, ...]) -> np.ndarray:
+        keys, shape = self._call(size)
+        return self._draws.normal(keys, self._purpose, shape).astype(np.float64)
+
+    def _call(self, size: int | tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+        """This call's row keys and the shape of each row's draws."""
+        shape = tuple(np.atleast_1d(size).tolist())
+        if shape[0] != self._rows.size:
+            raise ValueError(
+                f"exploration is drawn per row: size should start with the page's {self._rows.size} "
+                f"rows, but is {shape}"
+            )
+        self._calls += 1
+        return self._draws.rows(self._rows, np.full(self._rows.size, self._calls)), shape[1:]
 
 
 #: Enough terms for the means a simulator uses (a few sessions per day): the tail beyond is below 1e-15.

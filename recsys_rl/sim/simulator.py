@@ -30,7 +30,7 @@ import numpy as np
 
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
-from recsys_rl.sim.draws import KeyedDraws, Purpose
+from recsys_rl.sim.draws import KeyedDraws, KeyedExploration, Purpose
 from recsys_rl.sim.familiarity import Familiarity
 from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
@@ -125,8 +125,9 @@ def _sum_over_slots(values: np.ndarray) -> np.ndarray:
     return total
 
 
-def _act(policy, states: np.ndarray, rng: np.random.Generator, context: PageContext):
-    """A policy's actions for a page: with the page's context when the policy asks for it."""
+def _act(policy, states: np.ndarray, rng: KeyedExploration, context: PageContext):
+    """A policy's actions for a page: with the page's context when the policy asks for it. ``rng``
+    stands in for the ``np.random.Generator`` of the policies' ``act``, keyed by the page's rows."""
     act_in_context = getattr(policy, "act_in_context", None)
     return policy.act(states, rng) if act_in_context is None else act_in_context(states, rng, context)
 
@@ -252,8 +253,8 @@ class Simulator:
         replay the world of a logged run with episodes independent of the logged ones.
 
         They come from distinct spawn keys of one ``SeedSequence``: the world is child 0, the users' draws
-        of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out) and the
-        generator the policies explore with child ``episode_seed`` of child 2. Entropy lists are not
+        of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out); the
+        policies' exploration is keyed from the same key with purposes of its own. Entropy lists are not
         enough, since ``SeedSequence([seed, 0])`` equals ``SeedSequence([seed])``: day 0's return draws
         would reuse the numbers that assigned the activity groups. The users' draws are keyed by user,
         day, session and page (``recsys_rl.sim.draws``), so runs of two policies share them.
@@ -262,7 +263,6 @@ class Simulator:
         self.seed = seed
         self.world = World.of_seed(config, seed)
         self.draws = KeyedDraws(np.random.SeedSequence(seed, spawn_key=(1, episode_seed)))
-        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2, episode_seed)))
         # the platform's user table holds every account's group from the start (see events.write_user_table)
         self.store = SimulatedFeatureStore(self.world.users.group)
         self.follows = FollowGraph(config.n_authors, self.world.videos.author)
@@ -510,7 +510,8 @@ class Simulator:
         predictions = expected * np.exp(model.prediction_noise * noise)
 
         context = dataclasses.replace(context, candidates=candidates, predictions=predictions)
-        action, log_propensity = _act(feed_policy, state, self.rng, context)
+        exploration = KeyedExploration(draws, rows, Purpose.FEED_EXPLORATION)
+        action, log_propensity = _act(feed_policy, state, exploration, context)
         scores = fusion_scores(predictions, action)
         if (candidate_scores := getattr(feed_policy, "candidate_scores", None)) is not None:
             at_ms = context.request.time_ms[:, None]
@@ -533,7 +534,8 @@ class Simulator:
         ).astype(np.float32)
         live_state = live_states(state[live_rows], live_predictions)
         live_context = context.rows(live_rows, live_id[:, None], live_predictions[:, None, :])
-        live_action, live_log_propensity = _act(allocation_policy, live_state, self.rng, live_context)
+        exploration = KeyedExploration(draws, rows[live_rows], Purpose.ALLOCATION_EXPLORATION)
+        live_action, live_log_propensity = _act(allocation_policy, live_state, exploration, live_context)
         inserted = np.zeros(n, dtype=bool)
         inserted[live_rows] = live_action == 1
 

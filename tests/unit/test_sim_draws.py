@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from recsys_rl.sim.draws import KeyedDraws, Purpose
+from recsys_rl.sim.draws import KeyedDraws, KeyedExploration, Purpose
 
 
 def _draws(seed: int = 0) -> KeyedDraws:
@@ -51,3 +51,31 @@ def test_normals_and_poisson_counts_have_their_moments():
         picked = counts[mean == m]
         assert picked.mean() == pytest.approx(m, abs=4 * np.sqrt(m / picked.size))
         assert picked.var() == pytest.approx(m, rel=0.1)
+
+
+def test_a_policys_exploration_is_drawn_per_row_and_anew_on_each_call():
+    draws = _draws(3)
+    rows = draws.rows(np.arange(40), np.full(40, 1))
+
+    def explore(subset):
+        rng = KeyedExploration(draws, rows[subset], Purpose.FEED_EXPLORATION)
+        return rng.standard_normal((subset.size, 4)), rng.random(subset.size)
+
+    normals, uniforms = explore(np.arange(40))
+    # a row's exploration whatever the other rows of its page
+    part = np.arange(10, 30, 3)
+    np.testing.assert_array_equal(explore(part)[0], normals[part])
+    np.testing.assert_array_equal(explore(part)[1], uniforms[part])
+    # a second call draws new numbers, not the first call's again
+    rng = KeyedExploration(draws, rows, Purpose.FEED_EXPLORATION)
+    first, second = rng.random((40, 4)), rng.random((40, 4))
+    assert np.abs(first - second).min() > 0.0
+    assert normals.dtype == np.float64 and abs(normals.mean()) < 0.3
+
+
+def test_exploration_that_is_not_per_row_is_refused_by_name():
+    rng = KeyedExploration(_draws(), _draws().rows(np.arange(5)), Purpose.ALLOCATION_EXPLORATION)
+    with pytest.raises(
+        ValueError, match="per row: size should start with the page's 5 rows, but is \\(1000,\\)"
+    ):
+        rng.standard_normal(1000)

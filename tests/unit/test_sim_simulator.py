@@ -285,7 +285,7 @@ class _GreedyDrawer:
     version = "greedy-drawer"
 
     def act(self, states, rng):
-        rng.standard_normal(1000)
+        rng.standard_normal((states.shape[0], 1000))
         return FEED.act(states, rng)
 
 
@@ -307,6 +307,40 @@ def test_what_a_policy_draws_does_not_move_the_users_draws():
     np.testing.assert_array_equal(a.live.live[offered_a], b.live.live[offered_b])
     # while the policy's own draws did move: the actions differ
     assert not np.array_equal(a.feed.action[first_a], b.feed.action[first_b])
+
+
+class _ShiftedForSome:
+    """The behaviour's fusion, its watch-time logit raised for the users in ``shifted``."""
+
+    version = "shifted-for-some"
+
+    def __init__(self, shifted: np.ndarray) -> None:
+        self.shifted = shifted
+
+    def act_in_context(self, states, rng, context):
+        actions, log_p = FEED.act(states, rng)
+        actions[np.isin(context.users, self.shifted), 0] += 1.0
+        return actions, log_p
+
+
+def _per_user_expected(days, users: int) -> np.ndarray:
+    return sum(
+        np.stack([np.bincount(d.feed.user, w, minlength=users) for w in d.feed.expected_reward.T], axis=1)
+        for d in days
+    )
+
+
+def test_a_users_days_do_not_depend_on_the_policy_other_users_get():
+    """Users are independent, exploration included (the behaviour's Gaussian fusion and Bernoulli live
+    allocation): what pairs every per-user comparison, and what lets an oracle add up its groups' values."""
+    users = 300
+    shifted = np.arange(0, users, 2)
+    plain, mixed = Simulator(SimConfig(n_users=users), 11), Simulator(SimConfig(n_users=users), 11)
+    a = _per_user_expected([plain.run_day(FEED, LIVE) for _ in range(2)], users)
+    b = _per_user_expected([mixed.run_day(_ShiftedForSome(shifted), LIVE) for _ in range(2)], users)
+    others = np.setdiff1d(np.arange(users), shifted)
+    np.testing.assert_array_equal(a[others], b[others])
+    assert not np.array_equal(a[shifted], b[shifted])
 
 
 def test_two_rankings_of_one_world_are_compared_on_the_same_users_draws():
