@@ -23,28 +23,24 @@ constant logits moved. The search is a random search in that logit space (the be
 each signal moved alone, random directions, then local rounds around the best global candidate);
 CMA-ES would search further, but every candidate costs a simulated world.
 
-Segment values come from one run per candidate: the users are independent in the simulator, so a
-segment's requests under a global candidate would be what they are under any policy that serves that
-segment the same way, if users stayed in their segment. They do not, so this is an approximation, and
-a coarse one, which the per-segment choice exploits. On the benchmark's selection
-world (20,000 users x 3 days) a third of the users, with half the requests, change segment: every user
-starts a run at the prior, and the interaction bucket follows what the policy showed them. Four random
-assignments of candidates to segments, unselected, ran as one policy 0.4-0.9 points of watch time away
-from their segments' sums, in either direction; the assignment the sums chose ran at -0.20% where its
-sum said +0.96%. The simulator's evaluations are noisy too, even with common draws (a reordered
-candidate changes the rest of a user's session: two runs of one weighting, its logits rounded to four
-decimals, differed by 0.17 points). So the sums only shortlist: the ``oracle_shortlist`` assignments
-with the most watch time by their sums (each holding every constraint by them) run as one policy on
-the selection world, with the same draws, and the oracle is the one with the most watch time that
-holds every constraint as run, the best global weighting (which needs no composing) when none beats
-it. The figure that chose it is its own run's (``oracle_composite``).
+Segment values come from one run per candidate: the users are independent in the simulator (their draws
+and the policies' exploration are keyed per user, ``recsys_rl.sim.draws``), so a segment's requests under
+a global candidate would be what they are under any policy that serves that segment the same way, if
+users stayed in their segment. They do not, so this is an approximation, which the per-segment choice
+exploits. On the benchmark's selection world (20,000 users x 3 days) a third of the users, with half the
+requests, change segment: every user starts a run at the prior, and the interaction bucket follows what
+the policy showed them. Four random assignments of candidates to segments, unselected, ran as one policy
+0.14-0.50 points of watch time away from their segments' sums, in either direction (0.4-0.9 while the
+policies' exploration came from one shared generator, which coupled the users). So the sums only
+shortlist: the ``oracle_shortlist`` assignments with the most watch time by their sums (each holding
+every constraint by them) run as one policy on the selection world, with the same draws, and the oracle
+is the one with the most watch time that holds every constraint as run, the best global weighting (which
+needs no composing) when none beats it. The figure that chose it is its own run's (``oracle_composite``).
 
-A user's hidden traits do not change during a run, so the hidden-trait groups' sums have no segment
-moves to be wrong about; they are chosen by the same shortlist and runs all the same (one generator
-draws every user's live-allocation exploration, so a composite is not bit for bit its parts' sums).
-The sums are optimistic even so: choosing among many candidates per group selects each group's lucky
-runs (on the benchmark's selection world the trades' sums promised about 0.4 points of watch time, and
-of each interaction, more than their runs gave).
+A user's hidden traits do not change during a run, so the hidden-trait groups' sums are what their
+assignment runs at, to rounding; they are chosen by the same shortlist and runs all the same. The sums
+are optimistic on other worlds even so: choosing among many candidates per group selects each group's
+lucky runs, which the scoring worlds do not repeat.
 """
 
 from __future__ import annotations

@@ -51,7 +51,9 @@ class AgentConfig:
     # point with the most watch time among those that hold every constraint on its selection world, else
     # the largest: 0.03 at 29623dd and again at 094d595, where the critics read an action as its departure
     # from the logged actions' fit (0.01 raised hate beyond its bound; at 39ca3a1, with raw logits, no point
-    # below 1 held).
+    # below 1 held); 0.1 at 58c5b63, the first run with exploration keyed per user, where 0.03 raised hate
+    # +0.35% on the selection world. 0.1 held in all three runs, 0.03 in two: the default stays until a
+    # run on other log draws settles it.
     # With no BC term at all the deterministic actors ran off the data and lost 40% of watch time.
     aux_lambda: float = 0.03  # TSCAC: lambda_i of every stage-one prior
     behaviour_lambda: float = 0.05  # weight of the offline behaviour term (TSCAC, AWR stage one)
