@@ -150,18 +150,18 @@ class KeyedExploration:
         self._draws, self._rows, self._purpose = draws, rows, purpose
         self._calls = 0
 
-    def random(self, size: int | tuple[int, ...]) -> np.ndarray:
+    def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray:
         keys, shape = self._call(size)
         return self._draws.uniform(keys, self._purpose, shape)
 
-    def standard_normal(self, size: int | tuple[int, ...]) -> np.ndarray:
+    def standard_normal(self, size: int | tuple[int, ...] | None = None) -> np.ndarray:
         keys, shape = self._call(size)
         return self._draws.normal(keys, self._purpose, shape).astype(np.float64)
 
-    def _call(self, size: int | tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+    def _call(self, size: int | tuple[int, ...] | None) -> tuple[np.ndarray, tuple[int, ...]]:
         """This call's row keys and the shape of each row's draws."""
-        shape = tuple(np.atleast_1d(size).tolist())
-        if shape[0] != self._rows.size:
+        shape = () if size is None else tuple(np.atleast_1d(size).tolist())
+        if not shape or shape[0] != self._rows.size:
             raise ValueError(
                 f"exploration is drawn per row: size should start with the page's {self._rows.size} "
                 f"rows, but is {shape}"

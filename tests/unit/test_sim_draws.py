@@ -79,3 +79,5 @@ def test_exploration_that_is_not_per_row_is_refused_by_name():
         ValueError, match="per row: size should start with the page's 5 rows, but is \\(1000,\\)"
     ):
         rng.standard_normal(1000)
+    with pytest.raises(ValueError, match="page's 5 rows, but is \\(\\)"):
+        rng.random()  # one number for the whole page
