@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.ground_truth import evaluate_logs
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
 from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator
 from recsys_rl.state import (
@@ -323,21 +324,14 @@ class _ShiftedForSome:
         return actions, log_p
 
 
-def _per_user_expected(days, users: int) -> np.ndarray:
-    return sum(
-        np.stack([np.bincount(d.feed.user, w, minlength=users) for w in d.feed.expected_reward.T], axis=1)
-        for d in days
-    )
-
-
 def test_a_users_days_do_not_depend_on_the_policy_other_users_get():
     """Users are independent, exploration included (the behaviour's Gaussian fusion and Bernoulli live
     allocation): what pairs every per-user comparison, and what lets an oracle add up its groups' values."""
     users = 300
     shifted = np.arange(0, users, 2)
     plain, mixed = Simulator(SimConfig(n_users=users), 11), Simulator(SimConfig(n_users=users), 11)
-    a = _per_user_expected([plain.run_day(FEED, LIVE) for _ in range(2)], users)
-    b = _per_user_expected([mixed.run_day(_ShiftedForSome(shifted), LIVE) for _ in range(2)], users)
+    a = evaluate_logs([plain.run_day(FEED, LIVE) for _ in range(2)], users).per_user
+    b = evaluate_logs([mixed.run_day(_ShiftedForSome(shifted), LIVE) for _ in range(2)], users).per_user
     others = np.setdiff1d(np.arange(users), shifted)
     np.testing.assert_array_equal(a[others], b[others])
     assert not np.array_equal(a[shifted], b[shifted])
