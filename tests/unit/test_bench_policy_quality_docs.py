@@ -39,14 +39,21 @@ def test_the_shortlist_table_has_a_row_per_assignment_with_its_weakest_constrain
     ]
 
 
-def _sweep_point(watch: float, deployable: float = 0.0, broken: float = 0.0, **auxiliary: float) -> dict:
-    """A sweep point's ``row``: every auxiliary signal's mean lift 0 (held, just) unless given."""
+def _sweep_point(
+    watch: float, deployable: float = 0.0, broken: float = 0.0, std: float = 0.0, **auxiliary: float
+) -> dict:
+    """A sweep point's ``row`` over four seeds: every auxiliary signal's mean lift 0 and the same on every
+    seed (held, just) unless given; those given spread by ``std`` over the seeds."""
     lifts = {"watch_time": watch, "click": 0.0, "like": 0.0, "follow": 0.0, "comment": 0.0, "share": 0.0}
     lifts |= {"hate": 0.0, **auxiliary}
     return {
-        "lift": {s: {"mean": lift, "std": 0.002} for s, lift in lifts.items()},
+        "lift": {
+            s: {"mean": lift, "std": 0.002 if s == "watch_time" else std if s in auxiliary else 0.0}
+            for s, lift in lifts.items()
+        },
         "deployable_lift": {"mean": deployable, "std": 0.001},
         "constraints_broken_share": broken,
+        "runs": 4,
     }
 
 
@@ -59,6 +66,18 @@ def test_tscacs_lambda_is_the_holding_sweep_point_with_the_most_watch_time():
         1.0: _sweep_point(0.009, hate=0.0001),  # more hates: lower is better, so this one misses its bound
     }
     assert choose(sweep) == 0.1
+
+
+def test_a_sweep_point_holds_only_where_its_seeds_clear_every_constraint_by_two_standard_errors():
+    """Four seeds with likes +0.2% on average: clear at a std of 0.19% over the seeds (standard error
+    0.095%), not at 0.21%; the mean alone would hold both."""
+    choose = load_bench_script("policy_quality").choose_lambda
+    steady = _sweep_point(0.005, std=0.0019, like=0.002)
+    scattered = _sweep_point(0.008, std=0.0021, like=0.002)
+    assert choose({0.1: steady, 0.3: scattered}) == 0.1
+    # hate to lower: its mean must be below zero by the two standard errors
+    assert choose({0.1: steady, 0.3: _sweep_point(0.008, std=0.0019, hate=-0.002)}) == 0.3
+    assert choose({0.1: steady, 0.3: _sweep_point(0.008, std=0.0021, hate=-0.002)}) == 0.1
 
 
 def test_a_sweep_holding_nowhere_or_tied_keeps_the_most_cautious_lambda():
