@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recsys_rl.exploration import Exploration
+
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -48,6 +50,6 @@ class ScalarGaussian:
         """Log-densities (n,) of actions (n, 1)."""
         return log_density(actions, self.mean, np.array([self.std]))
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         actions = self.mean + self.std * rng.standard_normal((states.shape[0], 1))
         return actions, self.log_prob(states, actions)

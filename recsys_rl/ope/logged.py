@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from recsys_rl import signals as signal_registry
+from recsys_rl.exploration import Exploration
 from recsys_rl.state import ACTIVITY_GROUPS
 
 if TYPE_CHECKING:  # the dataset reader imports TensorFlow; OPE only needs its shard paths
@@ -71,7 +72,7 @@ class ScoredPolicy(Protocol):
 
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray: ...
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]: ...
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from recsys_rl.exploration import Exploration
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.gaussian import log_density
 from recsys_rl.state import FEED_STATE_FEATURES, LIVE_PREDICTION_SCALE, LIVE_STATE_FEATURES
@@ -22,7 +23,7 @@ from recsys_rl.state import FEED_STATE_FEATURES, LIVE_PREDICTION_SCALE, LIVE_STA
 class FeedPolicy(Protocol):
     version: str
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         """Actions (n, K) and their log-densities (n,) for states (n, len(FEED_STATE_FEATURES))."""
         ...
 
@@ -30,7 +31,7 @@ class FeedPolicy(Protocol):
 class AllocationPolicy(Protocol):
     version: str
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         """Insert decisions (n,) in {0, 1} and their log-probabilities (n,) for live states."""
         ...
 
@@ -64,7 +65,7 @@ class GaussianFeedPolicy:
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
         return log_density(actions, self.mean(states), self.sigma)
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         actions = self.mean(states) + self.sigma * rng.standard_normal((states.shape[0], self.sigma.shape[0]))
         return actions, self.log_prob(states, actions)
 
@@ -108,7 +109,7 @@ class BernoulliAllocationPolicy:
         p = self.insert_probability(states)
         return np.where(actions == 1, np.log(p), np.log1p(-p))
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         p = self.insert_probability(states)
         actions = (rng.random(p.shape) < p).astype(np.int64)
         return actions, np.where(actions == 1, np.log(p), np.log1p(-p))
@@ -148,7 +149,7 @@ class ThresholdAllocationPolicy:
         score = live - self.displaced_weight * displaced + self.history_weight * history
         return (score > self.threshold_s).astype(np.float64)
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         return self.insert_probability(states).astype(np.int64), np.zeros(states.shape[0])
 
 
@@ -166,6 +167,6 @@ class FixedRateAllocationPolicy:
     def insert_probability(self, states: np.ndarray) -> np.ndarray:
         return np.full(states.shape[0], self.rate)
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         actions = (rng.random(states.shape[0]) < self.rate).astype(np.int64)
         return actions, np.where(actions == 1, math.log(self.rate), math.log1p(-self.rate))

@@ -135,8 +135,9 @@ class KeyedDraws:
 
 
 class KeyedExploration:
-    """What a policy explores with on a page: the two methods of numpy's ``Generator`` the project's
-    policies draw from (``random`` and ``standard_normal``), keyed by the page's rows.
+    """What a policy explores with on a page (``recsys_rl.exploration.Exploration``): the two methods of
+    numpy's ``Generator`` the project's policies draw from (``random`` and ``standard_normal``), keyed by
+    the page's rows.
 
     The users' draws being keyed was not enough for common random numbers: a stochastic policy (the
     behaviour's Gaussian fusion, its Bernoulli live allocation) drew from one shared generator, so one

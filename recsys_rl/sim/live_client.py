@@ -20,6 +20,7 @@ import grpc
 import numpy as np
 
 from recsys_rl import contracts, signals
+from recsys_rl.exploration import Exploration
 from recsys_rl.kafka.producer import EventProducer
 from recsys_rl.proto import serving_pb2_grpc
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
@@ -75,11 +76,11 @@ class _RemotePolicy:
         self.world, self.ids = world, ids
         self.report = TrafficReport()
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"{type(self).__name__} answers through the server and needs the page's context")
 
     def act_in_context(
-        self, states: np.ndarray, rng: np.random.Generator, context: PageContext
+        self, states: np.ndarray, rng: Exploration, context: PageContext
     ) -> tuple[np.ndarray, np.ndarray]:
         messages = [self.request(context, i) for i in range(states.shape[0])]
         started = time.perf_counter()
@@ -143,7 +144,7 @@ class RemoteFeedPolicy(_RemotePolicy):
         self._page_size, self._on_page = page_size, on_page
 
     def act_in_context(
-        self, states: np.ndarray, rng: np.random.Generator, context: PageContext
+        self, states: np.ndarray, rng: Exploration, context: PageContext
     ) -> tuple[np.ndarray, np.ndarray]:
         answered = super().act_in_context(states, rng, context)
         if context.request.page_index.size and context.request.page_index[0] % PROGRESS_EVERY_PAGES == 0:

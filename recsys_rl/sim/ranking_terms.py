@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from recsys_rl import signals
+from recsys_rl.exploration import Exploration
 from recsys_rl.fusion import FEED_ACTION_NAMES, PREDICTION_SCALE
 from recsys_rl.sim.behaviour import FeedPolicy
 from recsys_rl.sim.simulator import PageContext
@@ -77,7 +78,7 @@ class TermRanking:
     def version(self) -> str:
         return f"{self.base.version}+{self.weight:g}*{getattr(self.term, 'name', 'term')}"
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         return self.base.act(states, rng)
 
     def candidate_scores(self, context: PageContext) -> np.ndarray:

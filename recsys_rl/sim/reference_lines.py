@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from recsys_rl import signals
+from recsys_rl.exploration import Exploration
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import PAIRED_Z, run_days
@@ -106,7 +107,7 @@ class SegmentedFeedPolicy:
     ) -> SegmentedFeedPolicy:
         return cls(np.tile(np.asarray(logits, np.float64), (N_SEGMENTS, 1)), state_coef, version)
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         return self.logits[segment_of(states)] + states @ self.state_coef, np.zeros(states.shape[0])
 
 
@@ -136,7 +137,7 @@ class UserGroupedFeedPolicy:
     version: str = "reference-hidden-oracle"
 
     def act_in_context(
-        self, states: np.ndarray, rng: np.random.Generator, context: PageContext
+        self, states: np.ndarray, rng: Exploration, context: PageContext
     ) -> tuple[np.ndarray, np.ndarray]:
         actions = self.logits[self.groups[context.users]] + states @ self.state_coef
         return actions, np.zeros(states.shape[0])

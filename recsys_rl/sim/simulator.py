@@ -126,8 +126,8 @@ def _sum_over_slots(values: np.ndarray) -> np.ndarray:
 
 
 def _act(policy, states: np.ndarray, rng: KeyedExploration, context: PageContext):
-    """A policy's actions for a page: with the page's context when the policy asks for it. ``rng``
-    stands in for the ``np.random.Generator`` of the policies' ``act``, keyed by the page's rows."""
+    """A policy's actions for a page: with the page's context when the policy asks for it, exploring
+    with draws keyed by the page's rows (``recsys_rl.exploration``)."""
     act_in_context = getattr(policy, "act_in_context", None)
     return policy.act(states, rng) if act_in_context is None else act_in_context(states, rng, context)
 

@@ -49,6 +49,7 @@ from tf_agents.policies import policy_saver
 from recsys_rl import signals
 from recsys_rl.atomic_json import read_json_file
 from recsys_rl.errors import OperationalError
+from recsys_rl.exploration import Exploration
 from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.gaussian import ScalarGaussian, log_density
 from recsys_rl.pair_state import PAIR_STATE_FEATURES
@@ -188,7 +189,7 @@ class SavedFeedPolicy(_SavedPolicy):
             return np.broadcast_to(self.twin.sigma, (len(states), self.twin.sigma.size))
         return _call(self.model.action_std, observation=states)
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         actions = self.mean(states)
         if self.sample:
             actions = actions + self.std(states) * rng.standard_normal(actions.shape)
@@ -431,7 +432,7 @@ class SavedAllocationPolicy(_SavedPolicy):
         flags = np.asarray(actions, np.float32).reshape(-1, 1)
         return _call(self.model.log_probability, observation=states, action=flags)
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         p = self.insert_probability(states)
         inserts = (rng.random(p.shape) < p) if self.sample else (p >= 0.5)
         actions = inserts.astype(np.int64)
@@ -455,7 +456,7 @@ class ColumnActions:
     def log_prob(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
         return self.policy.log_prob(states, np.asarray(actions).reshape(-1))
 
-    def act(self, states: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         actions, log_prob = self.policy.act(states, rng)
         return np.asarray(actions, np.float32)[:, None], log_prob
 
