@@ -153,11 +153,11 @@ def mean_lifts(point: dict[str, Any]) -> dict[str, float]:
 
 def holds_over_seeds(point: dict[str, Any]) -> bool:
     """Whether every auxiliary signal's mean lift over the seeds in a ``row`` clears the behaviour's level
-    (lift 0) in its direction by two standard errors over the seeds.
+    (lift 0) in its direction by two standard errors over the seeds, the rule "ahead" uses.
 
-    The reference lines are chosen by their constraints' intervals, not by point values
-    (``recsys_rl.sim.reference_lines.holds_clearly``); a lambda is a training procedure's setting, whose
-    noise is the seeds', so its interval is over them, by the rule "ahead" uses."""
+    A reference line is one deterministic weighting, its values on the selection world exact expectations,
+    so it is chosen on point values. A lambda is a training procedure's setting: its TSCAC differs by seed,
+    and a mean over seeds that holds by a hair has seeds on both sides of the bound."""
     stderr_scale = 2.0 / math.sqrt(point["runs"])
     return all(
         _AUXILIARY_SIGNS[s] * point["lift"][s]["mean"] - stderr_scale * point["lift"][s]["std"] >= 0.0
@@ -166,9 +166,9 @@ def holds_over_seeds(point: dict[str, Any]) -> bool:
 
 
 def choose_lambda(selection: dict[float, dict[str, Any]]) -> float:
-    """The lambda chosen by the reference lines' rule: among the sweep points whose TSCAC holds every
-    auxiliary constraint by its interval on the selection world (``holds_over_seeds`` of its ``row``
-    there), the one with the most watch time.
+    """The lambda chosen as the reference lines are, with the seeds' noise counted: among the sweep points
+    whose TSCAC holds every auxiliary constraint on the selection world by its seeds' interval
+    (``holds_over_seeds`` of its ``row`` there), the one with the most watch time.
 
     Constraints first, as the global weighting and the oracles are chosen: the mission keeps likes,
     follows, comments, shares and hates in bounds and maximises watch time within them, and a point
@@ -329,7 +329,7 @@ def shortlist_table(shortlists: dict[str, list[dict[str, Any]]]) -> list[str]:
         "Each oracle's shortlist on the selection world (`search.shortlists`), the global weighting first: "
         "watch time by the sums of its groups' values under their candidates and as run as one policy on "
         "the same world and draws, the auxiliary signal with the least lift in its direction as run, and "
-        "whether every constraint held by its paired 95% interval as run.",
+        "whether every constraint held as run (point values).",
         "",
         "| oracle | assignment | watch time by sums | watch time as run | weakest as run | holds as run |",
         "|---|---|---|---|---|---|",
@@ -356,30 +356,27 @@ METHOD = """## The protocol
   the pairing is real.
 - **Worlds.** Training logs come from one world, the reference search from a second, evaluation from
   others: nothing is judged on the world it was chosen or trained on.
-- **Reference lines** (recsys_rl/sim/reference_lines.py). A constraint holds in their selection only by
-  its paired 95% interval over the selection world's users, not on point values, which pick candidates
-  at the constraints' edge (high-confidence policy improvement's safety test, Thomas et al. 2015). The
-  best global weighting is the candidate with the most watch time that holds every constraint on the
-  selection world, from a random search around the behaviour policy's fusion (its mean, each logit moved
-  alone, random directions, a local round). The personalised oracle assigns one candidate per observable
-  segment (activity group x logged interaction rate above the prior) to get the most watch time with
-  every constraint held in total: Lagrangian relaxation over the same candidates' per-segment values and
-  a local search of trades from the global weighting (one or two segments moved a step) shortlist
-  assignments whose sums clear the constraints by the global weighting's interval, and the one whose own
-  run on the selection world has the most watch time within the constraints is chosen (the global
-  weighting when none beats it). The hidden-trait oracle is chosen the same way over groups no policy
-  can observe (quartiles of the social trait x quartiles of the like, follow, comment and share
-  propensities): the traits that make the best trade-off differ between users. It bounds what any
-  personalised weighting could gain here; if it finds nothing either, the world has no personalisation
-  headroom left for the observable oracle to miss.
+- **Reference lines** (recsys_rl/sim/reference_lines.py). The best global weighting is the candidate with
+  the most watch time that holds every constraint on the selection world (point values: each line is one
+  deterministic weighting valued by exact expectations), from a random search around the behaviour
+  policy's fusion (its mean, each logit moved alone, random directions, a local round). The personalised
+  oracle assigns one candidate per observable segment (activity group x logged interaction rate above the
+  prior) to get the most watch time with every constraint held in total: Lagrangian relaxation over the
+  same candidates' per-segment values and a local search of trades from the global weighting (one or two
+  segments moved a step) shortlist assignments by their sums, and the one whose own run on the selection
+  world has the most watch time within the constraints is chosen (the global weighting when none beats
+  it). The hidden-trait oracle is chosen the same way over groups no policy can observe (quartiles of the
+  social trait x quartiles of the like, follow, comment and share propensities): the traits that make the
+  best trade-off differ between users. It bounds what any personalised weighting could gain here; if it
+  finds nothing either, the world has no personalisation headroom left for the observable oracle to miss.
 - **Learned runs.** TSCAC at each lambda of its sweep, RCPO, RCPO with the multi-task critic and the
   watch-time-only actor-critic, on every seed. TSCAC's lambda is then chosen as the reference lines are,
-  on the selection world: among the sweep points whose mean lifts over the seeds there clear every
-  constraint by two standard errors over the seeds, the one with the most watch time is the table's
-  `tscac` (none holding: the largest lambda). At that lambda train its myopic control (every critic
-  discount 0) on every seed, and on three seeds its shared-trunk critic and TSCAC with critics on
-  predicted rewards (the upstream model's predictions of the viewed items, not the drawn responses).
-  Every policy serves its mean.
+  on the selection world, with the seeds' noise counted: among the sweep points whose mean lifts over the
+  seeds there clear every constraint by two standard errors over the seeds, the one with the most watch
+  time is the table's `tscac` (none holding: the largest lambda). At that lambda train its myopic control
+  (every critic discount 0) on every seed, and on three seeds its shared-trunk critic and TSCAC with
+  critics on predicted rewards (the upstream model's predictions of the viewed items, not the drawn
+  responses). Every policy serves its mean.
 - **Deployable lift.** The watch-time lift where no constraint is broken, 0 where one is (the gate keeps
   the behaviour policy). `tscac_share_of_oracle_headroom` is TSCAC's mean deployable lift over the
   oracle's; "ahead" is a paired (by training seed) mean difference beyond two standard errors.

@@ -17,10 +17,6 @@ from recsys_rl.sim.behaviour import AllocationPolicy, FeedPolicy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import DayLog, Simulator
 
-#: Two-sided 95% normal quantile: the paired intervals of the constraint verdicts
-#: (``recsys_rl.sim.sim_eval``) and of the reference lines' selection (``recsys_rl.sim.reference_lines``).
-PAIRED_Z = 1.959963984540054
-
 
 @dataclass(frozen=True)
 class Estimate:

@@ -35,7 +35,7 @@ from recsys_rl.sim.behaviour import (
     behaviour_allocation_policy,
     behaviour_feed_policy,
 )
-from recsys_rl.sim.ground_truth import PAIRED_Z, Estimate, PolicyValues, monte_carlo_values, run_days
+from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values, run_days
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.training.agents.policy_io import POLICY_MANIFEST, PolicyLoadError, load_feed_policy
 from recsys_rl.training.train import RUN_MANIFEST
@@ -144,6 +144,10 @@ def compare_values(behaviour: PolicyValues, policy: PolicyValues) -> dict[str, A
     }
 
 
+#: Two-sided 95% normal quantile of the paired intervals.
+_Z = 1.959963984540054
+
+
 def _paired(name: str, behaviour: PolicyValues, policy: PolicyValues) -> dict[str, Any]:
     """One feed signal: each side's per-user mean and the per-user difference (policy - behaviour)."""
     column = signals.FEED_SIGNALS.index(name)
@@ -155,8 +159,7 @@ def paired_per_user(name: str, before: np.ndarray, after: np.ndarray) -> dict[st
     same users in the same order: each side's mean, the policy's lift and the paired difference with its
     95% interval."""
     difference = _mean_and_stderr(after - before)
-    half_width = PAIRED_Z * difference.stderr
-    low, high = difference.mean - half_width, difference.mean + half_width
+    low, high = difference.mean - _Z * difference.stderr, difference.mean + _Z * difference.stderr
     return {
         "direction": signals.get(name).direction.value,
         "behaviour": _estimate(_mean_and_stderr(before)),
