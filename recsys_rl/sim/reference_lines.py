@@ -20,12 +20,14 @@ how much room there is and how much of it needs personalisation:
 All are selected on one world and scored on others, so the selection's luck does not count as headroom.
 They are selected on point values of the constraints. Asking each for evidence instead, its users' paired
 95% interval clearing the behaviour on every constraint (high-confidence policy improvement's safety
-test, Thomas et al., ICML 2015), was tried at fc63e00 (``bench/results/policy_quality.interval_selection
-.json``): it kept the hidden-trait oracle from breaking anything on the evaluation worlds (+0.15% watch
-time; chosen on point values at 58c5b63, +0.64% with 75% of its verdicts broken), but no weighting near
-the behaviour's can show evidence of holding six constraints at once, so the "best" global weighting
-became one that raised them all by paying 1.6% of watch time on the selection world (-1.9% on the
-evaluation worlds), and no trade of the observable oracle held by its interval as run.
+test, Thomas et al., ICML 2015), was tried at fc63e00
+(``bench/results/policy_quality.interval_selection.json``): it kept the hidden-trait oracle from breaking
+anything on the evaluation worlds (+0.15% watch time; chosen on point values at 58c5b63, +0.64% with 75%
+of its verdicts broken), but no weighting near the behaviour's can show evidence of holding six
+constraints at once, so the "best" global weighting became one that raised them all by paying 1.6% of
+watch time on the selection world (-1.9% on the evaluation worlds), and no trade of the observable oracle
+held by its interval as run.
+
 Every candidate is the behaviour policy's fusion made deterministic, its state dependence kept and its
 constant logits moved. The search is a random search in that logit space (the behaviour's own logits,
 each signal moved alone, random directions, then local rounds around the best global candidate);
