@@ -97,19 +97,30 @@ def serve(tmp_path: Path) -> Iterator:
 
 @contextlib.contextmanager
 def serve_process(*args: str) -> Iterator[subprocess.Popen]:
-    """``recsys-rl serve ARGS`` in a process of its own (output piped, text), killed if still running."""
+    """``recsys-rl serve ARGS`` in a process of its own (output piped, text), stopped if still running.
+
+    A server still running is aborted with Python's fault handler on, so its stderr, which goes to the
+    test's captured output, ends with every thread's stack: a shutdown that hangs says where."""
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "recsys-rl"), "serve", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
         yield process
     finally:
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            process.send_signal(signal.SIGABRT)
+            try:
+                _, stderr = process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, stderr = process.communicate()
+            print(
+                f"recsys-rl serve was still running and was aborted; its stderr:\n{stderr}", file=sys.stderr
+            )
 
 
 def rank_request(request_id: str = "req-1", user_id: str = "user-1", n: int = 20) -> contracts.RankRequest:
