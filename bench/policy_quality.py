@@ -438,10 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                 variants = {label: at_lambda(fields, chosen) for label, fields in VARIANTS.items()}
                 second.update(runs_of(variants, seeds=settings["variant_seeds"]))
             controls = train_runs(built.dataset_dir, work, second, settings["seeds"])
-        for field in ("policy_dirs", "train_seconds"):
-            merged = {**getattr(trained, field), **getattr(controls, field)}
-            merged["tscac"] = merged.pop(sweep_label(chosen))
-            setattr(trained, field, merged)
+        trained = trained.merged(controls, {sweep_label(chosen): "tscac"})
         worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
         behaviour = {w: values(behaviour_feed_policy(), w) for w in worlds}
         references_in = {

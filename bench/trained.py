@@ -46,6 +46,17 @@ class TrainedRuns:
     train_seconds: dict[str, list[float]]
     final_metrics: dict[str, list[dict[str, float]]]
 
+    def merged(self, later: TrainedRuns, renamed: Mapping[str, str]) -> TrainedRuns:
+        """These runs and ``later``'s in one record, the labels in ``renamed`` renamed: a benchmark that
+        chooses a setting from a sweep (TSCAC's lambda, SL-MGAC's anti-greedy weight) and then trains the
+        rest at it reports the chosen sweep point under the algorithm's own name."""
+
+        def merge(field: str) -> dict[str, Any]:
+            both = {**getattr(self, field), **getattr(later, field)}
+            return {renamed.get(label, label): value for label, value in both.items()}
+
+        return TrainedRuns(merge("policy_dirs"), merge("train_seconds"), merge("final_metrics"))
+
 
 @contextmanager
 def logged_dataset(work: str | Path, *, users: int, days: int, seed: int, user_author_surface: bool = False):
