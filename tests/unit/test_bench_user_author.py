@@ -129,3 +129,48 @@ def test_a_weight_that_breaks_names_what_it_broke_watch_time_first():
     assert not script.holds(report)
     assert script.broken(compare_values(_values(users), _values(users + np.abs(shift)))) == ["hate"]
     assert script.holds(compare_values(_values(users), _values(users)))
+
+
+def _tried(*points: tuple[float, float, bool]) -> list[dict[str, object]]:
+    """Grid points (weight, follow lift, held) as ``choose_weight`` records them, in increasing weight."""
+    return [
+        {"weight": w, "follow_lift": lift, "holds": held, "broken": [] if held else ["hate"]}
+        for w, lift, held in points
+    ]
+
+
+def test_a_weight_is_chosen_one_grid_step_back_from_where_the_term_breaks():
+    """The every-head term at 46cc963: 0.03 held with the most follows next to 0.1, which broke; 0.01 is
+    the weight with a margin."""
+    choose = load_bench_script("user_author").weight_with_margin
+    chosen = choose(
+        _tried((0.01, 0.0006, True), (0.03, 0.0013, True), (0.1, -0.001, False), (0.3, -0.04, False))
+    )
+    assert (chosen["weight"], chosen["held_with_margin"], chosen["held_on_tuning_world"]) == (
+        0.01,
+        True,
+        True,
+    )
+    # the grid's largest weight has no next one: it counts when it holds
+    assert choose(_tried((1.0, 0.001, True), (3.0, 0.003, True)))["weight"] == 3.0
+
+
+def test_a_term_without_a_weight_holding_with_margin_keeps_the_smallest():
+    choose = load_bench_script("user_author").weight_with_margin
+    edge = choose(_tried((1.0, 0.0012, True), (3.0, 0.0028, False), (10.0, 0.0016, False)))
+    assert (edge["weight"], edge["held_with_margin"], edge["held_on_tuning_world"]) == (1.0, False, True)
+    nowhere = choose(_tried((0.01, 0.004, False), (0.03, 0.01, False)))
+    assert (nowhere["weight"], nowhere["held_with_margin"], nowhere["held_on_tuning_world"]) == (
+        0.01,
+        False,
+        False,
+    )
+
+
+def test_the_headline_term_is_the_one_whose_weight_held_with_margin():
+    bench = load_bench_script("user_author")
+    weights = {
+        "user-author": bench.weight_with_margin(_tried((0.01, 0.0005, True), (0.03, 0.0013, False))),
+        "user-author-follow": bench.weight_with_margin(_tried((1.0, 0.0002, True), (3.0, 0.0004, True))),
+    }
+    assert bench.headline_term(weights) == "user-author-follow"
