@@ -57,6 +57,10 @@ STATUS = _SERVICES["StatusService"].full_name
 
 T = TypeVar("T")
 
+#: How long a shutdown step may run past its own bound (the gRPC stop past its grace) before the stop
+#: goes on without it: the decision log's flush after it must not wait on a stuck transport.
+STOP_OVERRUN_S = 5.0
+
 
 class ServeError(OperationalError):
     """The server cannot start: a port taken, a certificate unreadable."""
@@ -76,8 +80,15 @@ class _EventLoop:
         self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-aio", daemon=True)
         self._thread.start()
 
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """The coroutine's result, run on the loop; past ``timeout_s`` it is cancelled and TimeoutError
+        raised."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -112,15 +123,24 @@ class RunningServer:
         Health turns NOT_SERVING at once, and the server goes on serving for ``drain_s`` while health
         checkers notice and clients move away (a call already sent when the listener closes would fail);
         then it refuses new calls and gives the ones in flight ``grace_s`` to finish; then the decision log
-        flushes (its own bound). Stopping a stopped server does nothing.
+        flushes (its own bound). Every step is bounded: a gRPC stop that overruns its grace by
+        ``STOP_OVERRUN_S`` is logged and left, so that the decision log still flushes what it holds and the
+        process exits. Stopping a stopped server does nothing.
         """
         if self._loop.loop.is_closed():
             return
-        self._loop.run(self._health.enter_graceful_shutdown())
+        logger = get_logger("serve")
+        try:
+            self._loop.run(self._health.enter_graceful_shutdown(), timeout_s=STOP_OVERRUN_S)
+        except TimeoutError:
+            log_event(logger, "health_shutdown_overran", timeout_s=STOP_OVERRUN_S)
         if drain_s > 0:
-            log_event(get_logger("serve"), "draining", drain_s=drain_s, grace_s=grace_s)
+            log_event(logger, "draining", drain_s=drain_s, grace_s=grace_s)
             time.sleep(drain_s)
-        self._loop.run(self._server.stop(grace_s))
+        try:
+            self._loop.run(self._server.stop(grace_s), timeout_s=(grace_s or 0.0) + STOP_OVERRUN_S)
+        except TimeoutError:
+            log_event(logger, "grpc_stop_overran", grace_s=grace_s, overrun_s=STOP_OVERRUN_S)
         self._loop.close()
         self._watcher.stop()
         self._log.close()
