@@ -728,8 +728,8 @@ expected to earn:
     r_main = live_watch_time - beta * insert * max(0, D_hat(s) - L_hat(s))
 
 D_hat and L_hat are the upstream ranker's predictions in the state (displaced video watch and live
-watch); beta = ``anti_greedy_weight`` (default 1), chosen in each run from a sweep on the logs' world
-(the section above). The critic's supervised heads predicted them at first, which left SL-MGAC's usage
+watch); beta = ``anti_greedy_weight``, chosen in each run from a sweep on the logs' world (the section
+above). The critic's supervised heads predicted them at first, which left SL-MGAC's usage
 1.5 +- 1.1 s below greedy's frontier on the logs' world (2.3 +- 1.0 s on the evaluation worlds) where the
 ranker's predictions put it on the frontier; so the heads now feed only the value head, and the
 supervised-heads ablation measures that. The platform usage constraint is
