@@ -129,18 +129,11 @@ class RunningServer:
         """
         if self._loop.loop.is_closed():
             return
-        logger = get_logger("serve")
-        try:
-            self._loop.run(self._health.enter_graceful_shutdown(), timeout_s=STOP_OVERRUN_S)
-        except TimeoutError:
-            log_event(logger, "health_shutdown_overran", timeout_s=STOP_OVERRUN_S)
+        self._bounded_step(self._health.enter_graceful_shutdown(), STOP_OVERRUN_S, "health_shutdown_overran")
         if drain_s > 0:
-            log_event(logger, "draining", drain_s=drain_s, grace_s=grace_s)
+            log_event(get_logger("serve"), "draining", drain_s=drain_s, grace_s=grace_s)
             time.sleep(drain_s)
-        try:
-            self._loop.run(self._server.stop(grace_s), timeout_s=(grace_s or 0.0) + STOP_OVERRUN_S)
-        except TimeoutError:
-            log_event(logger, "grpc_stop_overran", grace_s=grace_s, overrun_s=STOP_OVERRUN_S)
+        self._bounded_step(self._server.stop(grace_s), (grace_s or 0.0) + STOP_OVERRUN_S, "grpc_stop_overran")
         self._loop.close()
         self._watcher.stop()
         self._log.close()
@@ -148,6 +141,14 @@ class RunningServer:
             reader.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
+
+    def _bounded_step(self, step: Coroutine[Any, Any, Any], timeout_s: float, overran: str) -> None:
+        """One shutdown step on the loop for at most ``timeout_s``; past it, the event ``overran`` is logged
+        and the stop goes on without it."""
+        try:
+            self._loop.run(step, timeout_s=timeout_s)
+        except TimeoutError:
+            log_event(get_logger("serve"), overran, timeout_s=timeout_s)
 
 
 def _read_pem(path: str, what: str) -> bytes:

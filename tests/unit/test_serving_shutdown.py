@@ -12,16 +12,28 @@ from recsys_rl.serving import server as server_module
 from recsys_rl.serving.metrics import ServingMetrics
 
 
-class _HangingGrpcServer:
-    """A gRPC server whose stop never returns, as one stuck on a transport would."""
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+class _GrpcServer:
+    """A gRPC server whose stop returns at once or never, as one stuck on a transport would."""
+
+    def __init__(self, hangs: bool) -> None:
+        self.hangs = hangs
 
     async def stop(self, grace: float | None) -> None:
-        await asyncio.Event().wait()
+        if self.hangs:
+            await _forever()
 
 
 class _Health:
+    def __init__(self, hangs: bool) -> None:
+        self.hangs = hangs
+
     async def enter_graceful_shutdown(self) -> None:
-        return None
+        if self.hangs:
+            await _forever()
 
 
 class _Closes:
@@ -36,7 +48,10 @@ class _Closes:
     close = stop
 
 
-def test_a_grpc_stop_that_hangs_past_its_grace_is_left_and_the_decision_log_still_flushes(monkeypatch):
+@pytest.mark.parametrize("hung", ["grpc stop", "health"])
+def test_a_shutdown_step_that_hangs_past_its_bound_is_left_and_the_decision_log_still_flushes(
+    monkeypatch, hung
+):
     monkeypatch.setattr(server_module, "STOP_OVERRUN_S", 0.2)
     watcher, log, reader = _Closes(), _Closes(), _Closes()
     running = server_module.RunningServer(
@@ -44,9 +59,9 @@ def test_a_grpc_stop_that_hangs_past_its_grace_is_left_and_the_decision_log_stil
         metrics=ServingMetrics(),
         metrics_port=None,
         holders={},
-        _server=_HangingGrpcServer(),
+        _server=_GrpcServer(hangs=hung == "grpc stop"),
         _loop=server_module._EventLoop(),
-        _health=_Health(),
+        _health=_Health(hangs=hung == "health"),
         _watcher=watcher,
         _log=log,
         _readers=(reader,),
@@ -56,7 +71,7 @@ def test_a_grpc_stop_that_hangs_past_its_grace_is_left_and_the_decision_log_stil
     stopping = threading.Thread(target=running.stop, kwargs={"grace_s": 0.1}, daemon=True)
     stopping.start()
     stopping.join(10.0)
-    assert not stopping.is_alive(), "stop waited on the hung gRPC stop"
+    assert not stopping.is_alive(), f"stop waited on the hung {hung}"
     assert log.closed.is_set() and watcher.closed.is_set() and reader.closed.is_set()
 
 
