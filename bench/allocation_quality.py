@@ -112,8 +112,9 @@ MODES = {
             (1.0, 10.0): (0.0, 4.0, 8.0, 12.0),
         },
         # probed on the evaluation worlds at 46cc963 (so not chosen there): SL-MGAC's usage against greedy's
-        # frontier -4.4 +- 0.8 s at 0.5, -3.0 +- 0.7 at 1, -1.6 +- 0.7 at 2; the sweep goes on upwards
-        "anti_greedy_sweep": (1.0, 2.0, 4.0),
+        # frontier -4.4 +- 0.8 s at 0.5, -3.0 +- 0.7 at 1, -1.6 +- 0.7 at 2; on the logs' world at 1996f33
+        # -2.6 +- 0.8 at 1, -1.0 +- 0.7 at 2, +0.6 +- 0.6 at 4, its largest: the sweep goes on doubling
+        "anti_greedy_sweep": (2.0, 4.0, 8.0, 16.0),
     },
 }
 #: ``rules``: linear rules on more of the state than greedy reads, per (displaced_weight, history_weight)

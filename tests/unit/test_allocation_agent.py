@@ -13,6 +13,7 @@ from tf_agents.trajectories import policy_step, time_step, trajectory
 from recsys_rl import signals
 from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
 from recsys_rl.training.agents.allocation import (
+    PENALTY_SUPPORT_STDS,
     AllocationConfig,
     SLMGACAgent,
     anti_greedy_penalty,
@@ -229,6 +230,18 @@ def test_the_main_reward_subtracts_the_weighted_anti_greedy_term_from_live_watch
     expected = (reward[:, 0] - 2.0 * inserted * np.maximum(displaced_hat - live_hat, 0.0)) / 30.0
     assert np.any(inserted * np.maximum(displaced_hat - live_hat, 0.0) > 0)  # the penalty is in play
     np.testing.assert_allclose(agent.rewards(experience).numpy()[:, 0], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("weight", [1.0, 8.0])
+def test_the_main_support_keeps_the_return_of_a_costly_insertion_at_any_anti_greedy_weight(weight):
+    agent = build_allocation_agent("sl-mgac", stats(), AllocationConfig(anti_greedy_weight=weight))
+    atoms = agent.atoms[0]
+    # an insertion that ends the session, displacing 0.9 stds per unit of beta more than it earns, after
+    # the worst unpenalised return the support allows
+    floor = AllocationConfig().main_support[0]
+    rewards = tf.constant([floor - weight * 0.9, floor - weight * PENALTY_SUPPORT_STDS], tf.float32)
+    target = categorical_projection(tf.one_hot([0, 0], atoms.shape[0]), atoms, rewards, tf.zeros([2]))
+    np.testing.assert_allclose(tf.reduce_sum(target * atoms, axis=-1).numpy(), rewards.numpy(), rtol=1e-5)
 
 
 # -- config, registry ----------------------------------------------------------------------------------------
