@@ -736,7 +736,9 @@ ranker's predictions put it on the frontier; so the heads now feed only the valu
 supervised-heads ablation measures that. The platform usage constraint is
 separate: the usage reward of a decision is live watch plus the short-video time watched until the next
 allocation decision (from the states' ``session_watch``), and a Lagrange multiplier grows while the
-insertions' usage advantage, E[pi(insert|s) (Q_usage(s, insert) - Q_usage(s, skip))], is below zero.
+policy's usage value is below the logging policy's, E[(pi(insert|s) - mu(insert|s)) (Q_usage(s, insert) -
+Q_usage(s, skip))] < 0, with mu the logged propensity. The main return's atoms reach beta stds of live
+watch below its floor, room for the largest penalty an insertion carries (``PENALTY_SUPPORT_STDS``).
 """
 
 
