@@ -114,7 +114,8 @@ MODES = {
         # probed on the evaluation worlds at 46cc963 (so not chosen there): SL-MGAC's usage against greedy's
         # frontier -4.4 +- 0.8 s at 0.5, -3.0 +- 0.7 at 1, -1.6 +- 0.7 at 2; on the logs' world at 1996f33
         # -2.6 +- 0.8 at 1, -1.0 +- 0.7 at 2, +0.6 +- 0.6 at 4, its largest; at c0256a9 -0.1 +- 0.6 at 2,
-        # +0.7 +- 0.5 at 4, +1.3 +- 0.5 at 8, +1.6 +- 0.5 at 16, its largest again: the sweep goes on doubling
+        # +0.7 +- 0.5 at 4, +1.3 +- 0.5 at 8, +1.6 +- 0.5 at 16, its largest again; at 8d02ef0 +1.2 +- 0.5 at
+        # 32, +0.9 +- 0.5 at 64: 16 is inside the sweep
         "anti_greedy_sweep": (8.0, 16.0, 32.0, 64.0),
     },
 }

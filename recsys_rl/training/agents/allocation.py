@@ -119,7 +119,7 @@ class AllocationConfig:
     target_update_tau: float = 0.01
     epsilon: float = 0.05  # insert probability kept in [eps, 1 - eps]: served propensities stay usable
     # beta of the anti-greedy term: 16, the weight bench/allocation_quality.py chose on its logs' world at
-    # c0256a9 from 2, 4, 8 and 16 (SL-MGAC -0.1, +0.7, +1.3, +1.6 s against greedy's frontier there)
+    # 8d02ef0 from 8, 16, 32 and 64 (SL-MGAC +1.3, +1.6, +1.2, +0.9 s against greedy's frontier there)
     anti_greedy_weight: float = 16.0
     supervised_weight: float = 1.0  # weight of the critic's supervised losses beside the TD losses
     actor_supervised_weight: float = 0.1  # weight of the actor's cross-entropy with the logged allocation
