@@ -32,6 +32,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 from common import bench_parser, git_commit, rounded, write_result
 from trained import evaluation_worlds, logged_dataset, train_runs
+from workers import Workers, worker_pool
 
 from recsys_rl import signals
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
@@ -47,6 +50,7 @@ from recsys_rl.sim.ground_truth import PolicyValues, monte_carlo_values
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.reference_lines import SearchConfig, search_reference_lines
 from recsys_rl.sim.sim_eval import compare_values
+from recsys_rl.sim.simulator import FeedPolicy
 from recsys_rl.training.agents.policy_io import load_feed_policy
 
 #: TSCAC's lambda (every auxiliary prior's, in reward units) is chosen the way the reference lines are:
@@ -383,6 +387,49 @@ METHOD = """## The protocol
 """
 
 
+def feed_values(policy: FeedPolicy | Path, world: int, config: SimConfig, days: int) -> PolicyValues:
+    """A feed policy's values on the world of seed ``world``: a worker's job (a policy exported at a path
+    is loaded here, by its numpy twin)."""
+    started = time.perf_counter()
+    if isinstance(policy, Path):
+        policy = load_feed_policy(policy, numpy=True)
+    out = monte_carlo_values(config, policy, behaviour_allocation_policy(), seed=world, days=days)
+    print(
+        f"evaluated {policy.version} on world {world} in {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+    )
+    return out
+
+
+def reports_against_behaviour(
+    workers: Workers,
+    policies_on: Callable[[int], dict[str, list[FeedPolicy | Path]]],
+    worlds: list[int],
+    config: SimConfig,
+    days: int,
+) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per label, per policy, per world: the policy's report against the behaviour policy there.
+
+    ``policies_on(world)`` gives the labels' policies (or the paths they were exported to) on a world, the
+    same labels and counts on each: a reference such as the hidden-trait oracle is built for its world."""
+    jobs = {
+        ("behaviour", 0, w): partial(feed_values, behaviour_feed_policy(), w, config, days) for w in worlds
+    }
+    counts: dict[str, int] = {}
+    for w in worlds:
+        for label, policies in policies_on(w).items():
+            counts[label] = len(policies)
+            for i, policy in enumerate(policies):
+                jobs[label, i, w] = partial(feed_values, policy, w, config, days)
+    values = workers.run(jobs)
+    return {
+        label: [
+            [compare_values(values["behaviour", 0, w], values[label, i, w]) for w in worlds] for i in range(n)
+        ]
+        for label, n in counts.items()
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "policy_quality")
     parser.add_argument("--docs", help="also write the table as Markdown to this file")
@@ -392,20 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     commit = git_commit()  # the code this run imported, not whatever is checked out when it ends
     search: SearchConfig = settings["search"]
     search = SearchConfig(**{**search.__dict__, "seed": SEARCH_WORLD + args.seed})
-    references = search_reference_lines(search, SimConfig(), lambda m: print(f"search: {m}", file=sys.stderr))
+    with worker_pool() as workers:
+        references = search_reference_lines(
+            search, SimConfig(), lambda m: print(f"search: {m}", file=sys.stderr), workers.map
+        )
     print(f"reference search done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     eval_config = SimConfig(n_users=settings["eval_users"])
-
-    def values(
-        policy, world: int, config: SimConfig = eval_config, days: int = settings["eval_days"]
-    ) -> PolicyValues:
-        t0 = time.perf_counter()
-        out = monte_carlo_values(config, policy, behaviour_allocation_policy(), seed=world, days=days)
-        print(
-            f"evaluated {policy.version} on world {world} in {time.perf_counter() - t0:.0f} s",
-            file=sys.stderr,
-        )
-        return out
 
     def runs_of(fields_by_label: dict[str, dict[str, Any]], **extra: Any) -> dict[str, dict[str, Any]]:
         return {
@@ -416,21 +455,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
             trained = train_runs(built.dataset_dir, work, runs_of(FIRST_RUNS), settings["seeds"])
-            selection_config = SimConfig(n_users=search.users)
-            behaviour_there = values(behaviour_feed_policy(), search.seed, selection_config, search.days)
-
-            def on_selection_world(policy_dir: Path) -> list[dict[str, Any]]:
-                policy = load_feed_policy(policy_dir, numpy=True)
-                return [
-                    compare_values(
-                        behaviour_there, values(policy, search.seed, selection_config, search.days)
-                    )
-                ]
-
-            sweep = {
-                lam: row([on_selection_world(d) for d in trained.policy_dirs[sweep_label(lam)]])
-                for lam in LAMBDA_SWEEP
-            }
+            with worker_pool() as workers:
+                on_selection_world = reports_against_behaviour(
+                    workers,
+                    lambda w: {
+                        sweep_label(lam): trained.policy_dirs[sweep_label(lam)] for lam in LAMBDA_SWEEP
+                    },
+                    [search.seed],
+                    SimConfig(n_users=search.users),
+                    search.days,
+                )
+            sweep = {lam: row(on_selection_world[sweep_label(lam)]) for lam in LAMBDA_SWEEP}
             chosen = choose_lambda(sweep)
             print(f"tscac's lambda: {chosen:g}", file=sys.stderr)
             second = runs_of({label: at_lambda(fields, chosen) for label, fields in CONTROLS.items()})
@@ -440,19 +475,19 @@ def main(argv: list[str] | None = None) -> int:
             controls = train_runs(built.dataset_dir, work, second, settings["seeds"])
         trained = trained.merged(controls, {sweep_label(chosen): "tscac"})
         worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
-        behaviour = {w: values(behaviour_feed_policy(), w) for w in worlds}
-        references_in = {
-            "global": lambda w: references.global_policy,
-            "oracle": lambda w: references.oracle_policy,
-            "hidden-oracle": lambda w: references.hidden_oracle_policy(eval_config, w),
-        }
-        reports: dict[str, list[list[dict[str, Any]]]] = {
-            name: [[compare_values(behaviour[w], values(policy_in(w), w))] for w in worlds]
-            for name, policy_in in references_in.items()
-        }
-        for label, dirs in trained.policy_dirs.items():
-            policies = [load_feed_policy(d, numpy=True) for d in dirs]
-            reports[label] = [[compare_values(behaviour[w], values(p, w)) for w in worlds] for p in policies]
+
+        def policies_on(world: int) -> dict[str, list[FeedPolicy | Path]]:
+            return {
+                "global": [references.global_policy],
+                "oracle": [references.oracle_policy],
+                "hidden-oracle": [references.hidden_oracle_policy(eval_config, world)],
+                **trained.policy_dirs,
+            }
+
+        with worker_pool() as workers:
+            reports = reports_against_behaviour(
+                workers, policies_on, worlds, eval_config, settings["eval_days"]
+            )
     table = {name: row(runs) for name, runs in reports.items()}
     result: dict[str, Any] = {
         "benchmark": "policy_quality",

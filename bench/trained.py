@@ -7,12 +7,9 @@ dataset of behaviour-policy logs; this builds the dataset and trains every named
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +18,8 @@ from typing import Any
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
 # isort: split
+from workers import worker_pool
+
 from recsys_rl.kafka import open_broker
 from recsys_rl.pipelines.simulated import simulated_dataset
 from recsys_rl.training.train import TrainConfig, train
@@ -113,25 +112,15 @@ def train_runs(
             )
             planned.append((label, config))
     out = TrainedRuns({k: [] for k in runs}, {k: [] for k in runs}, {k: [] for k in runs})
-    workers = processes or os.cpu_count() or 1
-    spawn = multiprocessing.get_context("spawn")  # TensorFlow does not survive a fork
-    with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_one_tensorflow_thread) as pool:
+    with worker_pool(processes) as workers:
         for (label, config), (seconds, final_metrics) in zip(
-            planned, pool.map(_timed_train, (config for _, config in planned)), strict=True
+            planned, workers.map(_timed_train, (config for _, config in planned)), strict=True
         ):
             out.train_seconds[label].append(seconds)
             out.final_metrics[label].append(final_metrics)
             out.policy_dirs[label].append(Path(config.out) / "policy")
             print(f"trained {label} seed {config.seed} in {seconds:.0f} s", file=sys.stderr)
     return out
-
-
-def _one_tensorflow_thread() -> None:
-    """A training worker's TensorFlow runs its ops one at a time, on one thread (before it runs any)."""
-    import tensorflow as tf  # recsys_rl, imported above, has chosen the Keras 2 API already
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
 
 
 def _timed_train(config: TrainConfig) -> tuple[float, dict[str, float]]:

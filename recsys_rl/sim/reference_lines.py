@@ -55,8 +55,9 @@ lucky runs, which the scoring worlds do not repeat.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -288,9 +289,15 @@ class ReferenceLines:
 
 
 def search_reference_lines(
-    search: SearchConfig, world: SimConfig, progress=lambda message: None
+    search: SearchConfig,
+    world: SimConfig,
+    progress: Callable[[str], None] = lambda message: None,
+    map_: Callable[..., Iterable] = map,
 ) -> ReferenceLines:
-    """Random search over global weightings; the best under the constraints globally and per segment."""
+    """Random search over global weightings; the best under the constraints globally and per segment.
+
+    Each round's runs are independent, so ``map_`` may run them side by side (a process pool's ``map``:
+    the policies and the run pickle); they are seeded, so the choice is the same either way."""
     config = SimConfig(**{**world.__dict__, "n_users": search.users})
     rng = np.random.default_rng(np.random.SeedSequence(search.seed, spawn_key=(7,)))
     base, coef = behaviour_feed_policy().base_logits, behaviour_feed_policy().state_coef
@@ -305,19 +312,16 @@ def search_reference_lines(
         ]
     )
 
-    def run(candidates: np.ndarray) -> list[SegmentTotals]:
+    def run_each(policies: list, message: Callable[[int], str]) -> list[SegmentTotals]:
         out = []
-        for i, logits in enumerate(candidates):
-            out.append(
-                segment_totals(
-                    config,
-                    SegmentedFeedPolicy.global_weighting(logits, coef),
-                    seed=search.seed,
-                    days=search.days,
-                )
-            )
-            progress(f"candidate {i + 1}/{len(candidates)}")
+        for totals in map_(partial(segment_totals, config, seed=search.seed, days=search.days), policies):
+            out.append(totals)
+            progress(message(len(out)))
         return out
+
+    def run(candidates: np.ndarray) -> list[SegmentTotals]:
+        policies = [SegmentedFeedPolicy.global_weighting(logits, coef) for logits in candidates]
+        return run_each(policies, lambda done: f"candidate {done}/{len(candidates)}")
 
     candidates = first_round
     values = run(first_round)
@@ -335,13 +339,15 @@ def search_reference_lines(
         constraint as run: the global weighting's (an assignment too, whose run is its own: first, the
         default) or one of the shortlist the groups' sums rank; and what each of them gave."""
         start = np.full(by_group.shape[1], best)
-        assignments, runs = [start], [values[best]]
-        for assignment in _segment_assignments(by_group, behaviour.total, start, rng)[
-            : search.oracle_shortlist
-        ]:
-            assignments.append(assignment)
-            runs.append(segment_totals(config, policy_of(assignment), seed=search.seed, days=search.days))
-            progress(f"{name} shortlist {len(runs) - 1}/{search.oracle_shortlist}")
+        shortlisted = _segment_assignments(by_group, behaviour.total, start, rng)[: search.oracle_shortlist]
+        assignments = [start, *shortlisted]
+        runs = [
+            values[best],
+            *run_each(
+                [policy_of(a) for a in shortlisted],
+                lambda done: f"{name} shortlist {done}/{search.oracle_shortlist}",
+            ),
+        ]
         chosen = _most_watch_holding(runs, behaviour)
         columns = np.arange(by_group.shape[1])
         shortlist = [

@@ -1,6 +1,8 @@
 """Reference lines: segments from observable state, groups from hidden traits, constraint checks, and the
 selections."""
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -340,3 +342,29 @@ def test_totals_by_group_sum_each_groups_users():
     totals = rl.SegmentTotals(np.zeros((rl.N_SEGMENTS, K)), by_user, by_user.sum(axis=0))
     grouped = totals.by_group(np.array([1, 0, 1, 2]), 4)
     np.testing.assert_array_equal(grouped, [by_user[1], by_user[0] + by_user[2], by_user[3], np.zeros(K)])
+
+
+def test_the_search_chooses_the_same_lines_when_its_runs_go_to_worker_processes():
+    """The benchmark hands each round's runs to a process pool: the policies and the run must pickle, and
+    no run may depend on the ones before it (the users' draws and the exploration are keyed)."""
+    search = rl.SearchConfig(
+        users=200, days=1, random_candidates=1, local_candidates=1, local_scales=(0.2,), oracle_shortlist=2
+    )
+    in_order = rl.search_reference_lines(search, SimConfig())
+    messages: list[str] = []
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pooled = rl.search_reference_lines(search, SimConfig(), messages.append, pool.map)
+    np.testing.assert_array_equal(pooled.candidates, in_order.candidates)
+    for ours, theirs in zip(pooled.values, in_order.values, strict=True):
+        np.testing.assert_array_equal(ours.by_user, theirs.by_user)
+    assert (pooled.global_index, pooled.oracle_indices.tolist(), pooled.hidden_oracle_indices.tolist()) == (
+        in_order.global_index,
+        in_order.oracle_indices.tolist(),
+        in_order.hidden_oracle_indices.tolist(),
+    )
+    np.testing.assert_array_equal(
+        pooled.hidden_oracle_composite.by_user, in_order.hidden_oracle_composite.by_user
+    )
+    # one progress line a run, counted as the first round's come back
+    first_round = 1 + 2 * K + search.random_candidates
+    assert messages[:first_round] == [f"candidate {i}/{first_round}" for i in range(1, first_round + 1)]

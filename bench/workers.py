@@ -1,0 +1,69 @@
+"""Worker processes for a benchmark's independent jobs: training runs and simulator evaluations.
+
+The quality benchmarks spend most of their time in jobs that share nothing (a training run, a policy's
+days on one world), so they run them in a pool of processes, one a core. Each worker computes on one
+thread: TensorFlow's ops one at a time, and numpy's BLAS too, which otherwise starts a thread a core in
+every worker (an evaluation alone used 1.3 cores for no shorter wall time; two of them would fight over
+both). Results come back in the jobs' order and are the same as in one process: every job is seeded.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import operator
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
+
+import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
+
+K = TypeVar("K")
+T = TypeVar("T")
+
+#: Read by the BLAS and OpenMP libraries when a worker's numpy loads them: one thread each.
+_ONE_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class Workers:
+    """A pool of spawned worker processes (TensorFlow does not survive a fork)."""
+
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self._pool = pool
+
+    def map(self, fn: Callable[..., T], *iterables: Iterable) -> Iterator[T]:
+        """``fn`` over the items, in the workers, yielding results in the items' order as they finish."""
+        return self._pool.map(fn, *iterables)
+
+    def run(self, jobs: Mapping[K, Callable[[], T]]) -> dict[K, T]:
+        """Each job's result under its key. A job is a picklable call (a module-level function or a
+        ``functools.partial`` of one), so a SavedModel, which does not pickle, is loaded inside the job."""
+        return dict(zip(jobs, self._pool.map(operator.call, jobs.values()), strict=True))
+
+
+@contextmanager
+def worker_pool(processes: int | None = None) -> Iterator[Workers]:
+    """``processes`` workers (one a core by default), each on one thread."""
+    saved = {name: os.environ.get(name) for name in _ONE_THREAD_ENV}
+    # the workers start on demand while the pool is open, each copying this process's environment then
+    os.environ.update(_ONE_THREAD_ENV)
+    try:
+        spawn = multiprocessing.get_context("spawn")
+        workers = processes or os.cpu_count() or 1
+        with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_one_tensorflow_thread) as pool:
+            yield Workers(pool)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _one_tensorflow_thread() -> None:
+    """A worker's TensorFlow runs its ops one at a time, on one thread (before it runs any)."""
+    import tensorflow as tf  # recsys_rl, imported above, has chosen the Keras 2 API already
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
