@@ -111,6 +111,8 @@ MODES: dict[str, dict[str, Any]] = {
 #: The reference search's world: SEARCH_WORLD + --seed, neither the training nor an evaluation world
 #: (``trained.evaluation_worlds``), so that no policy is judged on the world it was chosen on.
 SEARCH_WORLD = 1_000
+#: The reference lines' rows, beside the trained policies'.
+REFERENCE_LINES = ("global", "oracle", "hidden-oracle")
 
 
 def deployable_lift(report: dict[str, Any]) -> float:
@@ -430,6 +432,13 @@ def reports_against_behaviour(
     }
 
 
+def per_world_runs(reports: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """A reference line's reports [policy][world] as one run per world: it has no training seeds, so the
+    spread in its row is the worlds'."""
+    (by_world,) = reports
+    return [[report] for report in by_world]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "policy_quality")
     parser.add_argument("--docs", help="also write the table as Markdown to this file")
@@ -488,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             reports = reports_against_behaviour(
                 workers, policies_on, worlds, eval_config, settings["eval_days"]
             )
+        reports.update({name: per_world_runs(reports[name]) for name in REFERENCE_LINES})
     table = {name: row(runs) for name, runs in reports.items()}
     result: dict[str, Any] = {
         "benchmark": "policy_quality",

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from bench_scripts import load_bench_script
 
+from recsys_rl.sim.behaviour import behaviour_feed_policy
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.reference_lines import SegmentedFeedPolicy
+
 
 def test_the_shortlist_table_has_a_row_per_assignment_with_its_weakest_constraint():
     entry = {
@@ -109,3 +113,40 @@ def test_the_lambda_table_marks_the_chosen_point_and_why_the_others_lost():
         "| 0.1 | +1.00% ± 0.20 | follow -0.30% | no | 25% | +0.00% ± 0.10 |  |",
         "| 0.3 | +0.60% ± 0.20 | click +0.00% | yes | 0% | +0.60% ± 0.10 | yes |",
     ]
+
+
+class _InProcess:
+    """The worker pool's interface, run here."""
+
+    def run(self, jobs):
+        return {key: job() for key, job in jobs.items()}
+
+
+def test_reports_are_per_policy_then_per_world_against_the_behaviour_on_that_world():
+    policy_quality = load_bench_script("policy_quality")
+    behaviour, greedy = (
+        behaviour_feed_policy(),
+        SegmentedFeedPolicy.global_weighting(
+            behaviour_feed_policy().base_logits + 1.0, behaviour_feed_policy().state_coef
+        ),
+    )
+    worlds = [5, 6]
+    asked = []
+
+    def policies_on(world):
+        asked.append(world)
+        return {"same": [behaviour], "pair": [greedy, behaviour]}
+
+    reports = policy_quality.reports_against_behaviour(
+        _InProcess(), policies_on, worlds, SimConfig(n_users=40), 1
+    )
+    assert asked == worlds
+    assert [len(runs) for runs in reports.values()] == [1, 2]
+    assert all(len(runs) == len(worlds) for by_policy in reports.values() for runs in by_policy)
+    # the behaviour against itself on each world: no lift; the moved weighting differs on both worlds
+    for report in [*reports["same"][0], *reports["pair"][1]]:
+        assert {s["lift"] for s in report["signals"].values()} <= {0.0, None}
+    lifts = [report["signals"]["watch_time"]["lift"] for report in reports["pair"][0]]
+    assert 0.0 not in lifts and lifts[0] != lifts[1]
+    # a reference line's row has one run per world
+    assert policy_quality.per_world_runs(reports["same"]) == [[r] for r in reports["same"][0]]
