@@ -41,9 +41,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
@@ -52,9 +52,11 @@ import numpy as np
 import tensorflow as tf
 from common import bench_parser, git_commit, rounded, write_result
 from trained import evaluation_worlds, logged_dataset, train_runs
+from workers import Workers, worker_pool
 
 from recsys_rl.sim.allocation_frontier import frontier_at, upper_hull
 from recsys_rl.sim.behaviour import (
+    AllocationPolicy,
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,
     behaviour_allocation_policy,
@@ -66,6 +68,8 @@ from recsys_rl.sim.sim_eval import AllocationOutcome, allocation_outcome, compar
 from recsys_rl.state import ACTIVITY_GROUPS, user_groups
 from recsys_rl.training.agents.allocation import VARIANTS
 from recsys_rl.training.agents.policy_io import load_allocation_policy
+
+K = TypeVar("K")
 
 LEARNED = tuple(VARIANTS)  # sl-mgac, sl-mgac-nosl, ac-single-group
 #: Greedy allocation inserts a live stream predicted to hold the user longer than this: about one short
@@ -430,32 +434,29 @@ def linear_rules(grid: dict[tuple[float, float], tuple[float, ...]]) -> list[Thr
 
 def best_linear_rule(
     rules: list[ThresholdAllocationPolicy],
+    rules_on_selection: list[AllocationOutcome],
     thresholds_on_selection: dict[float, AllocationOutcome],
-    on_selection: Callable[[ThresholdAllocationPolicy], AllocationOutcome],
-    on_evaluation: Callable[[ThresholdAllocationPolicy], AllocationOutcome],
-) -> tuple[dict[str, Any], AllocationOutcome | None]:
+) -> tuple[dict[str, Any], ThresholdAllocationPolicy | None]:
     """The rule with the most usage above greedy's frontier on the selection world (the world the logs
-    came from), and its outcome on the evaluation worlds (None when no rule's live watch is inside the
-    frontier there): chosen on one world and scored on others, so the best of many draws is not mistaken
-    for headroom. The report lists every rule tried and the one chosen."""
+    came from; ``rules_on_selection`` are the rules' outcomes there), None when no rule's live watch is
+    inside the frontier there. The caller scores it on the evaluation worlds: chosen on one world and
+    scored on others, so the best of many draws is not mistaken for headroom. The report lists every rule
+    tried and the one chosen."""
     hull = upper_hull(list(thresholds_on_selection.values()))
-    tried = []
-    for rule in rules:
-        outcome = on_selection(rule)
-        gap = usage_vs_frontier([outcome], hull)
-        tried.append(
-            {
-                "rule": rule.version,
-                "live_watch_s": float(outcome.per_user["live_watch_s"].mean()),
-                "total_usage_s": float(outcome.per_user["total_usage_s"].mean()),
-                "above_frontier": gap,
-            }
-        )
+    tried = [
+        {
+            "rule": rule.version,
+            "live_watch_s": float(outcome.per_user["live_watch_s"].mean()),
+            "total_usage_s": float(outcome.per_user["total_usage_s"].mean()),
+            "above_frontier": usage_vs_frontier([outcome], hull),
+        }
+        for rule, outcome in zip(rules, rules_on_selection, strict=True)
+    ]
     inside = [(t, r) for t, r in zip(tried, rules, strict=True) if t["above_frontier"]["z"] is not None]
     if not inside:  # every rule's live watch outside the thresholds' range: nothing to choose
         return {"tried_on_selection_world": tried, "chosen": None}, None
     chosen, rule = max(inside, key=lambda pair: pair[0]["above_frontier"]["difference"])
-    return {"tried_on_selection_world": tried, "chosen": chosen["rule"]}, on_evaluation(rule)
+    return {"tried_on_selection_world": tried, "chosen": chosen["rule"]}, rule
 
 
 #: The order policies are listed in on the page: the heuristics, then the learned policies.
@@ -744,6 +745,35 @@ watch below its floor, room for the largest penalty an insertion carries (``PENA
 """
 
 
+def allocation_outcome_of(
+    policy: AllocationPolicy | Path, world: int, users: int, days: int
+) -> AllocationOutcome:
+    """An allocation policy's outcome on the world of seed ``world``: a worker's job (a policy exported at
+    a path is loaded here)."""
+    started = time.perf_counter()
+    if isinstance(policy, Path):
+        policy = load_allocation_policy(policy)
+    outcome = allocation_outcome(SimConfig(n_users=users), policy, seed=world, days=days)
+    print(
+        f"evaluated {policy.version} on world {world} in {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+    )
+    return outcome
+
+
+def outcomes_on(
+    workers: Workers, policies: dict[K, AllocationPolicy | Path], worlds: list[int], users: int, days: int
+) -> dict[K, AllocationOutcome]:
+    """Each policy's outcome over ``worlds``' users, pooled; every policy and world a job of its own."""
+    jobs = {
+        (key, w): partial(allocation_outcome_of, p, w, users, days)
+        for key, p in policies.items()
+        for w in worlds
+    }
+    done = workers.run(jobs)
+    return {key: AllocationOutcome.pooled([done[key, w] for w in worlds]) for key in policies}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "allocation_quality")
     parser.add_argument("--docs", help="also write the table as Markdown to this file")
@@ -753,18 +783,6 @@ def main(argv: list[str] | None = None) -> int:
     commit = git_commit()
     algorithms = settings["algorithms"]
     worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
-
-    def run_policy(policy, on: list[int] = worlds, users: int = settings["eval_users"]) -> AllocationOutcome:
-        t0 = time.perf_counter()
-        config = SimConfig(n_users=users)
-        outcome = AllocationOutcome.pooled(
-            [allocation_outcome(config, policy, seed=w, days=settings["eval_days"]) for w in on]
-        )
-        print(f"evaluated {policy.version} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        return outcome
-
-    def on_training_world(policy) -> AllocationOutcome:
-        return run_policy(policy, on=[args.seed], users=settings["users"])
 
     def run_fields(algo: str, anti_greedy_weight: float) -> dict[str, Any]:
         """The TrainConfig fields of one of ``algo``'s runs at ``anti_greedy_weight``."""
@@ -776,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
             "allocation": {"anti_greedy_weight": anti_greedy_weight},
         }
 
+    rules = linear_rules(settings["rules"])
     with tempfile.TemporaryDirectory() as work:
         with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
             sweep = settings["anti_greedy_sweep"]
@@ -785,17 +804,35 @@ def main(argv: list[str] | None = None) -> int:
                 {sweep_label(w): run_fields("sl-mgac", w) for w in sweep},
                 settings["seeds"],
             )
-            thresholds_there = {
-                t: on_training_world(ThresholdAllocationPolicy(t)) for t in settings["frontier_s"]
-            }
+            # on the logs' own world: the frontier, the linear rules and the sweep, to choose from
+            with worker_pool() as workers:
+                there = outcomes_on(
+                    workers,
+                    {
+                        **{("threshold", t): ThresholdAllocationPolicy(t) for t in settings["frontier_s"]},
+                        **{("rule", i): rule for i, rule in enumerate(rules)},
+                        **{
+                            ("sweep", w, i): d
+                            for w in sweep
+                            for i, d in enumerate(swept.policy_dirs[sweep_label(w)])
+                        },
+                    },
+                    [args.seed],
+                    settings["users"],
+                    settings["eval_days"],
+                )
+            thresholds_there = {t: there["threshold", t] for t in settings["frontier_s"]}
             hull_there = upper_hull(list(thresholds_there.values()))
             selection = {
-                w: [on_training_world(load_allocation_policy(d)) for d in swept.policy_dirs[sweep_label(w)]]
+                w: [there["sweep", w, i] for i, _ in enumerate(swept.policy_dirs[sweep_label(w)])]
                 for w in sweep
             }
             gaps_there = {w: usage_vs_frontier(o, hull_there) for w, o in selection.items()}
             chosen_weight = choose_anti_greedy_weight(gaps_there)
             print(f"sl-mgac's anti-greedy weight: {chosen_weight:g}", file=sys.stderr)
+            headroom, chosen_rule = best_linear_rule(
+                rules, [there["rule", i] for i in range(len(rules))], thresholds_there
+            )
             ablations = train_runs(
                 built.dataset_dir,
                 work,
@@ -810,24 +847,38 @@ def main(argv: list[str] | None = None) -> int:
             "greedy": ThresholdAllocationPolicy(GREEDY_THRESHOLD_S),
             "fixed-rate": FixedRateAllocationPolicy(logged_rate),
         }
-        outcomes = {name: [run_policy(p)] for name, p in heuristics.items()}
+        others = [t for t in settings["frontier_s"] if t != GREEDY_THRESHOLD_S]
+        with worker_pool() as workers:
+            evaluated = outcomes_on(
+                workers,
+                {
+                    **{(name, 0): policy for name, policy in heuristics.items()},
+                    **{("threshold", t): ThresholdAllocationPolicy(t) for t in others},
+                    **{(algo, i): d for algo in algorithms for i, d in enumerate(trained.policy_dirs[algo])},
+                    **({("linear rule", 0): chosen_rule} if chosen_rule is not None else {}),
+                },
+                worlds,
+                settings["eval_users"],
+                settings["eval_days"],
+            )
+        outcomes = {name: [evaluated[name, 0]] for name in heuristics}
         thresholds = {
-            t: outcomes["greedy"][0] if t == GREEDY_THRESHOLD_S else run_policy(ThresholdAllocationPolicy(t))
+            t: outcomes["greedy"][0] if t == GREEDY_THRESHOLD_S else evaluated["threshold", t]
             for t in settings["frontier_s"]
         }
-        learned = {
-            algo: [load_allocation_policy(d) for d in trained.policy_dirs[algo]] for algo in algorithms
-        }
-        for algo, policies in learned.items():
-            outcomes[algo] = [run_policy(p) for p in policies]
+        for algo in algorithms:
+            outcomes[algo] = [evaluated[algo, i] for i in range(len(trained.policy_dirs[algo]))]
         shared_states = logging_policy_states(settings["eval_users"], worlds[0])
         probabilities = {
-            algo: np.stack([p.insert_probability(shared_states) for p in policies])
-            for algo, policies in learned.items()
+            algo: np.stack(
+                [
+                    load_allocation_policy(d).insert_probability(shared_states)
+                    for d in trained.policy_dirs[algo]
+                ]
+            )
+            for algo in algorithms
         }
-        headroom, chosen = best_linear_rule(
-            linear_rules(settings["rules"]), thresholds_there, on_training_world, run_policy
-        )
+    chosen_rule_outcome = evaluated.get(("linear rule", 0))
     behaviour = outcomes["behaviour"][0]
     table = {name: row(runs, behaviour) for name, runs in outcomes.items()}
     paired = {
@@ -880,7 +931,11 @@ def main(argv: list[str] | None = None) -> int:
         algo: usage_vs_frontier(outcomes[algo], hull) for algo in algorithms
     }
     result["sl_mgac_usage_vs_greedy_frontier_z"] = result["usage_vs_greedy_frontier"]["sl-mgac"]["z"]
-    headroom["scored"] = usage_vs_frontier([chosen], hull) if chosen is not None else _no_comparison(1)
+    headroom["scored"] = (
+        usage_vs_frontier([chosen_rule_outcome], hull)
+        if chosen_rule_outcome is not None
+        else _no_comparison(1)
+    )
     result["linear_rule_headroom"] = headroom
     result["anti_greedy_selection"] = {
         "world": args.seed,
