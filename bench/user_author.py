@@ -31,6 +31,10 @@ critic (``train --algo ua-mtcl``). Two questions:
    gained followers, the Gini coefficient of video impressions over all authors, and the pairs' returns
    per user (from the views as drawn: a pair's meeting has no expectation to count instead).
 
+The critics' error measurements and every simulated run are jobs of a worker pool (``bench/workers.py``),
+one process a core: a loaded critic or policy does not pickle, so each job loads its own (``Term``,
+``ranked_run``).
+
     python bench/user_author.py --full --docs docs/user_author.md
 """
 
@@ -42,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from common import bench_parser, git_commit, rounded, write_result
 from trained import evaluation_worlds, logged_dataset, train_runs
+from workers import worker_pool
 
 from recsys_rl import signals
 from recsys_rl.dataset_contract import USER_AUTHOR
@@ -296,6 +302,36 @@ def run(policy: FeedPolicy, *, users: int, days: int, world: int) -> Outcome:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Term:
+    """A ranking term as a worker builds it: the pair critic exported at ``critic`` with ``heads`` (in
+    reward-std units), or the follow boost when ``critic`` is None. A loaded critic does not pickle."""
+
+    name: str
+    critic: Path | None = None
+    heads: tuple[float, ...] = ()
+
+    def build(self) -> PairValueTerm | FollowProbabilityTerm:
+        if self.critic is None:
+            return FollowProbabilityTerm()
+        policy = load_pair_value_policy(self.critic)
+        return PairValueTerm(policy.values, np.asarray(policy.manifest["reward_std"]), self.heads, self.name)
+
+
+def ranked_run(
+    tscac: Path, term: Term | None, weight: float, *, users: int, days: int, world: int
+) -> Outcome:
+    """A worker's job: TSCAC exported at ``tscac``, with ``term`` at ``weight`` added when given, on
+    ``world``."""
+    policy = load_feed_policy(tscac, numpy=True)
+    return run(
+        policy if term is None else TermRanking(policy, term.build(), weight),
+        users=users,
+        days=days,
+        world=world,
+    )
+
+
 def pair_returns(logs: list[DayLog], world: World, users: int) -> np.ndarray:
     """Per user, the pair surface's ``author_return`` summed over the days: a pair that meets on k
     distinct days returns k - 1 times (a pair's first meeting in the run is none: the run is all the
@@ -332,16 +368,12 @@ def holds(report: dict[str, Any]) -> bool:
     return not broken(report)
 
 
-def choose_weight(
-    tscac: FeedPolicy, reference: PolicyValues, term, weights, *, users: int, days: int, world: int
-) -> dict[str, Any]:
-    """Each grid weight's term against TSCAC alone (``reference``, on ``world``) and the weight chosen from
-    them (``weight_with_margin``)."""
+def choose_weight(reference: PolicyValues, by_weight: dict[float, PolicyValues]) -> dict[str, Any]:
+    """Each grid weight's term (``by_weight``, run on the tuning world) against TSCAC alone there
+    (``reference``), and the weight chosen from them (``weight_with_margin``)."""
     tried = []
-    for weight in sorted(weights):
-        report = compare_values(
-            reference, run(TermRanking(tscac, term, weight), users=users, days=days, world=world).values
-        )
+    for weight in sorted(by_weight):
+        report = compare_values(reference, by_weight[weight])
         tried.append(
             {
                 "weight": weight,
@@ -682,39 +714,67 @@ def main(argv: list[str] | None = None) -> int:
             replayed = replayed_returns(
                 surface, pairs, users=settings["users"], days=settings["days"], seed=args.seed
             )
-        errors = [critic_errors(pairs, replayed, settings["critic_steps"], seed) for seed in seeds]
-        by_share = {
-            share: [critic_errors(pairs, replayed, settings["critic_steps"], seed, share) for seed in seeds]
-            for share in settings["fewer_pairs"]
-        } | {1.0: errors}
-        tscac = [load_feed_policy(d, numpy=True) for d in trained.policy_dirs["tscac"]]
-        values = [load_pair_value_policy(d) for d in trained.policy_dirs["ua-mtcl"]]
+        tscac = trained.policy_dirs["tscac"]
         terms = {
-            name: [PairValueTerm(v.values, np.asarray(v.manifest["reward_std"]), heads, name) for v in values]
+            name: [Term(name, critic, heads) for critic in trained.policy_dirs["ua-mtcl"]]
             for name, heads in HEADS.items()
         }
-        terms["follow-boost"] = [FollowProbabilityTerm() for _ in seeds]
+        terms["follow-boost"] = [Term("follow-boost") for _ in seeds]
         size = {"users": settings["eval_users"], "days": settings["eval_days"]}
         tune = TUNE_WORLD + args.seed
-        tuning_reference = run(tscac[0], world=tune, **size).values
-        weights = {
-            name: choose_weight(tscac[0], tuning_reference, per_seed[0], WEIGHTS[name], world=tune, **size)
-            for name, per_seed in terms.items()
-        }
         worlds = evaluation_worlds(args.seed, len(seeds))
-        reference = [run(p, world=w, **size) for p, w in zip(tscac, worlds, strict=True)]
+        shares = (*settings["fewer_pairs"], 1.0)
+        with worker_pool() as workers:
+            # the critics' errors at every share of the training pairs, and the terms' weights on the tuning
+            # world (the first seed's policies): independent jobs
+            done = workers.run(
+                {
+                    **{
+                        ("errors", share, seed): partial(
+                            critic_errors, pairs, replayed, settings["critic_steps"], seed, share
+                        )
+                        for share in shares
+                        for seed in seeds
+                    },
+                    ("tuning", "tscac"): partial(ranked_run, tscac[0], None, 0.0, world=tune, **size),
+                    **{
+                        ("tuning", name, weight): partial(
+                            ranked_run, tscac[0], per_seed[0], weight, world=tune, **size
+                        )
+                        for name, per_seed in terms.items()
+                        for weight in WEIGHTS[name]
+                    },
+                }
+            )
+            weights = {
+                name: choose_weight(
+                    done["tuning", "tscac"].values,
+                    {weight: done["tuning", name, weight].values for weight in WEIGHTS[name]},
+                )
+                for name in terms
+            }
+            evaluated = workers.run(
+                {
+                    **{
+                        ("tscac", i): partial(ranked_run, p, None, 0.0, world=w, **size)
+                        for i, (p, w) in enumerate(zip(tscac, worlds, strict=True))
+                    },
+                    **{
+                        (name, i): partial(ranked_run, p, term, weights[name]["weight"], world=w, **size)
+                        for name, per_seed in terms.items()
+                        for i, (p, term, w) in enumerate(zip(tscac, per_seed, worlds, strict=True))
+                    },
+                }
+            )
+        errors = [done["errors", 1.0, seed] for seed in seeds]
+        by_share = {share: [done["errors", share, seed] for seed in seeds] for share in shares}
+        reference = [evaluated["tscac", i] for i, _ in enumerate(seeds)]
         summaries = {
             name: {
                 "weight": weights[name],
-                **term_summary(
-                    reference,
-                    [
-                        run(TermRanking(p, term, weights[name]["weight"]), world=w, **size)
-                        for p, term, w in zip(tscac, per_seed, worlds, strict=True)
-                    ],
-                ),
+                **term_summary(reference, [evaluated[name, i] for i, _ in enumerate(seeds)]),
             }
-            for name, per_seed in terms.items()
+            for name in terms
         }
     per_head = {
         s: {

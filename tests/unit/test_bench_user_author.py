@@ -131,6 +131,26 @@ def test_a_weight_that_breaks_names_what_it_broke_watch_time_first():
     assert script.holds(compare_values(_values(users), _values(users)))
 
 
+def test_each_grid_weight_is_judged_against_tscac_alone_in_increasing_weight():
+    script = load_bench_script("user_author")
+    users = np.random.default_rng(1).normal(5.0, 1.0, (300, len(signals.FEED_SIGNALS)))
+    follows = np.zeros(len(signals.FEED_SIGNALS))
+    follows[signals.FEED_SIGNALS.index("follow")] = 0.2
+    hate = np.zeros(len(signals.FEED_SIGNALS))
+    hate[signals.FEED_SIGNALS.index("hate")] = 0.3
+    # 0.3 brings the most follows but raises hate, so 0.1, next to it, has no margin: 0.01 is chosen
+    by_weight = {
+        0.3: _values(users + 3 * follows + hate),
+        0.01: _values(users + follows),
+        0.1: _values(users + 2 * follows),
+    }
+    chosen = script.choose_weight(_values(users), by_weight)
+    assert [t["weight"] for t in chosen["tried"]] == [0.01, 0.1, 0.3]
+    assert [t["broken"] for t in chosen["tried"]] == [[], [], ["hate"]]
+    assert chosen["tried"][1]["follow_lift"] == pytest.approx(0.4 / 5.0, rel=0.2)
+    assert chosen["weight"] == 0.01  # 0.1 holds but its next larger weight breaks
+
+
 def _tried(*points: tuple[float, float, bool]) -> list[dict[str, object]]:
     """Grid points (weight, follow lift, held) as ``choose_weight`` records them, in increasing weight."""
     return [
