@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
+from unittest import mock
 
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
@@ -45,20 +46,15 @@ class Workers:
 @contextmanager
 def worker_pool(processes: int | None = None) -> Iterator[Workers]:
     """``processes`` workers (one a core by default), each on one thread."""
-    saved = {name: os.environ.get(name) for name in _ONE_THREAD_ENV}
+    spawn = multiprocessing.get_context("spawn")
     # the workers start on demand while the pool is open, each copying this process's environment then
-    os.environ.update(_ONE_THREAD_ENV)
-    try:
-        spawn = multiprocessing.get_context("spawn")
-        workers = processes or os.cpu_count() or 1
-        with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_one_tensorflow_thread) as pool:
-            yield Workers(pool)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with (
+        mock.patch.dict(os.environ, _ONE_THREAD_ENV),
+        ProcessPoolExecutor(
+            processes or os.cpu_count() or 1, mp_context=spawn, initializer=_one_tensorflow_thread
+        ) as pool,
+    ):
+        yield Workers(pool)
 
 
 def _one_tensorflow_thread() -> None:
