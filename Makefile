@@ -47,8 +47,13 @@ $(STAMP): setup.py pyproject.toml requirements.lock $(shell find protos -name '*
 demo: install
 	$(BIN)/recsys-rl demo --out demo-output
 
+# Two worker processes, each taking whole test files (pytest-xdist's loadfile, so a module's fixtures are
+# built once): most integration tests wait on brokers, JVMs and subprocesses, which the other worker fills
+# (1,633 tests: 20 min against 29-31 min in one process on this 2-core machine). Each worker starts the
+# services its files ask for. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: install kafka-jars flink-jars beam-boot redis-server node-deps chromium
-	$(BIN)/python -m pytest --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 lint: install
 	$(BIN)/ruff check .

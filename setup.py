@@ -166,6 +166,7 @@ setup(
         "s3": ["boto3"],
         "dev": [
             "pytest",
+            "pytest-xdist",  # make test runs the test files on two worker processes
             "hypothesis",
             "mutmut",
             "ruff",
