@@ -212,6 +212,41 @@ def test_the_manifest_counts_transitions_that_served_the_policys_mode(tmp_path):
     assert manifest["surfaces"]["live_allocation"]["deterministic"] == {"rows": 0}
 
 
+def test_the_manifest_counts_the_user_author_surfaces_pairs_and_rows_ending_at_the_cut_off(tmp_path):
+    """Issue 22: a dataset built with the surface says how many pairs its rows belong to and how many rows
+    end waiting at the cut-off; one built without it has no such section."""
+    paths = DatasetPaths(tmp_path, "transitions-pairs")
+    # three pairs in two shards: (u1, a1) meets twice, once in each shard, the second meeting waiting at
+    # the cut-off; (u1, a2) and (u2, a1) once, (u2, a1) waiting. A pair is the user and the author
+    # together, not either alone, and the first shard has no row waiting.
+    shards = {
+        "transitions-user_author-00000-of-00002.parquet": [("u1", "a1", 0), ("u1", "a2", 0)],
+        "transitions-user_author-00001-of-00002.parquet": [("u1", "a1", 1), ("u2", "a1", 1)],
+    }
+    _stage(paths, {"read": 4, "used": 4, "built:user_author": 4})
+    schema = parquet_schema("user_author")
+    for name, rows in shards.items():
+        table = pa.Table.from_pylist(
+            [
+                {**dict.fromkeys(schema.names), "user_id": user, "author_id": author, "truncated": truncated}
+                for user, author, truncated in rows
+            ],
+            schema=schema,
+        )
+        pq.write_table(table, paths.staging / name)
+    _write_inventory(paths)
+    manifest = finalize(paths, {}, {**SETTINGS, "user_author_surface": True})
+    pairs = manifest["surfaces"]["user_author"]
+    assert (pairs["rows"], pairs["pairs"], pairs["truncated"]) == (4, 3, 2)
+    assert pairs["signals"] == ["click", "follow", "gift", "author_return"]
+    assert pairs["feature_names"] == list(STATE_FEATURES["user_author"])
+    assert sorted(pairs["parquet_shards"]) == sorted(shards)
+
+    without = DatasetPaths(tmp_path, "transitions-no-pairs")
+    _stage(without, {"read": 1, "used": 1})
+    assert "user_author" not in finalize(without, {}, SETTINGS)["surfaces"]
+
+
 FEATURE_FILE = "features/user_engagement/2026-01-01-00000-of-00001.parquet"
 
 

@@ -602,6 +602,10 @@ def test_predicted_rewards_sum_the_viewed_items_logged_predictions(simulated):
     for row in feed_rows:
         np.testing.assert_allclose(row["predicted_reward"], expected[row["request_id"]], rtol=1e-5, atol=1e-6)
     assert any(row["predicted_reward"] != row["reward"] for row in feed_rows)
+    # the views' pair rewards are the user-author surface's to fill (pipelines.user_author); without it,
+    # zeros, though these views have clicks and follows
+    assert all(r["pair_reward"] == [0.0] * len(signals.PAIR_SIGNALS) for r in rows)
+    assert any(row["reward"][signals.FEED_SIGNALS.index("follow")] > 0 for row in feed_rows)
     # a live stream viewed after its insertion: its predicted watch and gift; the displaced time is the
     # reward's own (already a prediction), viewed or not
     live = {IDS.live_request(int(r)): i for i, r in enumerate(log.live.request)}
