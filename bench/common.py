@@ -19,9 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recsys_rl.processes import exit_on_sigterm
+
 
 def bench_parser(doc: str, name: str) -> argparse.ArgumentParser:
-    """The options every benchmark takes: --quick (CI sizes) or --full (default), --out, --seed."""
+    """The options every benchmark takes: --quick (CI sizes) or --full (default), --out, --seed.
+
+    Every benchmark builds this first, so it is also where SIGTERM is made to unwind the run like Ctrl-C
+    (``exit_on_sigterm``): a benchmark stopped with ``kill`` or ``timeout`` stops its embedded broker and
+    worker pools too."""
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick", help="small, for CI")

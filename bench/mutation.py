@@ -47,6 +47,8 @@ from typing import Any
 
 from common import git_commit, write_result
 
+from recsys_rl.processes import exit_on_sigterm
+
 ROOT = Path(__file__).resolve().parents[1]
 ACCEPTED = Path(__file__).resolve().with_name("mutation_accepted.toml")
 #: where each top-level source folder sits in the installed layout (setup.py's package_dir)
@@ -336,10 +338,6 @@ def overall(modules: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -365,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"not in [tool.mutation.modules]: {unknown}; known: {list(config['modules'])}")
 
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     out = Path(args.out)
     previous = json.loads(out.read_text()).get("modules", {}) if out.exists() else {}
     # modules not run this time keep their survivors, explained by the accepted list as it is now

@@ -1,4 +1,5 @@
-"""Stopping the child processes we start (brokers, Redis, the demo's server): politely, then for sure."""
+"""Stopping the child processes we start (brokers, Redis, the demo's server): politely, then for sure; and
+being stopped: a SIGTERM that unwinds, so that what we started stops with us."""
 
 from __future__ import annotations
 
@@ -36,6 +37,27 @@ def _signal(process: subprocess.Popen, sig: signal.Signals, group: bool) -> None
             os.killpg(process.pid, sig)
         else:
             process.send_signal(sig)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end this process as ``SystemExit(143)``, raised in the main thread.
+
+    Schedulers, ``timeout`` and container runtimes stop a job with SIGTERM, and Python's default for it
+    ends the process on the spot: no ``finally``, no ``with`` exit, no ``atexit``, so an embedded broker or
+    a server the job started (each in a session of its own, out of the signal's reach) kept running. As an
+    exception it unwinds like Ctrl-C does. A process forked after the call inherits the handler; there it
+    does what the default would, so a worker pool's ``terminate`` still ends its workers at once.
+    """
+    owner = os.getpid()
+
+    def _exit(signum: int, frame: object) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
 
 
 def stop_group(pid: int, grace_s: float) -> None:

@@ -30,6 +30,7 @@ from recsys_rl.config import ConfigError, read_config_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import BrokerConfigError
 from recsys_rl.logs import quiet_third_party_output
+from recsys_rl.processes import exit_on_sigterm
 
 
 def build_parser() -> OneLineParser:
@@ -69,6 +70,7 @@ def environment_failure(err: Exception) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_third_party_output()
+    exit_on_sigterm()  # a stopped job stops the broker and servers it started (``serve`` stops its own way)
     parser = build_parser()
     # Verbs that run Beam pipelines pass the flags they do not know on to Beam's PipelineOptions.
     args, extra = parser.parse_known_args(argv)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from recsys_rl.cli.main import main
-from recsys_rl.processes import alive
+from recsys_rl.processes import alive, stop_process
 
 pytestmark = pytest.mark.integration
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture
@@ -86,3 +93,45 @@ def test_apache_kafka_keeps_its_records_across_a_restart(broker_dir, tmp_path, c
     capsys.readouterr()
     assert main(["build-transitions", "--group", "after-restart", "--out", str(tmp_path / "data")]) == 0
     assert f"records read {written} = used" in capsys.readouterr().out
+
+
+def _broker_started_under(tmp: Path, timeout_s: float) -> int:
+    """The pid of the embedded broker a command started with ``tmp`` as its TMPDIR: the process whose working
+    directory is the broker's private directory there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for workdir in tmp.glob("recsys-rl-embedded-*"):
+            for proc in Path("/proc").iterdir():
+                with contextlib.suppress(OSError):
+                    if proc.name.isdigit() and (proc / "cwd").resolve() == workdir.resolve():
+                        return int(proc.name)
+        time.sleep(0.2)
+    raise AssertionError(f"no embedded broker started under {tmp} in {timeout_s} s")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "recsys_rl.cli.main", "demo", "--users", "50", "--out"],
+        [str(BENCH / "pipeline.py"), "--quick", "--out"],
+    ],
+    ids=["demo", "benchmark"],
+)
+def test_a_job_stopped_with_sigterm_stops_the_embedded_broker_it_started(command, broker_dir, tmp_path):
+    """A scheduler stops a job with SIGTERM; Python's default handling of it ends the process without
+    unwinding, which left the broker a demo or a benchmark had started running, with its port and memory."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    job = subprocess.Popen(
+        [sys.executable, *command, str(tmp_path / "out")],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        broker = _broker_started_under(tmp, timeout_s=120)
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        stop_process(job, grace_s=1)
+    assert not alive(broker)
+    assert not list(tmp.glob("recsys-rl-embedded-*"))  # and its directory is gone with it

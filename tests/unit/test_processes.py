@@ -1,5 +1,7 @@
-"""stop_process: SIGTERM first, SIGKILL after the grace period, the whole group when asked."""
+"""stop_process: SIGTERM, then SIGKILL after the grace period, the whole group when asked; exit_on_sigterm."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,3 +64,35 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# installs exit_on_sigterm, then forks a child that inherits it; each says it is ready from inside its try
+UNWINDS = """
+import atexit, os, sys, time
+from recsys_rl.processes import exit_on_sigterm
+exit_on_sigterm()
+atexit.register(lambda: print("atexit ran", flush=True))
+child = os.fork()
+if child == 0:
+    try:
+        os.write(1, b"child ready\\n")  # one write each: the two processes share the pipe
+        time.sleep(60)
+    finally:
+        print("child unwound", flush=True)
+try:
+    os.write(1, f"parent ready {child}\\n".encode())
+    time.sleep(60)
+finally:
+    print("finally ran", flush=True)
+"""
+
+
+def test_after_exit_on_sigterm_sigterm_unwinds_the_process_and_exits_143():
+    process = subprocess.Popen([sys.executable, "-c", UNWINDS], stdout=subprocess.PIPE, text=True)
+    ready = sorted(process.stdout.readline().split() for _ in range(2))
+    assert [words[:2] for words in ready] == [["child", "ready"], ["parent", "ready"]]
+    os.kill(int(ready[1][2]), signal.SIGTERM)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 143
+    assert out.splitlines() == ["finally ran", "atexit ran"]  # the forked child died as by default: silent
