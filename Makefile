@@ -70,6 +70,7 @@ bench: install
 	$(BIN)/python bench/stage_one_actors.py --full --out bench/results/stage_one_actors.json
 	$(BIN)/python bench/allocation_quality.py --full --out bench/results/allocation_quality.json --docs docs/allocation_quality.md
 	$(BIN)/python bench/user_author.py --full --out bench/results/user_author.json --docs docs/user_author.md
+	$(BIN)/python bench/follow_ceiling.py --full --out bench/results/follow_ceiling.json
 	$(BIN)/python bench/ope.py --full --out bench/results/ope.json
 	$(BIN)/python bench/serving.py --full --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --full --out bench/results/feature_reads.json
@@ -83,6 +84,7 @@ bench-quick: install
 	$(BIN)/python bench/feed_ceiling.py --quick --out bench/results/feed_ceiling.quick.json
 	$(BIN)/python bench/allocation_quality.py --quick --out bench/results/allocation_quality.quick.json
 	$(BIN)/python bench/user_author.py --quick --out bench/results/user_author.quick.json
+	$(BIN)/python bench/follow_ceiling.py --quick --out bench/results/follow_ceiling.quick.json
 	$(BIN)/python bench/ope.py --quick --out bench/results/ope.json
 	$(BIN)/python bench/serving.py --quick --out bench/results/serving.json
 	$(BIN)/python bench/feature_reads.py --quick --out bench/results/feature_reads.json

@@ -66,7 +66,7 @@ from recsys_rl.sim.behaviour import FeedPolicy, behaviour_allocation_policy
 from recsys_rl.sim.ground_truth import PolicyValues, evaluate_logs, run_days
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
 from recsys_rl.sim.ranking_terms import FollowProbabilityTerm, PairValueTerm, TermRanking
-from recsys_rl.sim.sim_eval import compare_values, paired_per_user
+from recsys_rl.sim.sim_eval import broken_signals, compare_values, paired_per_user
 from recsys_rl.sim.simulate import SimulateConfig, simulated_days
 from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, DayLog, pair_meetings
 from recsys_rl.sim.world import World
@@ -354,20 +354,6 @@ def gini(counts: np.ndarray) -> float:
     return float((2.0 * np.arange(1, n + 1) - n - 1) @ ordered / (n * total))
 
 
-def broken(report: dict[str, Any]) -> list[str]:
-    """The signals the policy broke against the reference: each auxiliary constraint whose interval lies
-    on the wrong side of the reference's level, and watch time when it is significantly lower."""
-    watch_high = report["signals"][signals.FEED_MAIN_SIGNAL]["interval"][1]
-    watch_lower = watch_high is not None and watch_high < 0.0
-    constraints = [name for name, verdict in report["constraints"].items() if not verdict["satisfied"]]
-    return [signals.FEED_MAIN_SIGNAL] * watch_lower + constraints
-
-
-def holds(report: dict[str, Any]) -> bool:
-    """Nothing broken against the reference: every constraint, and watch time not significantly lower."""
-    return not broken(report)
-
-
 def choose_weight(reference: PolicyValues, by_weight: dict[float, PolicyValues]) -> dict[str, Any]:
     """Each grid weight's term (``by_weight``, run on the tuning world) against TSCAC alone there
     (``reference``), and the weight chosen from them (``weight_with_margin``)."""
@@ -378,8 +364,8 @@ def choose_weight(reference: PolicyValues, by_weight: dict[float, PolicyValues])
             {
                 "weight": weight,
                 "follow_lift": report["signals"]["follow"]["lift"],
-                "holds": holds(report),
-                "broken": broken(report),
+                "holds": not broken_signals(report),
+                "broken": broken_signals(report),
             }
         )
     return weight_with_margin(tried)
@@ -452,8 +438,8 @@ def term_summary(reference: list[Outcome], outcomes: list[Outcome]) -> dict[str,
         ],
         "follow_lift_per_seed": [r["signals"]["follow"]["lift"] for r in per_seed],
         "pair_returns": returns,
-        "holds_per_seed": [holds(r) for r in per_seed],
-        "holds_pooled": holds(report),
+        "holds_per_seed": [not broken_signals(r) for r in per_seed],
+        "holds_pooled": not broken_signals(report),
         "return_rate": statistics.fmean(o.values.return_rate for o in outcomes),
         "authors_followed": statistics.fmean(o.authors_followed for o in outcomes),
         "authors_followed_reference": statistics.fmean(r.authors_followed for r in reference),

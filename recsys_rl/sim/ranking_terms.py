@@ -9,13 +9,17 @@ feed policy (its fusion action, and so its propensity, unchanged) with such a te
   per signal in reward-std units (the critic's own scale, so a weight of 1 on a signal means "one
   typical meeting's worth");
 * ``FollowProbabilityTerm``: the candidate's predicted follow probability in typical units, the
-  supervised follow boost the benchmark holds the user-author value against.
+  supervised follow boost the benchmark holds the user-author value against;
+* ``ExpectedFollowTerm``: an oracle for reference lines (``bench/follow_ceiling.py``), the world's own
+  expected follow of the candidate, net of a price on its expected hate: what a perfectly informed
+  follow term can buy, which says how much of a term's limit is the world's rather than its model's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -26,6 +30,7 @@ from recsys_rl.sim.behaviour import FeedPolicy
 from recsys_rl.sim.simulator import PageContext
 
 _FOLLOW = FEED_ACTION_NAMES.index("follow")
+_HATE = FEED_ACTION_NAMES.index("hate")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,32 @@ class FollowProbabilityTerm:
 
     def __call__(self, context: PageContext) -> np.ndarray:
         return context.predictions[..., _FOLLOW] / PREDICTION_SCALE[_FOLLOW]
+
+
+@dataclass(frozen=True)
+class ExpectedFollowTerm:
+    """The world's expected follow of each candidate less ``hate_price`` times its expected hate, each in
+    a typical view's units (fusion's scale). An oracle: it reads the simulator's expected responses
+    (``PageContext.expected_responses``), which no ranker has, so it is a reference line, never a policy.
+
+    The hate price is there because any term added to the fusion score dilutes the fusion's own weight on
+    hate: a follow term alone raises hate before it raises follows much, whatever it knows, and a
+    constrained designer would price hate back in (a Lagrangian term)."""
+
+    hate_price: float = 0.0
+    name: str = "follow-oracle"
+    reads_expected_responses: ClassVar[bool] = True
+
+    def __call__(self, context: PageContext) -> np.ndarray:
+        expected = context.expected_responses
+        if expected is None:
+            raise ValueError(
+                f"{self.name} reads the world's expected responses: run it as a TermRanking term"
+            )
+        return (
+            expected[..., _FOLLOW] / PREDICTION_SCALE[_FOLLOW]
+            - self.hate_price * expected[..., _HATE] / PREDICTION_SCALE[_HATE]
+        )
 
 
 @dataclass(frozen=True)
@@ -77,6 +108,11 @@ class TermRanking:
     @property
     def version(self) -> str:
         return f"{self.base.version}+{self.weight:g}*{getattr(self.term, 'name', 'term')}"
+
+    @property
+    def reads_expected_responses(self) -> bool:
+        """Whether the simulator should show the term the world's expected responses (an oracle term)."""
+        return getattr(self.term, "reads_expected_responses", False)
 
     def act(self, states: np.ndarray, rng: Exploration) -> tuple[np.ndarray, np.ndarray]:
         return self.base.act(states, rng)

@@ -144,6 +144,16 @@ def compare_values(behaviour: PolicyValues, policy: PolicyValues) -> dict[str, A
     }
 
 
+def broken_signals(report: dict[str, Any]) -> list[str]:
+    """What a policy broke against its reference in ``report`` (``compare_values``): watch time when its
+    interval lies below the reference's, then each auxiliary constraint whose interval lies on its wrong
+    side. Empty: the policy holds every signal, what a term or weight added to a policy must do."""
+    watch_high = report["signals"][signals.FEED_MAIN_SIGNAL]["interval"][1]
+    watch_lower = watch_high is not None and watch_high < 0.0
+    constraints = [name for name, verdict in report["constraints"].items() if not verdict["satisfied"]]
+    return [signals.FEED_MAIN_SIGNAL] * watch_lower + constraints
+
+
 #: Two-sided 95% normal quantile of the paired intervals.
 _Z = 1.959963984540054
 

@@ -90,6 +90,9 @@ class PageContext:
     # (n, C, len(PAIR_STATE_FEATURES)) the state of each candidate's user-author pair, as the feature
     # store serves it; filled only for a feed policy that scores candidates itself (``candidate_scores``)
     pair_states: np.ndarray | None = None
+    # (n, C, K) the world's own expected responses of each candidate, which no ranker knows; filled only
+    # for a policy that scores candidates and says ``reads_expected_responses``: an oracle reference line
+    expected_responses: np.ndarray | None = None
 
     def rows(self, index: np.ndarray, candidates: np.ndarray, predictions: np.ndarray) -> PageContext:
         """The context of a subset of rows, with other candidates (the live one of each row)."""
@@ -516,7 +519,9 @@ class Simulator:
         if (candidate_scores := getattr(feed_policy, "candidate_scores", None)) is not None:
             at_ms = context.request.time_ms[:, None]
             pairs = self.pairs.states(users[:, None], candidate_authors, at_ms)
-            scores = scores + candidate_scores(dataclasses.replace(context, pair_states=pairs))
+            truth = expected if getattr(feed_policy, "reads_expected_responses", False) else None
+            scored = dataclasses.replace(context, pair_states=pairs, expected_responses=truth)
+            scores = scores + candidate_scores(scored)
         ranked_cols = top_k(scores, size)
 
         # live allocation for requests that have a live candidate

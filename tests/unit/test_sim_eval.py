@@ -7,7 +7,13 @@ import pytest
 
 from recsys_rl import signals
 from recsys_rl.sim.ground_truth import Estimate, PolicyValues
-from recsys_rl.sim.sim_eval import AUXILIARY_SIGNALS, SimEvalConfig, compare_values, policy_directory
+from recsys_rl.sim.sim_eval import (
+    AUXILIARY_SIGNALS,
+    SimEvalConfig,
+    broken_signals,
+    compare_values,
+    policy_directory,
+)
 from recsys_rl.training.agents.policy_io import PolicyLoadError
 
 USERS = 400
@@ -129,3 +135,14 @@ def test_an_unfinished_run_or_another_directory_is_refused_with_the_reason(tmp_p
         policy_directory(tmp_path)
     with pytest.raises(PolicyLoadError, match="neither a policy directory"):
         policy_directory(tmp_path / "missing")
+
+
+def test_what_a_policy_broke_names_watch_time_first_then_each_constraint_on_its_wrong_side():
+    """What stopped a term's weight: watch time when significantly lower, and each auxiliary signal
+    whose interval lies on its wrong side (hate: above); a rise in watch time or an interaction breaks
+    nothing."""
+    worse = _values(noise=0.01, watch_time=0.9, hate=1.1, follow=1.1, like=0.9)
+    assert broken_signals(compare_values(_values(), worse)) == ["watch_time", "like", "hate"]
+    better = _values(noise=0.01, watch_time=1.1, hate=1.1, follow=1.1, like=1.1)
+    assert broken_signals(compare_values(_values(), better)) == ["hate"]
+    assert broken_signals(compare_values(_values(), _values())) == []

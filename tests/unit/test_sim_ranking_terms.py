@@ -15,7 +15,7 @@ from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_
 from recsys_rl.sim.ground_truth import run_days
 from recsys_rl.sim.pair_table import PairTable
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.ranking_terms import FollowProbabilityTerm, PairValueTerm, TermRanking
+from recsys_rl.sim.ranking_terms import ExpectedFollowTerm, FollowProbabilityTerm, PairValueTerm, TermRanking
 from recsys_rl.sim.simulator import Simulator
 from recsys_rl.state import DAY_MS
 
@@ -167,6 +167,36 @@ def test_the_follow_boost_serves_the_likeliest_follows_first():
     rows = np.arange(len(follow))
     top = feed.served[rows, np.where(feed.live_slot == 0, 1, 0)]  # the first video served
     np.testing.assert_array_equal(top, feed.candidates[rows, np.argmax(follow, axis=1)])
+
+
+def test_only_an_oracle_term_is_shown_the_worlds_expected_responses():
+    """The expected responses are what the world would do: a servable term never sees them, an oracle
+    term (a reference line) sees exactly them: the predictions an upstream ranker without noise makes."""
+    exact = dataclasses.replace(CONFIG, response=dataclasses.replace(CONFIG.response, prediction_noise=0.0))
+    servable, oracle, noiseless = _Recording(), _Recording(), _Recording()
+    oracle.reads_expected_responses = True
+    for config, term in ((CONFIG, servable), (CONFIG, oracle), (exact, noiseless)):
+        run_days(
+            config, TermRanking(behaviour_feed_policy(), term, 0.0), behaviour_allocation_policy(), seed=4
+        )
+    assert servable.contexts and all(c.expected_responses is None for c in servable.contexts)
+    # the day's first pages: the same users, candidates and sessions so far in every run
+    first, truth = oracle.contexts[0], noiseless.contexts[0].predictions
+    np.testing.assert_array_equal(first.candidates, noiseless.contexts[0].candidates)
+    np.testing.assert_allclose(first.expected_responses, truth, rtol=1e-6)
+    assert not np.allclose(first.predictions, truth, rtol=1e-2)  # what the servable terms see: noisy
+
+
+def test_the_follow_oracle_prices_hate_in_typical_units_and_needs_the_expected_responses():
+    states = np.zeros((1, 2, len(PAIR_STATE_FEATURES)))
+    expected = np.zeros((1, 2, len(FEED_ACTION_NAMES)))
+    expected[0, 0, FEED_ACTION_NAMES.index("follow")] = 1e-3  # two typical views' follows (scale 5e-4)
+    expected[0, 1, FEED_ACTION_NAMES.index("hate")] = 7e-4  # two typical views' hates (scale 3.5e-4)
+    context = dataclasses.replace(_context(states), expected_responses=expected)
+    np.testing.assert_allclose(ExpectedFollowTerm(hate_price=0.5)(context), [[2.0, -1.0]])
+    np.testing.assert_allclose(ExpectedFollowTerm()(context), [[2.0, 0.0]])
+    with pytest.raises(ValueError, match="expected responses"):
+        ExpectedFollowTerm()(_context(states))
 
 
 def test_a_pair_value_term_combines_the_values_in_reward_std_units():
