@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from recsys_rl.sim.behaviour import (
     FixedRateAllocationPolicy,
     ThresholdAllocationPolicy,
+    behaviour_feed_policy,
 )
+from recsys_rl.sim.ground_truth import run_days
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.sim_eval import AllocationOutcome, allocation_outcome, compare_allocation
 from recsys_rl.state import LIVE_STATE_FEATURES
@@ -95,3 +99,54 @@ def test_pooled_outcomes_put_the_worlds_users_side_by_side_and_weigh_each_rate_b
     inserted = small.allocation_rate * small.decisions + large.allocation_rate * large.decisions
     assert pooled.allocation_rate == pytest.approx(inserted / pooled.decisions)
     assert pooled.return_rate == pytest.approx((40 * small.return_rate + 120 * large.return_rate) / 160)
+
+
+def _outcome(live, video, *, return_rate=0.5, allocation_rate=0.25, decisions=8) -> AllocationOutcome:
+    live, video = np.asarray(live, float), np.asarray(video, float)
+    per_user = {"live_watch_s": live, "video_watch_s": video, "total_usage_s": live + video}
+    return AllocationOutcome(per_user, return_rate, allocation_rate, decisions)
+
+
+def test_a_comparison_is_the_outcome_less_the_reference_user_by_user():
+    reference = _outcome([10.0, 20.0, 30.0, 40.0], [100.0, 100.0, 100.0, 100.0])
+    outcome = _outcome([11.0, 22.0, 33.0, 44.0], [99.0, 100.0, 101.0, 100.0])
+    live = compare_allocation(reference, outcome)["live_watch_s"]
+    assert live["reference"] == 25.0 and live["policy"] == 27.5
+    assert live["difference"] == 2.5 and live["lift"] == pytest.approx(0.1)
+    assert live["difference_stderr"] == pytest.approx(np.std([1.0, 2.0, 3.0, 4.0], ddof=1) / 2)
+    assert compare_allocation(reference, outcome)["video_watch_s"]["difference"] == 0.0
+
+
+def test_a_summary_gives_the_means_and_the_rates_and_pooling_nothing_decided_has_no_rate():
+    outcome = _outcome([1.0, 3.0], [10.0, 20.0])
+    assert outcome.summary() == {
+        "live_watch_s": 2.0,
+        "video_watch_s": 15.0,
+        "total_usage_s": 17.0,
+        "return_rate": 0.5,
+        "allocation_rate": 0.25,
+        "decisions": 8,
+    }
+    one_day = _outcome([1.0], [1.0], return_rate=float("nan"))
+    assert one_day.summary()["return_rate"] is None  # no next day to return on: null in JSON
+    idle = _outcome([0.0], [5.0], allocation_rate=float("nan"), decisions=0)
+    pooled = AllocationOutcome.pooled([idle, idle])
+    assert np.isnan(pooled.allocation_rate) and pooled.decisions == 0
+
+
+def test_an_allocation_outcome_sums_each_users_expected_watch_over_the_days_of_its_episodes():
+    config, policy = SimConfig(n_users=40), ThresholdAllocationPolicy(13.0)
+    outcome = allocation_outcome(config, policy, seed=3, episode_seed=2, days=2)
+    logs = run_days(config, behaviour_feed_policy(), policy, seed=3, episode_seed=2, days=2)
+    live = sum(np.bincount(d.live.user, weights=d.live.expected_reward[:, 0], minlength=40) for d in logs)
+    video = sum(np.bincount(d.feed.user, weights=d.feed.expected_reward[:, 0], minlength=40) for d in logs)
+    np.testing.assert_allclose(outcome.per_user["live_watch_s"], live)
+    np.testing.assert_allclose(outcome.per_user["video_watch_s"], video)
+    assert outcome.return_rate == pytest.approx(logs[1].returning_users / 40)
+    defaults = allocation_outcome(config, policy, seed=3)  # episode seed 1 (the logs used 0), two days
+    explicit = allocation_outcome(config, policy, seed=3, episode_seed=1, days=2)
+    np.testing.assert_array_equal(defaults.per_user["total_usage_s"], explicit.per_user["total_usage_s"])
+    assert not np.array_equal(defaults.per_user["total_usage_s"], outcome.per_user["total_usage_s"])
+    assert np.isnan(allocation_outcome(config, policy, seed=3, days=1).return_rate)
+    no_live = allocation_outcome(dataclasses.replace(config, live_availability=0.0), policy, seed=3)
+    assert no_live.decisions == 0 and np.isnan(no_live.allocation_rate)

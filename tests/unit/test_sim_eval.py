@@ -1,12 +1,18 @@
 """The sim-eval comparison: lifts, constraint directions from the signal registry, and where a policy is."""
 
+import dataclasses
 import json
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from recsys_rl import signals
-from recsys_rl.sim.ground_truth import Estimate, PolicyValues
+from recsys_rl.sim import sim_eval
+from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.ground_truth import Estimate, PolicyValues, monte_carlo_values
+from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.sim_eval import (
     AUXILIARY_SIGNALS,
     SimEvalConfig,
@@ -14,7 +20,7 @@ from recsys_rl.sim.sim_eval import (
     compare_values,
     policy_directory,
 )
-from recsys_rl.training.agents.policy_io import PolicyLoadError
+from recsys_rl.training.agents.policy_io import POLICY_MANIFEST, PolicyLoadError
 
 USERS = 400
 # the users' own variation, which two runs on one world share: a paired difference cancels it
@@ -66,7 +72,9 @@ def test_a_clear_shortfall_is_broken_and_a_clear_gain_held():
 def test_values_of_different_users_cannot_be_paired():
     other = _values()
     other = PolicyValues(**{**other.__dict__, "per_user": other.per_user[:10]})
-    with pytest.raises(ValueError, match="paired values should have the same users"):
+    with pytest.raises(
+        ValueError, match=f"paired values should have the same users, but have {USERS} and 10$"
+    ):
         compare_values(_values(), other)
 
 
@@ -109,7 +117,7 @@ def test_figures_that_do_not_exist_are_null_so_the_report_is_strict_json():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        pytest.param({"policy": ""}, "policy is required", id="no-policy"),
+        pytest.param({"policy": ""}, "^policy is required$", id="no-policy"),
         pytest.param({"users": 0}, "users should be at least 1, but is 0", id="users"),
         pytest.param({"days": 0}, "days should be at least 1, but is 0", id="days"),
         pytest.param({"episode_seed": -1}, "episode_seed should be non-negative", id="episode-seed"),
@@ -118,6 +126,7 @@ def test_figures_that_do_not_exist_are_null_so_the_report_is_strict_json():
 def test_config_rejects_what_cannot_be_simulated(overrides, message):
     with pytest.raises(ValueError, match=message):
         SimEvalConfig(**{"policy": "run", **overrides})
+    SimEvalConfig(policy="run", users=1, days=1, seed=0, episode_seed=0)  # the smallest run there is
 
 
 def test_a_policy_is_found_in_its_own_directory_or_through_a_finished_run(tmp_path):
@@ -146,3 +155,88 @@ def test_what_a_policy_broke_names_watch_time_first_then_each_constraint_on_its_
     better = _values(noise=0.01, watch_time=1.1, hate=1.1, follow=1.1, like=1.1)
     assert broken_signals(compare_values(_values(), better)) == ["hate"]
     assert broken_signals(compare_values(_values(), _values())) == []
+
+
+def test_the_report_names_each_side_and_pairs_the_users_differences():
+    """Each signal's figures: both sides' per-user means with their standard errors, and the paired
+    difference's standard error from the per-user differences (ddof 1), not from the two sides'."""
+    behaviour = _values()
+    policy = _values()
+    policy.per_user[:, 0] += np.arange(USERS) % 4  # differences 0, 1, 2, 3, ...: mean 1.5
+    report = compare_values(behaviour, policy)
+    watch = report["signals"]["watch_time"]
+    differences = np.arange(USERS) % 4
+    assert watch["behaviour"] == {
+        "mean": pytest.approx(1.0),
+        "stderr": pytest.approx(SHARED[:, 0].std(ddof=1) / 20),
+    }
+    assert watch["policy"]["mean"] == pytest.approx(2.5)
+    assert watch["difference"] == pytest.approx(1.5)
+    assert watch["difference_stderr"] == pytest.approx(differences.std(ddof=1) / np.sqrt(USERS))
+    assert report["kind"] == "sim_eval"
+    assert report["episodes"] == {"behaviour": 500, "policy": 500}
+
+
+def test_two_users_are_enough_for_an_interval():
+    two = _values()
+    two = PolicyValues(**{**two.__dict__, "per_user": two.per_user[:2]})
+    assert None not in compare_values(two, two)["signals"]["like"]["interval"]
+
+
+@pytest.mark.parametrize("users", [1, 0])
+def test_too_few_users_for_an_interval_give_no_verdict_and_no_error(users):
+    """One user has a difference but no standard error; none has neither: every verdict is inconclusive,
+    and the figures that do not exist are null."""
+    one = _values()
+    one = PolicyValues(**{**one.__dict__, "per_user": one.per_user[:users]})
+    report = compare_values(one, one)
+    assert {c["verdict"] for c in report["constraints"].values()} == {"inconclusive"}
+    assert report["signals"]["like"]["interval"] == [None, None]
+    assert report["signals"]["like"]["difference"] == (0.0 if users else None)
+    assert report["constraints"]["like"]["margin"] == (0.0 if users else None)
+
+
+def test_an_evaluation_runs_both_policies_on_the_configured_world_and_says_what_it_ran(tmp_path, monkeypatch):
+    """The verb's plumbing, with a stand-in for the exported policy (loading one needs TensorFlow): the
+    configured world, users, days and episode draws reach both runs, and the report names them."""
+    base = behaviour_feed_policy()
+    candidate = SimpleNamespace(
+        version="candidate-v1",
+        directory=tmp_path,
+        manifest={"algo": "tscac", "train_step": 7},
+        act=lambda states, rng: base.act(states * 0.5, rng),  # another policy: the state read differently
+    )
+    loads = []
+    monkeypatch.setattr(
+        sim_eval, "load_feed_policy", lambda directory, **kw: loads.append((directory, kw)) or candidate
+    )
+    (tmp_path / POLICY_MANIFEST).write_text("{}")
+    events = []
+    config = SimEvalConfig(policy=str(tmp_path), users=30, days=2, seed=4, episode_seed=3, sample=True)
+    started = time.perf_counter()
+    report = sim_eval.evaluate_policy(config, lambda event, fields: events.append((event, fields)))
+    took = time.perf_counter() - started
+
+    assert loads == [(tmp_path, {"sample": True, "numpy": True})]
+    world = {"seed": 4, "episode_seed": 3, "days": 2}
+    allocation = behaviour_allocation_policy()
+    direct = compare_values(
+        monte_carlo_values(SimConfig(n_users=30), base, allocation, **world),
+        monte_carlo_values(SimConfig(n_users=30), candidate, allocation, **world),
+    )
+    assert report["signals"] == direct["signals"] and report["signals"]["watch_time"]["difference"] != 0.0
+    assert report["config"] == dataclasses.asdict(config)
+    assert report["policy"] == {
+        "directory": str(tmp_path.resolve()),
+        "version": "candidate-v1",
+        "algo": "tscac",
+        "train_step": 7,
+    }
+    assert report["behaviour"] == {"feed_policy": base.version, "allocation_policy": allocation.version}
+    assert [event for event, _ in events] == ["evaluating", "evaluated"] * 2
+    assert events[0][1] == {"policy": base.version, "users": 30, "days": 2}
+    assert events[3][1]["policy"] == "candidate-v1"
+    assert events[3][1]["episodes"] == direct["episodes"]["policy"]
+    seconds = events[3][1]["seconds"]  # the run's own time, to the hundredth
+    assert isinstance(seconds, float) and 0 <= seconds <= took + 0.01 and seconds == round(seconds, 2)
+    json.dumps(report, allow_nan=False)

@@ -206,10 +206,10 @@ def test_a_pair_value_term_combines_the_values_in_reward_std_units():
     def values(flat):
         return np.stack([flat[:, 0], 2 * flat[:, 0], np.zeros(len(flat)), 4 * flat[:, 0]], axis=1)
 
-    term = PairValueTerm(values, reward_std=np.array([1.0, 2.0, 1.0, 0.5]), coefficients=(1.0, 1.0, 3.0, 0.5))
+    term = PairValueTerm(values, reward_std=np.array([1.0, 4.0, 1.0, 0.5]), coefficients=(1.0, 1.0, 3.0, 0.5))
     context = dataclasses.replace(_context(states), pair_states=states)
     expected = np.zeros((2, 3))
-    expected[1, 2] = 1.0 + 2.0 / 2.0 + 0.0 + 0.5 * 4.0 / 0.5
+    expected[1, 2] = 1.0 + 2.0 / 4.0 + 0.0 + 0.5 * 4.0 / 0.5
     np.testing.assert_allclose(term(context), expected)
     with pytest.raises(ValueError, match="one value per signal"):
         PairValueTerm(values, reward_std=np.ones(3))
