@@ -39,8 +39,13 @@ def _signal(process: subprocess.Popen, sig: signal.Signals, group: bool) -> None
             process.send_signal(sig)
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised as an exception (``exit_on_sigterm``): a SystemExit, so nothing that catches
+    Exception swallows it, with its own type, so that a command can say why it stopped."""
+
+
 def exit_on_sigterm() -> None:
-    """Make SIGTERM end this process as ``SystemExit(143)``, raised in the main thread.
+    """Make SIGTERM end this process as ``Terminated(143)`` (a SystemExit), raised in the main thread.
 
     Schedulers, ``timeout`` and container runtimes stop a job with SIGTERM, and Python's default for it
     ends the process on the spot: no ``finally``, no ``with`` exit, no ``atexit``, so an embedded broker or
@@ -55,7 +60,7 @@ def exit_on_sigterm() -> None:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)
 

@@ -30,7 +30,7 @@ from recsys_rl.config import ConfigError, read_config_file
 from recsys_rl.errors import OperationalError
 from recsys_rl.kafka import BrokerConfigError
 from recsys_rl.logs import quiet_third_party_output
-from recsys_rl.processes import exit_on_sigterm
+from recsys_rl.processes import Terminated, exit_on_sigterm
 
 
 def build_parser() -> OneLineParser:
@@ -95,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"recsys-rl {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as stop:
+        print(f"recsys-rl {args.verb}: terminated", file=sys.stderr)
+        return stop.code
 
 
 if __name__ == "__main__":

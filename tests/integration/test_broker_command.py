@@ -122,16 +122,20 @@ def test_a_job_stopped_with_sigterm_stops_the_embedded_broker_it_started(command
     unwinding, which left the broker a demo or a benchmark had started running, with its port and memory."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    job = subprocess.Popen(
-        [sys.executable, *command, str(tmp_path / "out")],
-        env={**os.environ, "TMPDIR": str(tmp)},
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        broker = _broker_started_under(tmp, timeout_s=120)
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(timeout=60) == 128 + signal.SIGTERM
-    finally:
-        stop_process(job, grace_s=1)
+    with (tmp_path / "stderr").open("w") as stderr:  # a file: a pipe nobody reads fills and stalls the job
+        job = subprocess.Popen(
+            [sys.executable, *command, str(tmp_path / "out")],
+            env={**os.environ, "TMPDIR": str(tmp)},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            broker = _broker_started_under(tmp, timeout_s=120)
+            job.send_signal(signal.SIGTERM)
+            assert job.wait(timeout=60) == 128 + signal.SIGTERM
+        finally:
+            stop_process(job, grace_s=1)
+    if command[1] == "recsys_rl.cli.main":  # why it stopped, where a scheduler's log shows it
+        assert (tmp_path / "stderr").read_text().splitlines()[-1] == "recsys-rl demo: terminated"
     assert not alive(broker)
     assert not list(tmp.glob("recsys-rl-embedded-*"))  # and its directory is gone with it
