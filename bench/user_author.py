@@ -25,7 +25,8 @@ critic (``train --algo ua-mtcl``). Two questions:
    against TSCAC alone, at that weight and the next larger one); the headline user-author term is the
    one of the two with more follows there.
    Then on one evaluation world per seed, for ``eval_days`` days: TSCAC alone, TSCAC + each term, TSCAC
-   + the follow-probability boost, on the same episode draws.
+   + the follow-probability boost, and TSCAC + the follow oracle (the world's own expected follow, which no
+   ranker has: how far a follow term that knew everything gets), on the same episode draws.
    Every figure is per user over the days from expected responses (the multi-day objective, return
    included), paired against TSCAC alone, pooled over the seeds' worlds. The author side: authors who
    gained followers, the Gini coefficient of video impressions over all authors, and the pairs' returns
@@ -65,7 +66,7 @@ from recsys_rl.dataset_contract import USER_AUTHOR
 from recsys_rl.sim.behaviour import FeedPolicy, behaviour_allocation_policy
 from recsys_rl.sim.ground_truth import PolicyValues, evaluate_logs, run_days
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
-from recsys_rl.sim.ranking_terms import FollowProbabilityTerm, PairValueTerm, TermRanking
+from recsys_rl.sim.ranking_terms import ExpectedFollowTerm, FollowProbabilityTerm, PairValueTerm, TermRanking
 from recsys_rl.sim.sim_eval import broken_signals, compare_values, paired_per_user
 from recsys_rl.sim.simulate import SimulateConfig, simulated_days
 from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, DayLog, pair_meetings
@@ -98,7 +99,10 @@ WEIGHTS = {
     # a follow head's value differs by hundredths of a reward std between pairs: larger weights
     "user-author-follow": (1.0, 3.0, 10.0, 30.0),
     "follow-boost": (0.01, 0.03, 0.1, 0.3, 1.0),
+    "follow-oracle": (0.01, 0.03, 0.1, 0.3, 1.0),
 }
+#: The terms that need no critic: the supervised boost, and the oracle reference line.
+CRITIC_FREE_TERMS = {"follow-boost": FollowProbabilityTerm(), "follow-oracle": ExpectedFollowTerm()}
 #: Each user-author term's coefficients on the heads (PAIR_SIGNALS order), in reward-std units.
 HEADS = {"user-author": (1.0, 1.0, 1.0, 1.0), "user-author-follow": (0.0, 1.0, 0.0, 0.0)}
 #: The tuning world: TUNE_WORLD + --seed, neither the training world nor an evaluation world.
@@ -305,15 +309,16 @@ def run(policy: FeedPolicy, *, users: int, days: int, world: int) -> Outcome:
 @dataclasses.dataclass(frozen=True)
 class Term:
     """A ranking term as a worker builds it: the pair critic exported at ``critic`` with ``heads`` (in
-    reward-std units), or the follow boost when ``critic`` is None. A loaded critic does not pickle."""
+    reward-std units), or the critic-free term ``name`` (``CRITIC_FREE_TERMS``) when ``critic`` is None. A
+    loaded critic does not pickle."""
 
     name: str
     critic: Path | None = None
     heads: tuple[float, ...] = ()
 
-    def build(self) -> PairValueTerm | FollowProbabilityTerm:
+    def build(self) -> PairValueTerm | FollowProbabilityTerm | ExpectedFollowTerm:
         if self.critic is None:
-            return FollowProbabilityTerm()
+            return CRITIC_FREE_TERMS[self.name]
         policy = load_pair_value_policy(self.critic)
         return PairValueTerm(policy.values, np.asarray(policy.manifest["reward_std"]), self.heads, self.name)
 
@@ -534,7 +539,8 @@ def markdown(result: dict[str, Any]) -> str:
     """The page of a result, as run or as read back from its file (whose keys are sorted): heads and terms
     in the benchmark's own order."""
     config, mtcl = result["config"], result["mtcl"]
-    terms = {name: result["terms"][name] for name in (*HEADS, "follow-boost")}
+    # in a fixed order, the terms the result has (one from before the oracle row has no oracle)
+    terms = {name: result["terms"][name] for name in (*HEADS, *CRITIC_FREE_TERMS) if name in result["terms"]}
     mtcl = {
         **mtcl,
         "per_head": {s: mtcl["per_head"][s] for s in signals.PAIR_SIGNALS},
@@ -662,7 +668,10 @@ METHOD = """## The protocol
 - **The ranking term.** score = fusion(predictions, TSCAC's action) + weight * term(candidate). The
   user-author terms combine the critic's values of the candidate's pair state (its history through the
   last finished day, as the feature store would serve it) in reward-std units: every head, or the follow
-  head alone. The boost is the candidate's predicted follow probability in a typical view's units. Each
+  head alone. The boost is the candidate's predicted follow probability in a typical view's units; the
+  oracle, a reference line and no policy, the world's own expected follow of the candidate in the same
+  units (`ExpectedFollowTerm`), which no ranker knows: how far a follow term gets that knows each
+  candidate's chance exactly (`bench/follow_ceiling.py` maps that edge on a finer grid). Each
   weight is the grid point with the most follows that breaks nothing against TSCAC alone on a tuning
   world, with a margin: the next larger grid point breaks nothing either (a weight next to the edge on
   one world is past it on the next; none holding: the smallest); the headline user-author term is the
@@ -705,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
             name: [Term(name, critic, heads) for critic in trained.policy_dirs["ua-mtcl"]]
             for name, heads in HEADS.items()
         }
-        terms["follow-boost"] = [Term("follow-boost") for _ in seeds]
+        terms |= {name: [Term(name) for _ in seeds] for name in CRITIC_FREE_TERMS}
         size = {"users": settings["eval_users"], "days": settings["eval_days"]}
         tune = TUNE_WORLD + args.seed
         worlds = evaluation_worlds(args.seed, len(seeds))
