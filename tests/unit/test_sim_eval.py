@@ -160,12 +160,12 @@ def test_what_a_policy_broke_names_watch_time_first_then_each_constraint_on_its_
 def test_the_report_names_each_side_and_pairs_the_users_differences():
     """Each signal's figures: both sides' per-user means with their standard errors, and the paired
     difference's standard error from the per-user differences (ddof 1), not from the two sides'."""
+    differences = np.arange(USERS) % 4  # 0, 1, 2, 3, ...: mean 1.5
     behaviour = _values()
     policy = _values()
-    policy.per_user[:, 0] += np.arange(USERS) % 4  # differences 0, 1, 2, 3, ...: mean 1.5
+    policy.per_user[:, 0] += differences
     report = compare_values(behaviour, policy)
     watch = report["signals"]["watch_time"]
-    differences = np.arange(USERS) % 4
     assert watch["behaviour"] == {
         "mean": pytest.approx(1.0),
         "stderr": pytest.approx(SHARED[:, 0].std(ddof=1) / 20),
