@@ -67,6 +67,7 @@ bench: install
 	$(BIN)/python bench/training.py --full --out bench/results/training.json
 	$(BIN)/python bench/policy_quality.py --full --out bench/results/policy_quality.json --docs docs/policy_quality.md
 	$(BIN)/python bench/feed_ceiling.py --full --out bench/results/feed_ceiling.json
+	$(BIN)/python bench/lookahead_ceiling.py --full --out bench/results/lookahead_ceiling.json
 	$(BIN)/python bench/stage_one_actors.py --full --out bench/results/stage_one_actors.json
 	$(BIN)/python bench/allocation_quality.py --full --out bench/results/allocation_quality.json --docs docs/allocation_quality.md
 	$(BIN)/python bench/user_author.py --full --out bench/results/user_author.json --docs docs/user_author.md
@@ -82,6 +83,7 @@ bench-quick: install
 	$(BIN)/python bench/training.py --quick --out bench/results/training.json
 	$(BIN)/python bench/policy_quality.py --quick --out bench/results/policy_quality.quick.json
 	$(BIN)/python bench/feed_ceiling.py --quick --out bench/results/feed_ceiling.quick.json
+	$(BIN)/python bench/lookahead_ceiling.py --quick --out bench/results/lookahead_ceiling.quick.json
 	$(BIN)/python bench/allocation_quality.py --quick --out bench/results/allocation_quality.quick.json
 	$(BIN)/python bench/user_author.py --quick --out bench/results/user_author.quick.json
 	$(BIN)/python bench/follow_ceiling.py --quick --out bench/results/follow_ceiling.quick.json

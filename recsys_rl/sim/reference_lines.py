@@ -302,15 +302,7 @@ def search_reference_lines(
     rng = np.random.default_rng(np.random.SeedSequence(search.seed, spawn_key=(7,)))
     base, coef = behaviour_feed_policy().base_logits, behaviour_feed_policy().state_coef
     behaviour = segment_totals(config, behaviour_feed_policy(), seed=search.seed, days=search.days)
-    k = base.size
-    first_round = np.vstack(
-        [
-            base,
-            base + search.axis_step * np.eye(k),
-            base - search.axis_step * np.eye(k),
-            base + search.random_scale * rng.standard_normal((search.random_candidates, k)),
-        ]
-    )
+    first_round = first_round_candidates(search, base, rng)
 
     def run_each(policies: list, message: Callable[[int], str]) -> list[SegmentTotals]:
         out = []
@@ -327,7 +319,7 @@ def search_reference_lines(
     values = run(first_round)
     for scale in search.local_scales:
         best = _most_watch_holding(values, behaviour)
-        local = candidates[best] + scale * rng.standard_normal((search.local_candidates, k))
+        local = local_candidates(search, candidates[best], scale, rng)
         candidates = np.vstack([candidates, local])
         values += run(local)
     best = _most_watch_holding(values, behaviour)
@@ -387,10 +379,36 @@ def search_reference_lines(
 def _most_watch_holding(values: Sequence[SegmentTotals], behaviour: SegmentTotals) -> int:
     """The run with the most watch time among those holding every constraint; the first when none does
     (among the candidates, the behaviour's own logits; among the oracle's, the global weighting)."""
-    totals = np.stack([v.total for v in values])
-    feasible = holds(totals, behaviour.total)
-    watch = np.where(feasible, totals[:, 0], -np.inf)
+    return most_watch_holding(np.stack([v.total for v in values]), behaviour.total)
+
+
+def most_watch_holding(values: np.ndarray, reference: np.ndarray) -> int:
+    """The row of ``values`` (C, K) with the most watch time among those holding every constraint
+    against ``reference`` (K,); the first when none does."""
+    feasible = holds(values, reference)
+    watch = np.where(feasible, values[:, 0], -np.inf)
     return int(np.argmax(watch)) if feasible.any() else 0
+
+
+def first_round_candidates(search: SearchConfig, base: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The search's first round of logits (C, K): ``base``, each logit moved alone by +-``axis_step``, and
+    random directions around ``base``."""
+    k = base.size
+    return np.vstack(
+        [
+            base,
+            base + search.axis_step * np.eye(k),
+            base - search.axis_step * np.eye(k),
+            base + search.random_scale * rng.standard_normal((search.random_candidates, k)),
+        ]
+    )
+
+
+def local_candidates(
+    search: SearchConfig, centre: np.ndarray, scale: float, rng: np.random.Generator
+) -> np.ndarray:
+    """A local round of the search: ``local_candidates`` random steps of std ``scale`` around ``centre``."""
+    return centre + scale * rng.standard_normal((search.local_candidates, centre.size))
 
 
 def _segment_assignments(

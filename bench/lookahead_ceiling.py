@@ -1,0 +1,232 @@
+"""Benchmark: how much multi-day watch time looking ahead is worth to a fusion weighting in the simulated
+world (issue 16).
+
+Issue 16 asks TSCAC with its discounts to beat its myopic control (every discount 0) on the multi-day
+objective. The myopic control values an action by the page it serves; TSCAC also by what the page does to
+the rest of the session and to the days after (the patience budget, fatigue, the return model, follows,
+interest drift: docs/simulator.md). What that is worth is a property of the world, measured here on ground
+truth for global fusion weightings, the policies the reference lines search over:
+
+- the reference search's candidates (its first round, the same draws, then local rounds around each
+  objective's pick) run on the selection world, each valued two ways: **per request** (the mean expected
+  response of a served page, what a myopic critic estimates) and **per user over the days** (the multi-day
+  objective, in which a user kept away a day counts as nothing that day);
+- under each objective, the candidate with the most watch time holding every auxiliary signal at the
+  behaviour's level (point values, as the reference search chooses), and the one with the most watch time
+  with the constraints ignored;
+- those picks run on an evaluation world with the behaviour policy's episode draws, paired per user: what
+  the far-sighted pick gains over the myopic one in multi-day watch time (95% interval), and what each
+  broke against the behaviour.
+
+When both objectives pick the same weighting, looking ahead is worth nothing to a weighting in this world;
+the gap between the picks bounds what TSCAC's discounts can add over its myopic control through the
+weighting it sets (a state-dependent policy could add more only by personalising, which the reference
+lines find worth nothing here).
+
+    python bench/lookahead_ceiling.py --full
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
+
+# isort: split
+from common import bench_parser, git_commit, write_result
+from feed_ceiling import lifts
+from trained import evaluation_worlds
+from workers import worker_pool
+
+from recsys_rl import signals
+from recsys_rl.sim.behaviour import FeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.ground_truth import PolicyValues, monte_carlo_values
+from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.reference_lines import (
+    SearchConfig,
+    SegmentedFeedPolicy,
+    first_round_candidates,
+    holds,
+    local_candidates,
+    most_watch_holding,
+)
+from recsys_rl.sim.sim_eval import broken_signals, compare_values, paired_per_user
+
+MODES: dict[str, dict[str, Any]] = {
+    # CI smoke run: the whole path, too small for any verdict to mean anything
+    "quick": {
+        "users": 1_500,
+        "days": 2,
+        "search": {"random_candidates": 3, "local_candidates": 2, "local_scales": (0.35,)},
+    },
+    # the reference search's grid (SearchConfig) on twice its users, over the quality benchmark's 3 days
+    "full": {"users": 20_000, "days": 3, "search": {}},
+}
+OBJECTIVES = ("multi_day", "per_request")
+_WATCH = signals.FEED_SIGNALS.index(signals.FEED_MAIN_SIGNAL)
+
+
+def objective_values(values: PolicyValues) -> dict[str, np.ndarray]:
+    """A run's value of each feed signal (K,) under each objective: the mean per user over the days, and
+    the mean per served request."""
+    return {
+        "multi_day": values.per_user.mean(axis=0),
+        "per_request": np.array([values.per_request[name] for name in signals.FEED_SIGNALS]),
+    }
+
+
+def picks(values: list[dict[str, np.ndarray]], behaviour: dict[str, np.ndarray]) -> dict[str, int]:
+    """Per objective, the candidate with the most watch time holding every constraint against the
+    behaviour (``<objective>``; the first candidate when none holds) and the one with the most watch time
+    (``<objective>-unconstrained``), by index into ``values`` (objective_values per candidate)."""
+    out = {}
+    for objective in OBJECTIVES:
+        table = np.stack([v[objective] for v in values])
+        out[objective] = most_watch_holding(table, behaviour[objective])
+        out[f"{objective}-unconstrained"] = int(np.argmax(table[:, _WATCH]))
+    return out
+
+
+def lookahead_value(reference: PolicyValues, myopic: PolicyValues, far_sighted: PolicyValues) -> dict:
+    """The far-sighted pick's multi-day watch time over the myopic pick's, paired per user, in points of
+    the reference's (the behaviour's) per-user mean, with its 95% interval."""
+    before, after = myopic.per_user[:, _WATCH], far_sighted.per_user[:, _WATCH]
+    paired = paired_per_user(signals.FEED_MAIN_SIGNAL, before, after)
+    scale = float(reference.per_user[:, _WATCH].mean())
+    return {
+        "points": paired["difference"] / scale,
+        "low": paired["interval"][0] / scale,
+        "high": paired["interval"][1] / scale,
+    }
+
+
+def rank_correlation(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation of two samples without ties (continuous values)."""
+    return float(np.corrcoef(np.argsort(np.argsort(x)), np.argsort(np.argsort(y)))[0, 1])
+
+
+def run(policy: FeedPolicy, *, users: int, days: int, world: int) -> PolicyValues:
+    """A worker's job: ``policy``'s values on ``world``, beside the behaviour allocation."""
+    config = SimConfig(n_users=users)
+    return monte_carlo_values(config, policy, behaviour_allocation_policy(), seed=world, days=days)
+
+
+def candidate_table(values: list[dict[str, np.ndarray]], behaviour: dict[str, np.ndarray]) -> list[dict]:
+    """Per candidate on the selection world: its watch-time lift under each objective, what that makes of
+    its requests per user, and whether it holds every constraint under each."""
+
+    def lift(value: dict[str, np.ndarray], objective: str) -> float:
+        return float(value[objective][_WATCH] / behaviour[objective][_WATCH] - 1.0)
+
+    return [
+        {
+            "watch_lift": {objective: lift(v, objective) for objective in OBJECTIVES},
+            # multi-day watch = requests x watch per request, so the requests' share of the lift
+            "requests_per_user_lift": (1.0 + lift(v, "multi_day")) / (1.0 + lift(v, "per_request")) - 1.0,
+            "holds": {objective: bool(holds(v[objective], behaviour[objective])) for objective in OBJECTIVES},
+        }
+        for v in values
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, "lookahead_ceiling")
+    args = parser.parse_args(argv)
+    settings = MODES[args.mode]
+    started = time.perf_counter()
+    commit = git_commit()
+    search = dataclasses.replace(
+        SearchConfig(users=settings["users"], days=settings["days"]), **settings["search"]
+    )
+    scoring_world = evaluation_worlds(args.seed, 1)[0]
+    behaviour = behaviour_feed_policy()
+    # the reference search's own stream: its first round is the search's
+    rng = np.random.default_rng(np.random.SeedSequence(search.seed, spawn_key=(7,)))
+
+    def weighting(logits: np.ndarray) -> SegmentedFeedPolicy:
+        return SegmentedFeedPolicy.global_weighting(logits, behaviour.state_coef)
+
+    with worker_pool() as workers:
+
+        def run_on(world: int, policies: list[FeedPolicy]) -> list[PolicyValues]:
+            job = functools.partial(run, users=search.users, days=search.days, world=world)
+            return list(workers.map(job, policies))
+
+        candidates = first_round_candidates(search, behaviour.base_logits, rng)
+        reference, *runs = run_on(search.seed, [behaviour, *map(weighting, candidates)])
+        selection_behaviour = objective_values(reference)
+        for scale in search.local_scales:
+            chosen = picks([objective_values(r) for r in runs], selection_behaviour)
+            centres = sorted({chosen[objective] for objective in OBJECTIVES})
+            local = np.vstack([local_candidates(search, candidates[c], scale, rng) for c in centres])
+            print(f"local round at {scale:g} around candidates {centres}", file=sys.stderr)
+            candidates = np.vstack([candidates, local])
+            runs += run_on(search.seed, list(map(weighting, local)))
+        selection_values = [objective_values(r) for r in runs]
+        chosen = picks(selection_values, selection_behaviour)
+
+        distinct = sorted(set(chosen.values()))
+        scored_behaviour, *scored_runs = run_on(
+            scoring_world, [behaviour, *(weighting(candidates[c]) for c in distinct)]
+        )
+    scored = dict(zip(distinct, scored_runs, strict=True))
+
+    scoring = {}
+    for name, index in chosen.items():
+        report = compare_values(scored_behaviour, scored[index])
+        scoring[name] = {
+            "candidate": index,
+            "logits": candidates[index].round(4).tolist(),
+            "lifts": lifts(report),
+            "broken": broken_signals(report),
+            "return_rate": report["return_rate"],
+        }
+        watch = scoring[name]["lifts"][signals.FEED_MAIN_SIGNAL]["lift"]
+        print(f"{name} pick (candidate {index}): multi-day watch {100 * watch:+.2f}%", file=sys.stderr)
+
+    table = candidate_table(selection_values, selection_behaviour)
+    value = {
+        kind: {
+            "same_weighting": chosen[f"multi_day{suffix}"] == chosen[f"per_request{suffix}"],
+            **lookahead_value(
+                scored_behaviour, scored[chosen[f"per_request{suffix}"]], scored[chosen[f"multi_day{suffix}"]]
+            ),
+        }
+        for kind, suffix in (("constrained", ""), ("unconstrained", "-unconstrained"))
+    }
+    result = {
+        "benchmark": "lookahead_ceiling",
+        "commit": commit,
+        "mode": args.mode,
+        "seed": args.seed,
+        "config": {**settings, "selection_world": search.seed, "scoring_world": scoring_world},
+        "candidates": table,
+        # across the candidates on the selection world: whether the myopic objective orders the weightings
+        # as the multi-day one does
+        "watch_rank_correlation": rank_correlation(
+            np.array([c["watch_lift"]["per_request"] for c in table]),
+            np.array([c["watch_lift"]["multi_day"] for c in table]),
+        ),
+        "picks": scoring,
+        # the far-sighted pick's multi-day watch time over the myopic pick's on the scoring world
+        "lookahead_value": value,
+        "wall_s": time.perf_counter() - started,
+    }
+    write_result(args.out, result)
+    said = {
+        kind: f"{100 * v['points']:+.2f} points [{100 * v['low']:+.2f}, {100 * v['high']:+.2f}]"
+        + (" (the same weighting)" if v["same_weighting"] else "")
+        for kind, v in value.items()
+    }
+    print(f"looking ahead is worth {said}; {result['wall_s']:.0f} s; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
