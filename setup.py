@@ -168,6 +168,7 @@ setup(
             "pytest",
             "pytest-xdist",  # make test runs the test files on two worker processes
             "hypothesis",
+            "scipy",  # linear programs of bench/lookahead_ceiling.py
             "mutmut",
             "ruff",
             "nbformat",

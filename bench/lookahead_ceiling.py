@@ -14,8 +14,14 @@ truth for global fusion weightings, the policies the reference lines search over
 - under each objective, the candidate with the most watch time holding every auxiliary signal at the
   behaviour's level (point values, as the reference search chooses), and the one with the most watch time
   with the constraints ignored;
-- those picks run on an evaluation world with the behaviour policy's episode draws, paired per user: what
-  the far-sighted pick gains over the myopic one in multi-day watch time (95% interval), and what each
+- under each objective, the best **mixture** of the candidates under the constraints (each user served
+  one candidate throughout, drawn with the mixture's probabilities), a linear program: a few candidates
+  hold exactly, so the best single one says little about where the constrained optimum lies, while the
+  mixtures fill in the frontier between them. Per request, a mixture's value is a ratio (its pages' total
+  over its requests), made linear by the Charnes-Cooper change of variables;
+- those picks run on an evaluation world with the behaviour policy's episode draws, paired per user (the
+  two mixtures draw each user's candidate from one uniform number, so they differ only where they must):
+  what the far-sighted pick gains over the myopic one in multi-day watch time (95% interval), and what each
   broke against the behaviour.
 
 When both objectives pick the same weighting, looking ahead is worth nothing to a weighting in this world;
@@ -35,6 +41,7 @@ import time
 from typing import Any
 
 import numpy as np
+from scipy.optimize import linprog
 
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
@@ -51,6 +58,7 @@ from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.reference_lines import (
     SearchConfig,
     SegmentedFeedPolicy,
+    UserGroupedFeedPolicy,
     first_round_candidates,
     holds,
     local_candidates,
@@ -70,6 +78,7 @@ MODES: dict[str, dict[str, Any]] = {
 }
 OBJECTIVES = ("multi_day", "per_request")
 _WATCH = signals.FEED_SIGNALS.index(signals.FEED_MAIN_SIGNAL)
+_SIGNS = np.asarray(signals.directions(signals.FEED_SIGNALS), dtype=np.float64)
 
 
 def objective_values(values: PolicyValues) -> dict[str, np.ndarray]:
@@ -91,6 +100,57 @@ def picks(values: list[dict[str, np.ndarray]], behaviour: dict[str, np.ndarray])
         out[objective] = most_watch_holding(table, behaviour[objective])
         out[f"{objective}-unconstrained"] = int(np.argmax(table[:, _WATCH]))
     return out
+
+
+def best_mixture(totals: np.ndarray, units: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
+    """The mixture of candidates (weights (C,) summing to 1) with the most watch time per unit among those
+    holding every constraint against ``reference`` (K,), the behaviour's value per unit; None when no
+    mixture holds.
+
+    ``totals`` (C, K) is each candidate's signals per user over the days and ``units`` (C,) what its value is
+    per: 1 for the multi-day objective, its requests per user for the per-request one. A mixture's value
+    per unit is sum_c w_c totals_c / sum_c w_c units_c; with y = w / sum_c w_c units_c it is totals' y,
+    subject to units' y = 1 and, per auxiliary signal k, sign_k (totals_k - reference_k units)' y >= 0,
+    y >= 0: a linear program (Charnes and Cooper 1962), whose w = y / sum(y)."""
+    margins = _SIGNS[None, 1:] * (totals[:, 1:] - reference[None, 1:] * units[:, None])
+    solved = linprog(
+        -totals[:, _WATCH],
+        A_ub=-margins.T,
+        b_ub=np.zeros(margins.shape[1]),
+        A_eq=units[None, :],
+        b_eq=[1.0],
+        bounds=(0, None),
+        method="highs",
+    )
+    if solved.status == 2:  # infeasible
+        return None
+    if not solved.success:
+        raise RuntimeError(f"the mixture's linear program failed: {solved.message}")
+    return solved.x / solved.x.sum()
+
+
+def objective_totals(values: list[PolicyValues]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per objective, the candidates' totals per user (C, K) and the units their value is per (C,)."""
+    totals = np.stack([v.per_user.mean(axis=0) for v in values])
+    per_request = np.stack([objective_values(v)["per_request"] for v in values])
+    return {
+        "multi_day": (totals, np.ones(len(values))),
+        "per_request": (totals, totals[:, _WATCH] / per_request[:, _WATCH]),
+    }
+
+
+def mixture_watch_lift(
+    weights: np.ndarray, totals: np.ndarray, units: np.ndarray, reference: np.ndarray
+) -> float:
+    """The watch-time lift per unit of the mixture ``weights`` over ``reference`` (best_mixture's terms)."""
+    return float(weights @ totals[:, _WATCH] / (weights @ units) / reference[_WATCH] - 1.0)
+
+
+def mixture_assignment(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """Each user's candidate under the mixture ``weights`` (C,), from the user's uniform draw (U,): the
+    inverse of the mixture's distribution function, so that two mixtures given the same draws serve a
+    user different candidates only as far as their weights differ."""
+    return np.minimum(np.searchsorted(np.cumsum(weights), uniforms, side="right"), weights.size - 1)
 
 
 def lookahead_value(reference: PolicyValues, myopic: PolicyValues, far_sighted: PolicyValues) -> dict:
@@ -170,36 +230,68 @@ def main(argv: list[str] | None = None) -> int:
             runs += run_on(search.seed, list(map(weighting, local)))
         selection_values = [objective_values(r) for r in runs]
         chosen = picks(selection_values, selection_behaviour)
-
-        distinct = sorted(set(chosen.values()))
-        scored_behaviour, *scored_runs = run_on(
-            scoring_world, [behaviour, *(weighting(candidates[c]) for c in distinct)]
+        by_objective = objective_totals(runs)
+        per_unit = {o: total[0] / units[0] for o, (total, units) in objective_totals([reference]).items()}
+        mixtures = {o: best_mixture(*by_objective[o], per_unit[o]) for o in OBJECTIVES}
+        # one uniform draw per scoring-world user serves both mixtures
+        uniforms = np.random.default_rng(np.random.SeedSequence(args.seed, spawn_key=(11,))).random(
+            search.users
         )
-    scored = dict(zip(distinct, scored_runs, strict=True))
+        policies = {name: weighting(candidates[index]) for name, index in chosen.items()} | {
+            f"{objective}-mixture": UserGroupedFeedPolicy(
+                candidates, behaviour.state_coef, mixture_assignment(weights, uniforms)
+            )
+            for objective, weights in mixtures.items()
+            if weights is not None
+        }
+        scored_behaviour, *scored_runs = run_on(scoring_world, [behaviour, *policies.values()])
+    scored = dict(zip(policies, scored_runs, strict=True))
 
     scoring = {}
-    for name, index in chosen.items():
-        report = compare_values(scored_behaviour, scored[index])
+    for name, policy_values in scored.items():
+        report = compare_values(scored_behaviour, policy_values)
+        if name in chosen:
+            what = {"candidate": chosen[name], "logits": candidates[chosen[name]].round(4).tolist()}
+        else:
+            weights = mixtures[name.removesuffix("-mixture")]
+            what = {
+                "weights": {int(c): round(float(weights[c]), 4) for c in np.flatnonzero(weights > 1e-6)},
+                # the watch-time lift it promised on the selection world, by each objective
+                "promised_watch_lift": {
+                    o: mixture_watch_lift(weights, *by_objective[o], per_unit[o]) for o in OBJECTIVES
+                },
+            }
         scoring[name] = {
-            "candidate": index,
-            "logits": candidates[index].round(4).tolist(),
+            **what,
             "lifts": lifts(report),
             "broken": broken_signals(report),
             "return_rate": report["return_rate"],
         }
         watch = scoring[name]["lifts"][signals.FEED_MAIN_SIGNAL]["lift"]
-        print(f"{name} pick (candidate {index}): multi-day watch {100 * watch:+.2f}%", file=sys.stderr)
+        print(
+            f"{name}: multi-day watch {100 * watch:+.2f}%, broke {scoring[name]['broken']}", file=sys.stderr
+        )
 
-    table = candidate_table(selection_values, selection_behaviour)
+    def same(far: str, myopic: str) -> bool:
+        if far in chosen:
+            return chosen[far] == chosen[myopic]
+        return bool(
+            np.allclose(mixtures[far.removesuffix("-mixture")], mixtures[myopic.removesuffix("-mixture")])
+        )
+
     value = {
         kind: {
-            "same_weighting": chosen[f"multi_day{suffix}"] == chosen[f"per_request{suffix}"],
-            **lookahead_value(
-                scored_behaviour, scored[chosen[f"per_request{suffix}"]], scored[chosen[f"multi_day{suffix}"]]
-            ),
+            "same_weighting": same(f"multi_day{suffix}", f"per_request{suffix}"),
+            **lookahead_value(scored_behaviour, scored[f"per_request{suffix}"], scored[f"multi_day{suffix}"]),
         }
-        for kind, suffix in (("constrained", ""), ("unconstrained", "-unconstrained"))
+        for kind, suffix in (
+            ("constrained", ""),
+            ("constrained_mixture", "-mixture"),
+            ("unconstrained", "-unconstrained"),
+        )
+        if f"multi_day{suffix}" in scored and f"per_request{suffix}" in scored
     }
+    table = candidate_table(selection_values, selection_behaviour)
     result = {
         "benchmark": "lookahead_ceiling",
         "commit": commit,
@@ -213,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             np.array([c["watch_lift"]["per_request"] for c in table]),
             np.array([c["watch_lift"]["multi_day"] for c in table]),
         ),
+        # each pick and mixture on the scoring world, paired against the behaviour policy
         "picks": scoring,
         # the far-sighted pick's multi-day watch time over the myopic pick's on the scoring world
         "lookahead_value": value,
