@@ -41,13 +41,13 @@ import time
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linprog
 
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
 # isort: split
 from common import bench_parser, git_commit, write_result
 from feed_ceiling import lifts
+from mixtures import best_mixture, mixture_policy, mixture_watch_lift
 from trained import evaluation_worlds
 from workers import worker_pool
 
@@ -58,7 +58,6 @@ from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.reference_lines import (
     SearchConfig,
     SegmentedFeedPolicy,
-    UserGroupedFeedPolicy,
     first_round_candidates,
     holds,
     local_candidates,
@@ -78,7 +77,6 @@ MODES: dict[str, dict[str, Any]] = {
 }
 OBJECTIVES = ("multi_day", "per_request")
 _WATCH = signals.FEED_SIGNALS.index(signals.FEED_MAIN_SIGNAL)
-_SIGNS = np.asarray(signals.directions(signals.FEED_SIGNALS), dtype=np.float64)
 
 
 def objective_values(values: PolicyValues) -> dict[str, np.ndarray]:
@@ -102,33 +100,6 @@ def picks(values: list[dict[str, np.ndarray]], behaviour: dict[str, np.ndarray])
     return out
 
 
-def best_mixture(totals: np.ndarray, units: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
-    """The mixture of candidates (weights (C,) summing to 1) with the most watch time per unit among those
-    holding every constraint against ``reference`` (K,), the behaviour's value per unit; None when no
-    mixture holds.
-
-    ``totals`` (C, K) is each candidate's signals per user over the days and ``units`` (C,) what its value is
-    per: 1 for the multi-day objective, its requests per user for the per-request one. A mixture's value
-    per unit is sum_c w_c totals_c / sum_c w_c units_c; with y = w / sum_c w_c units_c it is totals' y,
-    subject to units' y = 1 and, per auxiliary signal k, sign_k (totals_k - reference_k units)' y >= 0,
-    y >= 0: a linear program (Charnes and Cooper 1962), whose w = y / sum(y)."""
-    margins = _SIGNS[None, 1:] * (totals[:, 1:] - reference[None, 1:] * units[:, None])
-    solved = linprog(
-        -totals[:, _WATCH],
-        A_ub=-margins.T,
-        b_ub=np.zeros(margins.shape[1]),
-        A_eq=units[None, :],
-        b_eq=[1.0],
-        bounds=(0, None),
-        method="highs",
-    )
-    if solved.status == 2:  # infeasible
-        return None
-    if not solved.success:
-        raise RuntimeError(f"the mixture's linear program failed: {solved.message}")
-    return solved.x / solved.x.sum()
-
-
 def objective_totals(values: list[PolicyValues]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per objective, the candidates' totals per user (C, K) and the units their value is per (C,)."""
     totals = np.stack([v.per_user.mean(axis=0) for v in values])
@@ -137,20 +108,6 @@ def objective_totals(values: list[PolicyValues]) -> dict[str, tuple[np.ndarray, 
         "multi_day": (totals, np.ones(len(values))),
         "per_request": (totals, totals[:, _WATCH] / per_request[:, _WATCH]),
     }
-
-
-def mixture_watch_lift(
-    weights: np.ndarray, totals: np.ndarray, units: np.ndarray, reference: np.ndarray
-) -> float:
-    """The watch-time lift per unit of the mixture ``weights`` over ``reference`` (best_mixture's terms)."""
-    return float(weights @ totals[:, _WATCH] / (weights @ units) / reference[_WATCH] - 1.0)
-
-
-def mixture_assignment(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
-    """Each user's candidate under the mixture ``weights`` (C,), from the user's uniform draw (U,): the
-    inverse of the mixture's distribution function, so that two mixtures given the same draws serve a
-    user different candidates only as far as their weights differ."""
-    return np.minimum(np.searchsorted(np.cumsum(weights), uniforms, side="right"), weights.size - 1)
 
 
 def lookahead_value(reference: PolicyValues, myopic: PolicyValues, far_sighted: PolicyValues) -> dict:
@@ -233,13 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         by_objective = objective_totals(runs)
         per_unit = {o: total[0] / units[0] for o, (total, units) in objective_totals([reference]).items()}
         mixtures = {o: best_mixture(*by_objective[o], per_unit[o]) for o in OBJECTIVES}
-        # one uniform draw per scoring-world user serves both mixtures
-        uniforms = np.random.default_rng(np.random.SeedSequence(args.seed, spawn_key=(11,))).random(
-            search.users
-        )
         policies = {name: weighting(candidates[index]) for name, index in chosen.items()} | {
-            f"{objective}-mixture": UserGroupedFeedPolicy(
-                candidates, behaviour.state_coef, mixture_assignment(weights, uniforms)
+            f"{objective}-mixture": mixture_policy(
+                candidates, behaviour.state_coef, weights, users=search.users, world=scoring_world
             )
             for objective, weights in mixtures.items()
             if weights is not None

@@ -10,6 +10,8 @@ beside reference lines run on the same worlds and episode draws (recsys_rl.sim.r
 - the behaviour policy;
 - the best global fusion weighting under the constraints, found by a search on another world's ground
   truth;
+- the best mixture of the search's weightings over users under the same constraints (bench/mixtures.py):
+  still global (no state read), and stronger, since it reaches the frontier between the candidates;
 - the personalised oracle: the best weighting per observable segment, selected on that world too;
 - the hidden-trait oracle: the best weighting per group of traits no policy sees, selected alike: what
   personalising the weighting could buy in this world at all, whatever a policy can observe.
@@ -40,7 +42,9 @@ from typing import Any
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
 # isort: split
+import numpy as np
 from common import bench_parser, git_commit, rounded, write_result
+from mixtures import best_mixture, mixture_policy, mixture_watch_lift
 from trained import evaluation_worlds, logged_dataset, train_runs
 from workers import Workers, worker_pool
 
@@ -48,7 +52,7 @@ from recsys_rl import signals
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import PolicyValues, monte_carlo_values
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.reference_lines import SearchConfig, search_reference_lines
+from recsys_rl.sim.reference_lines import ReferenceLines, SearchConfig, search_reference_lines
 from recsys_rl.sim.sim_eval import compare_values
 from recsys_rl.sim.simulator import FeedPolicy
 from recsys_rl.training.agents.policy_io import load_feed_policy
@@ -112,7 +116,7 @@ MODES: dict[str, dict[str, Any]] = {
 #: (``trained.evaluation_worlds``), so that no policy is judged on the world it was chosen on.
 SEARCH_WORLD = 1_000
 #: The reference lines' rows, beside the trained policies'.
-REFERENCE_LINES = ("global", "oracle", "hidden-oracle")
+REFERENCE_LINES = ("global", "global-mixture", "oracle", "hidden-oracle")
 
 
 def deployable_lift(report: dict[str, Any]) -> float:
@@ -227,6 +231,12 @@ def verdicts(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
         else None,
         "tscac_constraints_broken_share": tscac["constraints_broken_share"],
     }
+    if "global-mixture" in table:
+        mixture = table["global-mixture"]["deployable_lift"]["mean"]
+        out["global_mixture_constraints_broken_share"] = table["global-mixture"]["constraints_broken_share"]
+        out["tscac_share_of_global_mixture_lift"] = (
+            tscac["deployable_lift"]["mean"] / mixture if mixture > 0 else None
+        )
     ahead = {
         b: paired_ahead(tscac["deployable_per_seed"], table[b]["deployable_per_seed"]) for b in BASELINES
     }
@@ -243,7 +253,17 @@ def markdown(result: dict[str, Any]) -> str:
     rendered again from the file alone): references first, then the runs and variants in their order."""
     config, table = result["config"], result["table"]
     sweep = [sweep_label(lam) for lam in config["lambda_sweep"]]  # the result's own sweep, not today's
-    order = ["global", "oracle", "hidden-oracle", "tscac", *CONTROLS, *sweep, *BASELINES, *VARIANTS]
+    order = [
+        "global",
+        "global-mixture",
+        "oracle",
+        "hidden-oracle",
+        "tscac",
+        *CONTROLS,
+        *sweep,
+        *BASELINES,
+        *VARIANTS,
+    ]
     lines = [
         "# Policy quality in the simulator",
         "",
@@ -291,7 +311,14 @@ def markdown(result: dict[str, Any]) -> str:
         "shortlist), hidden-trait oracle "
         f"{100 * search['hidden_oracle_composite_lift'][signals.FEED_MAIN_SIGNAL]:+.2f}% run as one policy "
         f"({100 * search['selection_lift']['hidden_oracle'][signals.FEED_MAIN_SIGNAL]:+.2f}% by its groups' "
-        "sums). What a selection world shows and the scoring worlds do not is the selection's luck.",
+        "sums)"
+        + (
+            f", global mixture {100 * search['global_mixture']['selection_watch_lift']:+.2f}% by its "
+            "candidates' values"
+            if "global_mixture" in search
+            else ""
+        )
+        + ". What a selection world shows and the scoring worlds do not is the selection's luck.",
         "",
         *shortlist_table(search["shortlists"]),
         "",
@@ -371,7 +398,10 @@ METHOD = """## The protocol
   same candidates' per-segment values and a local search of trades from the global weighting (one or two
   segments moved a step) shortlist assignments by their sums, and the one whose own run on the selection
   world has the most watch time within the constraints is chosen (the global weighting when none beats
-  it). The hidden-trait oracle is chosen the same way over groups no policy can observe (quartiles of the
+  it). The global mixture (bench/mixtures.py) serves each user one of the search's candidates, drawn
+  once: the mixture with the most watch time that holds every constraint on the selection world by its
+  candidates' values (a linear program), so it reaches the frontier between them; it reads no state. The
+  hidden-trait oracle is chosen the same way over groups no policy can observe (quartiles of the
   social trait x quartiles of the like, follow, comment and share propensities): the traits that make the
   best trade-off differ between users. It bounds what any personalised weighting could gain here; if it
   finds nothing either, the world has no personalisation headroom left for the observable oracle to miss.
@@ -387,6 +417,14 @@ METHOD = """## The protocol
   the behaviour policy). `tscac_share_of_oracle_headroom` is TSCAC's mean deployable lift over the
   oracle's; "ahead" is a paired (by training seed) mean difference beyond two standard errors.
 """
+
+
+def global_mixture(references: ReferenceLines) -> np.ndarray:
+    """The mixture of the search's candidates over users with the most watch time holding every constraint
+    on the selection world (weights (C,)); the global weighting alone when no mixture holds."""
+    totals = np.stack([v.total for v in references.values])
+    weights = best_mixture(totals, np.ones(len(totals)), references.behaviour.total)
+    return weights if weights is not None else np.eye(len(totals))[references.global_index]
 
 
 def feed_values(policy: FeedPolicy | Path, world: int, config: SimConfig, days: int) -> PolicyValues:
@@ -453,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             search, SimConfig(), lambda m: print(f"search: {m}", file=sys.stderr), workers.map
         )
     print(f"reference search done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    mixture = global_mixture(references)
     eval_config = SimConfig(n_users=settings["eval_users"])
 
     def runs_of(fields_by_label: dict[str, dict[str, Any]], **extra: Any) -> dict[str, dict[str, Any]]:
@@ -488,6 +527,15 @@ def main(argv: list[str] | None = None) -> int:
         def policies_on(world: int) -> dict[str, list[FeedPolicy | Path]]:
             return {
                 "global": [references.global_policy],
+                "global-mixture": [
+                    mixture_policy(
+                        references.candidates,
+                        references.global_policy.state_coef,
+                        mixture,
+                        users=eval_config.n_users,
+                        world=world,
+                    )
+                ],
                 "oracle": [references.oracle_policy],
                 "hidden-oracle": [references.hidden_oracle_policy(eval_config, world)],
                 **trained.policy_dirs,
@@ -517,7 +565,18 @@ def main(argv: list[str] | None = None) -> int:
             "transitions": built.manifest["surfaces"]["feed"]["rows"],
             "dataset_version": built.manifest["version"],
         },
-        "search": references.summary(),
+        "search": {
+            **references.summary(),
+            "global_mixture": {
+                "weights": {str(c): round(float(mixture[c]), 4) for c in np.flatnonzero(mixture > 1e-6)},
+                "selection_watch_lift": mixture_watch_lift(
+                    mixture,
+                    np.stack([v.total for v in references.values]),
+                    np.ones(len(mixture)),
+                    references.behaviour.total,
+                ),
+            },
+        },
         "tscac_lambda": chosen,
         "lambda_selection": {
             "world": search.seed,

@@ -3,8 +3,13 @@ test_bench_pages) and how TSCAC's lambda is chosen."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
 from bench_scripts import load_bench_script
 
+from recsys_rl import signals
 from recsys_rl.sim.behaviour import behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.reference_lines import SegmentedFeedPolicy
@@ -150,3 +155,20 @@ def test_reports_are_per_policy_then_per_world_against_the_behaviour_on_that_wor
     assert 0.0 not in lifts and lifts[0] != lifts[1]
     # a reference line's row has one run per world
     assert policy_quality.per_world_runs(reports["same"]) == [[r] for r in reports["same"][0]]
+
+
+def test_the_global_mixture_is_the_global_weighting_when_no_mixture_holds():
+    script = load_bench_script("policy_quality")
+    k = len(signals.FEED_SIGNALS)
+
+    def totals(watch: float, interactions: float) -> SimpleNamespace:
+        return SimpleNamespace(total=np.array([watch, *[interactions] * (k - 2), 1.0]))
+
+    references = SimpleNamespace(
+        values=[totals(10.0, 1.0), totals(14.0, 0.8), totals(8.0, 1.2)],
+        behaviour=totals(10.0, 1.0),
+        global_index=2,
+    )
+    assert script.global_mixture(references) == pytest.approx([0.0, 0.5, 0.5], abs=1e-9)
+    references.behaviour = totals(10.0, 2.0)  # nothing reaches these interactions
+    assert script.global_mixture(references).tolist() == [0.0, 0.0, 1.0]
