@@ -19,10 +19,10 @@ truth for global fusion weightings, the policies the reference lines search over
   hold exactly, so the best single one says little about where the constrained optimum lies, while the
   mixtures fill in the frontier between them. Per request, a mixture's value is a ratio (its pages' total
   over its requests), made linear by the Charnes-Cooper change of variables;
-- those picks run on an evaluation world with the behaviour policy's episode draws, paired per user (the
-  two mixtures draw each user's candidate from one uniform number, so they differ only where they must):
-  what the far-sighted pick gains over the myopic one in multi-day watch time (95% interval), and what each
-  broke against the behaviour.
+- those picks run on an evaluation world with the behaviour policy's episode draws, paired per user (a
+  mixture valued by its expectation over which candidate serves each user, bench/mixtures.py): what the
+  far-sighted pick gains over the myopic one in multi-day watch time (95% interval), and what each broke
+  against the behaviour.
 
 When both objectives pick the same weighting, looking ahead is worth nothing to a weighting in this world;
 the gap between the picks bounds what TSCAC's discounts can add over its myopic control through the
@@ -47,7 +47,7 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 from common import bench_parser, git_commit, write_result
 from feed_ceiling import lifts
-from mixtures import best_mixture, mixture_policy, mixture_watch_lift
+from mixtures import Mixture, best_mixture, combined, components, mixture_watch_lift
 from trained import evaluation_worlds
 from workers import worker_pool
 
@@ -190,15 +190,21 @@ def main(argv: list[str] | None = None) -> int:
         by_objective = objective_totals(runs)
         per_unit = {o: total[0] / units[0] for o, (total, units) in objective_totals([reference]).items()}
         mixtures = {o: best_mixture(*by_objective[o], per_unit[o]) for o in OBJECTIVES}
-        policies = {name: weighting(candidates[index]) for name, index in chosen.items()} | {
-            f"{objective}-mixture": mixture_policy(
-                candidates, behaviour.state_coef, weights, users=search.users, world=scoring_world
-            )
+        policies: dict[str, FeedPolicy | Mixture] = {
+            name: weighting(candidates[index]) for name, index in chosen.items()
+        } | {
+            f"{objective}-mixture": Mixture.of_candidates(weights, candidates, behaviour.state_coef)
             for objective, weights in mixtures.items()
             if weights is not None
         }
-        scored_behaviour, *scored_runs = run_on(scoring_world, [behaviour, *policies.values()])
-    scored = dict(zip(policies, scored_runs, strict=True))
+        parts = [(name, part) for name, policy in policies.items() for part in components(policy)]
+        scored_behaviour, *scored_parts = run_on(scoring_world, [behaviour, *(part for _, part in parts)])
+    scored = {
+        name: combined(
+            policy, [v for (owner, _), v in zip(parts, scored_parts, strict=True) if owner == name]
+        )
+        for name, policy in policies.items()
+    }
 
     scoring = {}
     for name, policy_values in scored.items():

@@ -44,7 +44,7 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 import numpy as np
 from common import bench_parser, git_commit, rounded, write_result
-from mixtures import best_mixture, mixture_policy, mixture_watch_lift
+from mixtures import Mixture, best_mixture, combined, components, mixture_watch_lift
 from trained import evaluation_worlds, logged_dataset, train_runs
 from workers import Workers, worker_pool
 
@@ -443,7 +443,7 @@ def feed_values(policy: FeedPolicy | Path, world: int, config: SimConfig, days: 
 
 def reports_against_behaviour(
     workers: Workers,
-    policies_on: Callable[[int], dict[str, list[FeedPolicy | Path]]],
+    policies_on: Callable[[int], dict[str, list[FeedPolicy | Path | Mixture]]],
     worlds: list[int],
     config: SimConfig,
     days: int,
@@ -451,17 +451,24 @@ def reports_against_behaviour(
     """Per label, per policy, per world: the policy's report against the behaviour policy there.
 
     ``policies_on(world)`` gives the labels' policies (or the paths they were exported to) on a world, the
-    same labels and counts on each: a reference such as the hidden-trait oracle is built for its world."""
-    jobs = {
-        ("behaviour", 0, w): partial(feed_values, behaviour_feed_policy(), w, config, days) for w in worlds
-    }
+    same labels and counts on each: a reference such as the hidden-trait oracle is built for its world. A
+    mixture runs as its policies, each a job."""
+    policies = {("behaviour", 0, w): behaviour_feed_policy() for w in worlds}
     counts: dict[str, int] = {}
     for w in worlds:
-        for label, policies in policies_on(w).items():
-            counts[label] = len(policies)
-            for i, policy in enumerate(policies):
-                jobs[label, i, w] = partial(feed_values, policy, w, config, days)
-    values = workers.run(jobs)
+        for label, labelled in policies_on(w).items():
+            counts[label] = len(labelled)
+            policies.update({(label, i, w): policy for i, policy in enumerate(labelled)})
+    jobs = {
+        (*key, j): partial(feed_values, part, key[2], config, days)
+        for key, policy in policies.items()
+        for j, part in enumerate(components(policy))
+    }
+    done = workers.run(jobs)
+    values = {
+        key: combined(policy, [done[(*key, j)] for j in range(len(components(policy)))])
+        for key, policy in policies.items()
+    }
     return {
         label: [
             [compare_values(values["behaviour", 0, w], values[label, i, w]) for w in worlds] for i in range(n)
@@ -528,13 +535,7 @@ def main(argv: list[str] | None = None) -> int:
             return {
                 "global": [references.global_policy],
                 "global-mixture": [
-                    mixture_policy(
-                        references.candidates,
-                        references.global_policy.state_coef,
-                        mixture,
-                        users=eval_config.n_users,
-                        world=world,
-                    )
+                    Mixture.of_candidates(mixture, references.candidates, references.global_policy.state_coef)
                 ],
                 "oracle": [references.oracle_policy],
                 "hidden-oracle": [references.hidden_oracle_policy(eval_config, world)],

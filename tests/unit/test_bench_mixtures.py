@@ -8,6 +8,8 @@ import pytest
 from bench_scripts import load_bench_script
 
 from recsys_rl import signals
+from recsys_rl.sim.ground_truth import PolicyValues
+from recsys_rl.state import FEED_STATE_FEATURES
 
 K = len(signals.FEED_SIGNALS)
 HATE = signals.FEED_SIGNALS.index("hate")
@@ -57,24 +59,41 @@ def test_per_request_a_mixture_is_judged_by_its_pages_however_many_requests_it_b
     assert script.best_mixture(totals[[0, 2]], np.ones(2), reference) == pytest.approx([1, 0], abs=1e-9)
 
 
-def test_two_mixtures_given_the_same_draws_differ_only_where_their_weights_do():
-    script = load_bench_script("mixtures")
-    uniforms = np.random.default_rng(0).random(100_000)
-    first = script.mixture_assignment(np.array([0.5, 0.5, 0.0]), uniforms)
-    second = script.mixture_assignment(np.array([0.4, 0.6, 0.0]), uniforms)
-    assert np.bincount(first, minlength=3) / uniforms.size == pytest.approx([0.5, 0.5, 0.0], abs=0.01)
-    assert np.mean(first != second) == pytest.approx(0.1, abs=0.01)  # the users drawn in [0.4, 0.5)
-    edges = script.mixture_assignment(np.array([0.2, 0.0, 0.8]), np.array([0.1, 0.2, 0.5, 1.0]))
-    assert edges.tolist() == [0, 2, 2, 2]
+def _values(per_user: list[list[float]], per_request_watch: float, return_rate: float) -> PolicyValues:
+    return PolicyValues(
+        feed={},
+        live={},
+        per_request={**dict.fromkeys(signals.FEED_SIGNALS, 0.0), "watch_time": per_request_watch},
+        episodes=4,
+        return_rate=return_rate,
+        per_user=np.array(per_user, dtype=np.float64),
+    )
 
 
-def test_every_mixture_on_a_world_draws_its_users_from_the_same_numbers():
+def test_a_mixtures_values_are_each_users_expectation_over_the_policy_serving_them():
     script = load_bench_script("mixtures")
-    candidates, coef = np.zeros((3, K)), np.zeros((2, K))
-    first = script.mixture_policy(candidates, coef, np.array([0.5, 0.5, 0.0]), users=10_000, world=7)
-    again = script.mixture_policy(candidates, coef, np.array([0.5, 0.5, 0.0]), users=10_000, world=7)
-    second = script.mixture_policy(candidates, coef, np.array([0.4, 0.6, 0.0]), users=10_000, world=7)
-    elsewhere = script.mixture_policy(candidates, coef, np.array([0.5, 0.5, 0.0]), users=10_000, world=8)
-    assert np.array_equal(first.groups, again.groups)
-    assert np.mean(first.groups != second.groups) == pytest.approx(0.1, abs=0.015)
-    assert np.mean(first.groups != elsewhere.groups) == pytest.approx(0.5, abs=0.03)
+    first = _values([[10.0] * K, [30.0] * K], per_request_watch=4.0, return_rate=0.5)  # 10 requests
+    second = _values([[20.0] * K, [20.0] * K], per_request_watch=8.0, return_rate=1.0)  # 5 requests
+    mixed = script.mixed_values(np.array([0.75, 0.25]), [first, second])
+    assert mixed.per_user[:, 0].tolist() == [12.5, 27.5]
+    assert mixed.return_rate == 0.625
+    # per request: the pages' expected total over the expected requests, 40 / 8.75
+    assert mixed.per_request["watch_time"] == pytest.approx(40.0 / 8.75)
+    assert mixed.episodes == 4
+
+
+def test_a_mixture_of_candidates_keeps_the_ones_it_weighs_and_runs_as_them():
+    script = load_bench_script("mixtures")
+    candidates = np.arange(3 * K, dtype=np.float64).reshape(3, K)
+    coef = np.zeros((len(FEED_STATE_FEATURES), K))
+    mixture = script.Mixture.of_candidates(np.array([0.5, 1e-12, 0.5]), candidates, coef)
+    assert mixture.weights.tolist() == [0.5, 0.5]
+    assert [p.logits[0].tolist() for p in mixture.policies] == [
+        candidates[0].tolist(),
+        candidates[2].tolist(),
+    ]
+    assert script.components(mixture) == mixture.policies and script.components("policy") == ("policy",)
+    one = _values([[1.0] * K], 1.0, 1.0)
+    assert script.combined("policy", [one]) is one
+    two = script.combined(mixture, [one, _values([[3.0] * K], 1.0, 1.0)])
+    assert two.per_user[0, 0] == 2.0

@@ -138,21 +138,26 @@ def test_reports_are_per_policy_then_per_world_against_the_behaviour_on_that_wor
     worlds = [5, 6]
     asked = []
 
+    mixture = policy_quality.Mixture(np.array([0.25, 0.75]), (greedy, behaviour))
+
     def policies_on(world):
         asked.append(world)
-        return {"same": [behaviour], "pair": [greedy, behaviour]}
+        return {"same": [behaviour], "pair": [greedy, behaviour], "mixture": [mixture]}
 
     reports = policy_quality.reports_against_behaviour(
         _InProcess(), policies_on, worlds, SimConfig(n_users=40), 1
     )
     assert asked == worlds
-    assert [len(runs) for runs in reports.values()] == [1, 2]
+    assert [len(runs) for runs in reports.values()] == [1, 2, 1]
     assert all(len(runs) == len(worlds) for by_policy in reports.values() for runs in by_policy)
     # the behaviour against itself on each world: no lift; the moved weighting differs on both worlds
     for report in [*reports["same"][0], *reports["pair"][1]]:
         assert {s["lift"] for s in report["signals"].values()} <= {0.0, None}
     lifts = [report["signals"]["watch_time"]["lift"] for report in reports["pair"][0]]
     assert 0.0 not in lifts and lifts[0] != lifts[1]
+    # a mixture is its policies' values weighted: a quarter of the moved weighting's lift, on each world
+    mixed = [report["signals"]["watch_time"]["lift"] for report in reports["mixture"][0]]
+    assert mixed == pytest.approx([0.25 * lift for lift in lifts])
     # a reference line's row has one run per world
     assert policy_quality.per_world_runs(reports["same"]) == [[r] for r in reports["same"][0]]
 
