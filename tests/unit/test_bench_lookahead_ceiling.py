@@ -6,18 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from bench_scripts import load_bench_script
+from feed_vectors import K, feed_signals
 
 from recsys_rl import signals
 from recsys_rl.sim.ground_truth import PolicyValues
-
-K = len(signals.FEED_SIGNALS)
-HATE = signals.FEED_SIGNALS.index("hate")
-
-
-def _signals(watch: float, interactions: float = 1.0, hate: float = 1.0) -> np.ndarray:
-    out = np.full(K, interactions)
-    out[0], out[HATE] = watch, hate
-    return out
 
 
 def _candidate(multi_day: np.ndarray, per_request: np.ndarray) -> dict[str, np.ndarray]:
@@ -39,13 +31,15 @@ def _values(per_user_watch: list[float], per_request: float = 1.0) -> PolicyValu
 
 def test_each_objective_picks_the_most_watch_it_sees_among_the_weightings_that_hold():
     script = load_bench_script("lookahead_ceiling")
-    behaviour = _candidate(_signals(10.0), _signals(1.0))
+    behaviour = _candidate(feed_signals(10.0), feed_signals(1.0))
     values = [
-        _candidate(_signals(10.0), _signals(1.0)),  # the behaviour's own weighting
-        _candidate(_signals(12.0), _signals(1.05)),  # far-sighted: more sessions, pages a little better
-        _candidate(_signals(11.0), _signals(1.2)),  # myopic: the best pages, fewer of them
-        _candidate(_signals(13.0, hate=1.2), _signals(1.3, hate=1.2)),  # the most watch, more hate
-        _candidate(_signals(20.0, interactions=0.9), _signals(2.0, interactions=0.9)),
+        _candidate(feed_signals(10.0), feed_signals(1.0)),  # the behaviour's own weighting
+        _candidate(
+            feed_signals(12.0), feed_signals(1.05)
+        ),  # far-sighted: more sessions, pages a little better
+        _candidate(feed_signals(11.0), feed_signals(1.2)),  # myopic: the best pages, fewer of them
+        _candidate(feed_signals(13.0, hate=1.2), feed_signals(1.3, hate=1.2)),  # the most watch, more hate
+        _candidate(feed_signals(20.0, interactions=0.9), feed_signals(2.0, interactions=0.9)),
     ]
     assert script.picks(values, behaviour) == {
         "multi_day": 1,
@@ -54,14 +48,14 @@ def test_each_objective_picks_the_most_watch_it_sees_among_the_weightings_that_h
         "per_request-unconstrained": 4,
     }
     # a constraint judged per user over the days only: candidate 2 breaks it there, not per request
-    values[2]["multi_day"] = _signals(11.0, interactions=0.99)
+    values[2]["multi_day"] = feed_signals(11.0, interactions=0.99)
     assert script.picks(values, behaviour)["per_request"] == 2
 
 
 def test_when_nothing_holds_the_pick_is_the_first_candidate():
     script = load_bench_script("lookahead_ceiling")
-    behaviour = _candidate(_signals(10.0), _signals(1.0))
-    values = [_candidate(_signals(11.0, hate=2.0), _signals(1.1, hate=2.0))] * 2
+    behaviour = _candidate(feed_signals(10.0), feed_signals(1.0))
+    values = [_candidate(feed_signals(11.0, hate=2.0), feed_signals(1.1, hate=2.0))] * 2
     assert script.picks(values, behaviour)["multi_day"] == 0
 
 
@@ -80,8 +74,8 @@ def test_the_value_of_looking_ahead_is_the_paired_difference_in_points_of_the_be
 
 def test_the_candidate_table_splits_the_multi_day_lift_into_watch_per_request_and_requests():
     script = load_bench_script("lookahead_ceiling")
-    behaviour = _candidate(_signals(10.0), _signals(2.0))
-    table = script.candidate_table([_candidate(_signals(13.2), _signals(2.2, hate=1.1))], behaviour)
+    behaviour = _candidate(feed_signals(10.0), feed_signals(2.0))
+    table = script.candidate_table([_candidate(feed_signals(13.2), feed_signals(2.2, hate=1.1))], behaviour)
     row = table[0]
     assert row["watch_lift"] == {"multi_day": pytest.approx(0.32), "per_request": pytest.approx(0.1)}
     assert row["requests_per_user_lift"] == pytest.approx(0.2)  # 1.32 = 1.1 x 1.2

@@ -6,47 +6,39 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from bench_scripts import load_bench_script
+from feed_vectors import K, feed_signals
 
 from recsys_rl import signals
 from recsys_rl.sim.ground_truth import PolicyValues
 from recsys_rl.state import FEED_STATE_FEATURES
 
-K = len(signals.FEED_SIGNALS)
-HATE = signals.FEED_SIGNALS.index("hate")
-
-
-def _signals(watch: float, interactions: float = 1.0, hate: float = 1.0) -> np.ndarray:
-    out = np.full(K, interactions)
-    out[0], out[HATE] = watch, hate
-    return out
-
 
 def test_the_best_mixture_fills_in_the_frontier_between_the_candidates_that_hold():
     script = load_bench_script("mixtures")
-    reference = _signals(10.0)
+    reference = feed_signals(10.0)
     totals = np.stack(
         [
-            _signals(10.0),  # the behaviour's level
-            _signals(14.0, interactions=0.8),  # more watch for fewer interactions
-            _signals(8.0, interactions=1.2),  # less watch for more
-            _signals(20.0, hate=1.5),  # the most watch, and more hate
+            feed_signals(10.0),  # the behaviour's level
+            feed_signals(14.0, interactions=0.8),  # more watch for fewer interactions
+            feed_signals(8.0, interactions=1.2),  # less watch for more
+            feed_signals(20.0, hate=1.5),  # the most watch, and more hate
         ]
     )
     weights = script.best_mixture(totals, np.ones(4), reference)
     assert weights == pytest.approx([0.0, 0.5, 0.5, 0.0], abs=1e-9)  # interactions 0.8 a + 1.2 (1 - a) >= 1
     assert script.mixture_watch_lift(weights, totals, np.ones(4), reference) == pytest.approx(0.1)
-    assert script.best_mixture(totals, np.ones(4), _signals(10.0, interactions=2.0)) is None
+    assert script.best_mixture(totals, np.ones(4), feed_signals(10.0, interactions=2.0)) is None
 
 
 def test_per_request_a_mixture_is_judged_by_its_pages_however_many_requests_it_brings():
     script = load_bench_script("mixtures")
-    reference = _signals(10.0)  # per request
+    reference = feed_signals(10.0)  # per request
     # per user over the days, and each candidate's requests per user
     totals = np.stack(
         [
-            _signals(10.0),
-            _signals(40.0, interactions=1.5, hate=2.0),  # per request: 20 of watch, 0.75 interactions
-            _signals(8.0, interactions=0.55, hate=0.5),  # per request: 16 of watch, 1.1 interactions
+            feed_signals(10.0),
+            feed_signals(40.0, interactions=1.5, hate=2.0),  # per request: 20 of watch, 0.75 interactions
+            feed_signals(8.0, interactions=0.55, hate=0.5),  # per request: 16 of watch, 1.1 interactions
         ]
     )
     requests = np.array([1.0, 2.0, 0.5])

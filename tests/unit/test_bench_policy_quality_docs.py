@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from bench_scripts import load_bench_script
+from feed_vectors import feed_signals
 
-from recsys_rl import signals
 from recsys_rl.sim.behaviour import behaviour_feed_policy
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.reference_lines import SegmentedFeedPolicy
@@ -164,10 +164,9 @@ def test_reports_are_per_policy_then_per_world_against_the_behaviour_on_that_wor
 
 def test_the_global_mixture_is_the_global_weighting_when_no_mixture_holds():
     script = load_bench_script("policy_quality")
-    k = len(signals.FEED_SIGNALS)
 
     def totals(watch: float, interactions: float) -> SimpleNamespace:
-        return SimpleNamespace(total=np.array([watch, *[interactions] * (k - 2), 1.0]))
+        return SimpleNamespace(total=feed_signals(watch, interactions))
 
     references = SimpleNamespace(
         values=[totals(10.0, 1.0), totals(14.0, 0.8), totals(8.0, 1.2)],
