@@ -400,7 +400,8 @@ METHOD = """## The protocol
   world has the most watch time within the constraints is chosen (the global weighting when none beats
   it). The global mixture (bench/mixtures.py) serves each user one of the search's candidates, drawn
   once: the mixture with the most watch time that holds every constraint on the selection world by its
-  candidates' values (a linear program), so it reaches the frontier between them; it reads no state. The
+  candidates' values (a linear program), so it reaches the frontier between them; it reads no state, and
+  is valued by its expectation over the draw (its candidates' per-user values, weighted). The
   hidden-trait oracle is chosen the same way over groups no policy can observe (quartiles of the
   social trait x quartiles of the like, follow, comment and share propensities): the traits that make the
   best trade-off differ between users. It bounds what any personalised weighting could gain here; if it
@@ -531,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         trained = trained.merged(controls, {sweep_label(chosen): "tscac"})
         worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
 
-        def policies_on(world: int) -> dict[str, list[FeedPolicy | Path]]:
+        def policies_on(world: int) -> dict[str, list[FeedPolicy | Path | Mixture]]:
             return {
                 "global": [references.global_policy],
                 "global-mixture": [
