@@ -47,14 +47,14 @@ import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents
 # isort: split
 from common import bench_parser, git_commit, write_result
 from feed_ceiling import lifts
+from follow_ceiling import run
 from mixtures import Mixture, best_mixture, combined, components, mixture_watch_lift
 from trained import evaluation_worlds
 from workers import worker_pool
 
 from recsys_rl import signals
-from recsys_rl.sim.behaviour import FeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim.ground_truth import PolicyValues, monte_carlo_values
-from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.behaviour import FeedPolicy, behaviour_feed_policy
+from recsys_rl.sim.ground_truth import PolicyValues
 from recsys_rl.sim.reference_lines import (
     SearchConfig,
     SegmentedFeedPolicy,
@@ -128,12 +128,6 @@ def rank_correlation(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(np.argsort(np.argsort(x)), np.argsort(np.argsort(y)))[0, 1])
 
 
-def run(policy: FeedPolicy, *, users: int, days: int, world: int) -> PolicyValues:
-    """A worker's job: ``policy``'s values on ``world``, beside the behaviour allocation."""
-    config = SimConfig(n_users=users)
-    return monte_carlo_values(config, policy, behaviour_allocation_policy(), seed=world, days=days)
-
-
 def candidate_table(values: list[dict[str, np.ndarray]], behaviour: dict[str, np.ndarray]) -> list[dict]:
     """Per candidate on the selection world: its watch-time lift under each objective, what that makes of
     its requests per user, and whether it holds every constraint under each."""
@@ -188,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         selection_values = [objective_values(r) for r in runs]
         chosen = picks(selection_values, selection_behaviour)
         by_objective = objective_totals(runs)
-        per_unit = {o: total[0] / units[0] for o, (total, units) in objective_totals([reference]).items()}
-        mixtures = {o: best_mixture(*by_objective[o], per_unit[o]) for o in OBJECTIVES}
+        mixtures = {o: best_mixture(*by_objective[o], selection_behaviour[o]) for o in OBJECTIVES}
         policies: dict[str, FeedPolicy | Mixture] = {
             name: weighting(candidates[index]) for name, index in chosen.items()
         } | {
@@ -217,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                 "weights": {int(c): round(float(weights[c]), 4) for c in np.flatnonzero(weights > 1e-6)},
                 # the watch-time lift it promised on the selection world, by each objective
                 "promised_watch_lift": {
-                    o: mixture_watch_lift(weights, *by_objective[o], per_unit[o]) for o in OBJECTIVES
+                    o: mixture_watch_lift(weights, *by_objective[o], selection_behaviour[o])
+                    for o in OBJECTIVES
                 },
             }
         scoring[name] = {
