@@ -89,3 +89,11 @@ def test_a_mixture_of_candidates_keeps_the_ones_it_weighs_and_runs_as_them():
     assert script.combined("policy", [one]) is one
     two = script.combined(mixture, [one, _values([[3.0] * K], 1.0, 1.0)])
     assert two.per_user[0, 0] == 2.0
+
+
+def test_a_linear_program_that_fails_otherwise_than_infeasible_says_so():
+    script = load_bench_script("mixtures")
+    # a candidate worth nothing in units has unbounded value per unit: no mixture is best
+    totals = np.stack([feed_signals(10.0), feed_signals(12.0, hate=0.0)])
+    with pytest.raises(RuntimeError, match="the mixture's linear program failed"):
+        script.best_mixture(totals, np.array([1.0, 0.0]), feed_signals(10.0))
