@@ -795,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     rules = linear_rules(settings["rules"])
-    with tempfile.TemporaryDirectory() as work:
+    with worker_pool() as workers, tempfile.TemporaryDirectory() as work:
         with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
             sweep = settings["anti_greedy_sweep"]
             swept = train_runs(
@@ -803,24 +803,24 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 {sweep_label(w): run_fields("sl-mgac", w) for w in sweep},
                 settings["seeds"],
+                workers,
             )
             # on the logs' own world: the frontier, the linear rules and the sweep, to choose from
-            with worker_pool() as workers:
-                there = outcomes_on(
-                    workers,
-                    {
-                        **{("threshold", t): ThresholdAllocationPolicy(t) for t in settings["frontier_s"]},
-                        **{("rule", i): rule for i, rule in enumerate(rules)},
-                        **{
-                            ("sweep", w, i): d
-                            for w in sweep
-                            for i, d in enumerate(swept.policy_dirs[sweep_label(w)])
-                        },
+            there = outcomes_on(
+                workers,
+                {
+                    **{("threshold", t): ThresholdAllocationPolicy(t) for t in settings["frontier_s"]},
+                    **{("rule", i): rule for i, rule in enumerate(rules)},
+                    **{
+                        ("sweep", w, i): d
+                        for w in sweep
+                        for i, d in enumerate(swept.policy_dirs[sweep_label(w)])
                     },
-                    [args.seed],
-                    settings["users"],
-                    settings["eval_days"],
-                )
+                },
+                [args.seed],
+                settings["users"],
+                settings["eval_days"],
+            )
             thresholds_there = {t: there["threshold", t] for t in settings["frontier_s"]}
             hull_there = upper_hull(list(thresholds_there.values()))
             selection = {
@@ -838,6 +838,7 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 {algo: run_fields(algo, chosen_weight) for algo in algorithms if algo != "sl-mgac"},
                 settings["seeds"],
+                workers,
             )
             trained = swept.merged(ablations, {sweep_label(chosen_weight): "sl-mgac"})
         logged_rate = logged_insert_rate(built.dataset_dir)
@@ -848,19 +849,18 @@ def main(argv: list[str] | None = None) -> int:
             "fixed-rate": FixedRateAllocationPolicy(logged_rate),
         }
         others = [t for t in settings["frontier_s"] if t != GREEDY_THRESHOLD_S]
-        with worker_pool() as workers:
-            evaluated = outcomes_on(
-                workers,
-                {
-                    **{(name, 0): policy for name, policy in heuristics.items()},
-                    **{("threshold", t): ThresholdAllocationPolicy(t) for t in others},
-                    **{(algo, i): d for algo in algorithms for i, d in enumerate(trained.policy_dirs[algo])},
-                    **({("linear rule", 0): chosen_rule} if chosen_rule is not None else {}),
-                },
-                worlds,
-                settings["eval_users"],
-                settings["eval_days"],
-            )
+        evaluated = outcomes_on(
+            workers,
+            {
+                **{(name, 0): policy for name, policy in heuristics.items()},
+                **{("threshold", t): ThresholdAllocationPolicy(t) for t in others},
+                **{(algo, i): d for algo in algorithms for i, d in enumerate(trained.policy_dirs[algo])},
+                **({("linear rule", 0): chosen_rule} if chosen_rule is not None else {}),
+            },
+            worlds,
+            settings["eval_users"],
+            settings["eval_days"],
+        )
         outcomes = {name: [evaluated[name, 0]] for name in heuristics}
         thresholds = {
             t: outcomes["greedy"][0] if t == GREEDY_THRESHOLD_S else evaluated["threshold", t]

@@ -34,7 +34,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,12 @@ from recsys_rl import signals
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import PolicyValues, monte_carlo_values
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.reference_lines import ReferenceLines, SearchConfig, search_reference_lines
+from recsys_rl.sim.reference_lines import (
+    ReferenceLines,
+    SearchConfig,
+    SegmentedFeedPolicy,
+    search_reference_lines,
+)
 from recsys_rl.sim.sim_eval import compare_values
 from recsys_rl.sim.simulator import FeedPolicy
 from recsys_rl.training.agents.policy_io import load_feed_policy
@@ -442,6 +448,16 @@ def feed_values(policy: FeedPolicy | Path, world: int, config: SimConfig, days: 
     return out
 
 
+def same_actions(policy: FeedPolicy | Path) -> Hashable:
+    """What decides a policy's actions, so that policies acting alike run once on a world (their values
+    on one world's draws are the same): a segmented weighting's arrays (the oracle that keeps the global
+    weighting in every segment, the global candidate in the global mixture), an exported policy's path,
+    any other policy itself."""
+    if isinstance(policy, SegmentedFeedPolicy):
+        return policy.logits.tobytes(), policy.state_coef.tobytes()
+    return policy if isinstance(policy, Path) else id(policy)
+
+
 def reports_against_behaviour(
     workers: Workers,
     policies_on: Callable[[int], dict[str, list[FeedPolicy | Path | Mixture]]],
@@ -453,7 +469,7 @@ def reports_against_behaviour(
 
     ``policies_on(world)`` gives the labels' policies (or the paths they were exported to) on a world, the
     same labels and counts on each: a reference such as the hidden-trait oracle is built for its world. A
-    mixture runs as its policies, each a job."""
+    mixture runs as its policies, each a job, and policies that act alike (``same_actions``) run once."""
     policies = {("behaviour", 0, w): behaviour_feed_policy() for w in worlds}
     counts: dict[str, int] = {}
     for w in worlds:
@@ -461,13 +477,13 @@ def reports_against_behaviour(
             counts[label] = len(labelled)
             policies.update({(label, i, w): policy for i, policy in enumerate(labelled)})
     jobs = {
-        (*key, j): partial(feed_values, part, key[2], config, days)
+        (same_actions(part), key[2]): partial(feed_values, part, key[2], config, days)
         for key, policy in policies.items()
-        for j, part in enumerate(components(policy))
+        for part in components(policy)
     }
     done = workers.run(jobs)
     values = {
-        key: combined(policy, [done[(*key, j)] for j in range(len(components(policy)))])
+        key: combined(policy, [done[same_actions(part), key[2]] for part in components(policy)])
         for key, policy in policies.items()
     }
     return {
@@ -485,6 +501,16 @@ def per_world_runs(reports: list[list[dict[str, Any]]]) -> list[list[dict[str, A
     return [[report] for report in by_world]
 
 
+def reference_lines(search: SearchConfig, workers: Workers) -> ReferenceLines:
+    """The reference search, its rounds' jobs run in the ``workers``."""
+    started = time.perf_counter()
+    found = search_reference_lines(
+        search, SimConfig(), lambda m: print(f"search: {m}", file=sys.stderr), workers.map
+    )
+    print(f"reference search done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "policy_quality")
     parser.add_argument("--docs", help="also write the table as Markdown to this file")
@@ -494,12 +520,6 @@ def main(argv: list[str] | None = None) -> int:
     commit = git_commit()  # the code this run imported, not whatever is checked out when it ends
     search: SearchConfig = settings["search"]
     search = SearchConfig(**{**search.__dict__, "seed": SEARCH_WORLD + args.seed})
-    with worker_pool() as workers:
-        references = search_reference_lines(
-            search, SimConfig(), lambda m: print(f"search: {m}", file=sys.stderr), workers.map
-        )
-    print(f"reference search done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    mixture = global_mixture(references)
     eval_config = SimConfig(n_users=settings["eval_users"])
 
     def runs_of(fields_by_label: dict[str, dict[str, Any]], **extra: Any) -> dict[str, dict[str, Any]]:
@@ -508,19 +528,23 @@ def main(argv: list[str] | None = None) -> int:
             for label, fields in fields_by_label.items()
         }
 
-    with tempfile.TemporaryDirectory() as work:
+    # One pool for every job. The reference search needs no logs, so it runs in a thread beside the
+    # dataset's build (which leaves a core mostly idle), its rounds' jobs queued with the training runs'.
+    with (
+        worker_pool() as workers,
+        ThreadPoolExecutor(1) as searching,
+        tempfile.TemporaryDirectory() as work,
+    ):
+        searched = searching.submit(reference_lines, search, workers)
         with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
-            trained = train_runs(built.dataset_dir, work, runs_of(FIRST_RUNS), settings["seeds"])
-            with worker_pool() as workers:
-                on_selection_world = reports_against_behaviour(
-                    workers,
-                    lambda w: {
-                        sweep_label(lam): trained.policy_dirs[sweep_label(lam)] for lam in LAMBDA_SWEEP
-                    },
-                    [search.seed],
-                    SimConfig(n_users=search.users),
-                    search.days,
-                )
+            trained = train_runs(built.dataset_dir, work, runs_of(FIRST_RUNS), settings["seeds"], workers)
+            on_selection_world = reports_against_behaviour(
+                workers,
+                lambda w: {sweep_label(lam): trained.policy_dirs[sweep_label(lam)] for lam in LAMBDA_SWEEP},
+                [search.seed],
+                SimConfig(n_users=search.users),
+                search.days,
+            )
             sweep = {lam: row(on_selection_world[sweep_label(lam)]) for lam in LAMBDA_SWEEP}
             chosen = choose_lambda(sweep)
             print(f"tscac's lambda: {chosen:g}", file=sys.stderr)
@@ -528,9 +552,11 @@ def main(argv: list[str] | None = None) -> int:
             if settings["variant_seeds"]:
                 variants = {label: at_lambda(fields, chosen) for label, fields in VARIANTS.items()}
                 second.update(runs_of(variants, seeds=settings["variant_seeds"]))
-            controls = train_runs(built.dataset_dir, work, second, settings["seeds"])
+            controls = train_runs(built.dataset_dir, work, second, settings["seeds"], workers)
         trained = trained.merged(controls, {sweep_label(chosen): "tscac"})
         worlds = evaluation_worlds(args.seed, settings["eval_worlds"])
+        references = searched.result()
+        mixture = global_mixture(references)
 
         def policies_on(world: int) -> dict[str, list[FeedPolicy | Path | Mixture]]:
             return {
@@ -543,10 +569,7 @@ def main(argv: list[str] | None = None) -> int:
                 **trained.policy_dirs,
             }
 
-        with worker_pool() as workers:
-            reports = reports_against_behaviour(
-                workers, policies_on, worlds, eval_config, settings["eval_days"]
-            )
+        reports = reports_against_behaviour(workers, policies_on, worlds, eval_config, settings["eval_days"])
         reports.update({name: per_world_runs(reports[name]) for name in REFERENCE_LINES})
     table = {name: row(runs) for name, runs in reports.items()}
     result: dict[str, Any] = {

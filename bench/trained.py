@@ -18,7 +18,7 @@ from typing import Any
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
 
 # isort: split
-from workers import worker_pool
+from workers import Workers
 
 from recsys_rl.kafka import open_broker
 from recsys_rl.pipelines.simulated import simulated_dataset
@@ -81,17 +81,17 @@ def train_runs(
     work: str | Path,
     runs: Mapping[str, Mapping[str, Any]],
     seeds: Sequence[int],
-    processes: int | None = None,
+    workers: Workers,
 ) -> TrainedRuns:
     """Train every run (a label and its TrainConfig fields, an agent section such as ``agent`` or
     ``pair`` as a mapping of its fields, ``seeds`` to train fewer than all) once per seed on
     ``dataset_dir``; seeds outermost.
 
-    The runs train side by side in ``processes`` worker processes (one a core by default), each with
-    one TensorFlow thread: these networks are too small for TensorFlow's thread pools to keep two cores
-    busy (a run used 1.2 of the 2 here), so two one-thread runs at once finish 1.4 times as many steps
-    a second as one run on both. Op determinism makes a run's result the same on any number of
-    threads. A run's ``train_seconds`` are therefore with other runs beside it.
+    The runs train side by side in the ``workers`` (one a core), each with one TensorFlow thread: these
+    networks are too small for TensorFlow's thread pools to keep two cores busy (a run used 1.2 of the 2
+    here), so two one-thread runs at once finish 1.4 times as many steps a second as one run on both.
+    Op determinism makes a run's result the same on any number of threads. A run's ``train_seconds``
+    are therefore with other jobs beside it.
     """
     planned = []
     for seed in seeds:
@@ -112,14 +112,13 @@ def train_runs(
             )
             planned.append((label, config))
     out = TrainedRuns({k: [] for k in runs}, {k: [] for k in runs}, {k: [] for k in runs})
-    with worker_pool(processes) as workers:
-        for (label, config), (seconds, final_metrics) in zip(
-            planned, workers.map(_timed_train, (config for _, config in planned)), strict=True
-        ):
-            out.train_seconds[label].append(seconds)
-            out.final_metrics[label].append(final_metrics)
-            out.policy_dirs[label].append(Path(config.out) / "policy")
-            print(f"trained {label} seed {config.seed} in {seconds:.0f} s", file=sys.stderr)
+    for (label, config), (seconds, final_metrics) in zip(
+        planned, workers.map(_timed_train, (config for _, config in planned)), strict=True
+    ):
+        out.train_seconds[label].append(seconds)
+        out.final_metrics[label].append(final_metrics)
+        out.policy_dirs[label].append(Path(config.out) / "policy")
+        print(f"trained {label} seed {config.seed} in {seconds:.0f} s", file=sys.stderr)
     return out
 
 

@@ -699,11 +699,11 @@ def main(argv: list[str] | None = None) -> int:
         "tscac": {"algo": "tscac", "steps": settings["steps"]},
         "ua-mtcl": {"algo": "ua-mtcl", "steps": settings["critic_steps"]},
     }
-    with tempfile.TemporaryDirectory() as work:
+    with worker_pool() as workers, tempfile.TemporaryDirectory() as work:
         with logged_dataset(
             work, users=settings["users"], days=settings["days"], seed=args.seed, user_author_surface=True
         ) as built:
-            trained = train_runs(built.dataset_dir, work, runs, seeds)
+            trained = train_runs(built.dataset_dir, work, runs, seeds, workers)
             surface = open_dataset(built.dataset_dir, USER_AUTHOR)
             pairs = PairTransitions.from_dataset(surface)
             replayed = replayed_returns(
@@ -719,48 +719,47 @@ def main(argv: list[str] | None = None) -> int:
         tune = TUNE_WORLD + args.seed
         worlds = evaluation_worlds(args.seed, len(seeds))
         shares = (*settings["fewer_pairs"], 1.0)
-        with worker_pool() as workers:
-            # the critics' errors at every share of the training pairs, and the terms' weights on the tuning
-            # world (the first seed's policies): independent jobs
-            done = workers.run(
-                {
-                    **{
-                        ("errors", share, seed): partial(
-                            critic_errors, pairs, replayed, settings["critic_steps"], seed, share
-                        )
-                        for share in shares
-                        for seed in seeds
-                    },
-                    ("tuning", "tscac"): partial(ranked_run, tscac[0], None, 0.0, world=tune, **size),
-                    **{
-                        ("tuning", name, weight): partial(
-                            ranked_run, tscac[0], per_seed[0], weight, world=tune, **size
-                        )
-                        for name, per_seed in terms.items()
-                        for weight in WEIGHTS[name]
-                    },
-                }
-            )
-            weights = {
-                name: choose_weight(
-                    done["tuning", "tscac"].values,
-                    {weight: done["tuning", name, weight].values for weight in WEIGHTS[name]},
-                )
-                for name in terms
+        # the critics' errors at every share of the training pairs, and the terms' weights on the tuning
+        # world (the first seed's policies): independent jobs
+        done = workers.run(
+            {
+                **{
+                    ("errors", share, seed): partial(
+                        critic_errors, pairs, replayed, settings["critic_steps"], seed, share
+                    )
+                    for share in shares
+                    for seed in seeds
+                },
+                ("tuning", "tscac"): partial(ranked_run, tscac[0], None, 0.0, world=tune, **size),
+                **{
+                    ("tuning", name, weight): partial(
+                        ranked_run, tscac[0], per_seed[0], weight, world=tune, **size
+                    )
+                    for name, per_seed in terms.items()
+                    for weight in WEIGHTS[name]
+                },
             }
-            evaluated = workers.run(
-                {
-                    **{
-                        ("tscac", i): partial(ranked_run, p, None, 0.0, world=w, **size)
-                        for i, (p, w) in enumerate(zip(tscac, worlds, strict=True))
-                    },
-                    **{
-                        (name, i): partial(ranked_run, p, term, weights[name]["weight"], world=w, **size)
-                        for name, per_seed in terms.items()
-                        for i, (p, term, w) in enumerate(zip(tscac, per_seed, worlds, strict=True))
-                    },
-                }
+        )
+        weights = {
+            name: choose_weight(
+                done["tuning", "tscac"].values,
+                {weight: done["tuning", name, weight].values for weight in WEIGHTS[name]},
             )
+            for name in terms
+        }
+        evaluated = workers.run(
+            {
+                **{
+                    ("tscac", i): partial(ranked_run, p, None, 0.0, world=w, **size)
+                    for i, (p, w) in enumerate(zip(tscac, worlds, strict=True))
+                },
+                **{
+                    (name, i): partial(ranked_run, p, term, weights[name]["weight"], world=w, **size)
+                    for name, per_seed in terms.items()
+                    for i, (p, term, w) in enumerate(zip(tscac, per_seed, worlds, strict=True))
+                },
+            }
+        )
         errors = [done["errors", 1.0, seed] for seed in seeds]
         by_share = {share: [done["errors", share, seed] for seed in seeds] for share in shares}
         reference = [evaluated["tscac", i] for i, _ in enumerate(seeds)]

@@ -121,9 +121,13 @@ def test_the_lambda_table_marks_the_chosen_point_and_why_the_others_lost():
 
 
 class _InProcess:
-    """The worker pool's interface, run here."""
+    """The worker pool's interface, run here, counting the jobs it ran."""
+
+    def __init__(self) -> None:
+        self.jobs = 0
 
     def run(self, jobs):
+        self.jobs += len(jobs)
         return {key: job() for key, job in jobs.items()}
 
 
@@ -140,15 +144,34 @@ def test_reports_are_per_policy_then_per_world_against_the_behaviour_on_that_wor
 
     mixture = policy_quality.Mixture(np.array([0.25, 0.75]), (greedy, behaviour))
 
+    # the same weighting built again, as the oracle that keeps the global weighting everywhere is
+    again = SegmentedFeedPolicy.global_weighting(greedy.logits[0].copy(), greedy.state_coef.copy())
+    tilted = SegmentedFeedPolicy(greedy.logits, greedy.state_coef.copy())  # reads the state otherwise
+    tilted.state_coef[:, 0] += 1.0  # the watch time's weight: a shift of every weight would rank alike
+
     def policies_on(world):
         asked.append(world)
-        return {"same": [behaviour], "pair": [greedy, behaviour], "mixture": [mixture]}
+        return {
+            "same": [behaviour],
+            "pair": [greedy, behaviour],
+            "mixture": [mixture],
+            "again": [again],
+            "tilted": [tilted],
+        }
 
-    reports = policy_quality.reports_against_behaviour(
-        _InProcess(), policies_on, worlds, SimConfig(n_users=40), 1
-    )
+    pool = _InProcess()
+    reports = policy_quality.reports_against_behaviour(pool, policies_on, worlds, SimConfig(n_users=40), 1)
     assert asked == worlds
-    assert [len(runs) for runs in reports.values()] == [1, 2, 1]
+    assert [len(runs) for runs in reports.values()] == [1, 2, 1, 1, 1]
+    # a policy that acts alike runs once a world: the benchmark's behaviour, ``behaviour``, the moved
+    # weighting (whether in the pair, the mixture or built again) and the tilted one
+    assert pool.jobs == 4 * len(worlds)
+
+    def watch_lifts(label):
+        return [report["signals"]["watch_time"]["lift"] for report in reports[label][0]]
+
+    assert watch_lifts("again") == watch_lifts("pair")
+    assert not set(watch_lifts("tilted")) & set(watch_lifts("pair"))
     assert all(len(runs) == len(worlds) for by_policy in reports.values() for runs in by_policy)
     # the behaviour against itself on each world: no lift; the moved weighting differs on both worlds
     for report in [*reports["same"][0], *reports["pair"][1]]:
