@@ -104,6 +104,12 @@ def test_batches_have_exactly_batch_size_rows_and_the_transition_shapes(feed_dat
         assert batch.action_step.action.shape == (batch_size, ACTION_SIZE)
 
 
+def test_the_reader_runs_untuned_so_that_no_autotuning_thread_outlives_its_iterator(feed_dataset):
+    # tf.data's autotuning thread kept a finished training run waiting up to half a minute (read_transitions)
+    reader = read_transitions(open_dataset(feed_dataset), 64, seed=1)
+    assert reader.options().autotune.enabled is False
+
+
 def test_every_row_arrives_once_with_its_rewards_discount_and_propensity(feed_dataset, feed_rows):
     dataset = open_dataset(feed_dataset)
     batch = _all_rows_once(dataset)
