@@ -35,7 +35,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ import numpy as np
 from common import bench_parser, git_commit, rounded, write_result
 from mixtures import Mixture, best_mixture, combined, components, mixture_watch_lift
 from trained import evaluation_worlds, logged_dataset, train_runs
-from workers import Workers, worker_pool
+from workers import Workers, beside, worker_pool
 
 from recsys_rl import signals
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
@@ -501,12 +500,16 @@ def per_world_runs(reports: list[list[dict[str, Any]]]) -> list[list[dict[str, A
     return [[report] for report in by_world]
 
 
-def reference_lines(search: SearchConfig, workers: Workers) -> ReferenceLines:
-    """The reference search, its rounds' jobs run in the ``workers``."""
+def reference_lines(search: SearchConfig, workers: Workers, checkpoint: Callable[[], None]) -> ReferenceLines:
+    """The reference search, its rounds' jobs run in the ``workers``; ``checkpoint`` is called as each
+    candidate's run comes back (it raises once the search is no longer wanted)."""
+
+    def progress(message: str) -> None:
+        checkpoint()
+        print(f"search: {message}", file=sys.stderr)
+
     started = time.perf_counter()
-    found = search_reference_lines(
-        search, SimConfig(), lambda m: print(f"search: {m}", file=sys.stderr), workers.map
-    )
+    found = search_reference_lines(search, SimConfig(), progress, workers.map)
     print(f"reference search done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return found
 
@@ -529,13 +532,13 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     # One pool for every job. The reference search needs no logs, so it runs in a thread beside the
-    # dataset's build (which leaves a core mostly idle), its rounds' jobs queued with the training runs'.
+    # dataset's build (which leaves a core mostly idle), its rounds' jobs queued with the training runs';
+    # if the build or a training run fails, the search stops at its next candidate.
     with (
         worker_pool() as workers,
-        ThreadPoolExecutor(1) as searching,
+        beside(partial(reference_lines, search, workers)) as searched,
         tempfile.TemporaryDirectory() as work,
     ):
-        searched = searching.submit(reference_lines, search, workers)
         with logged_dataset(work, users=settings["users"], days=settings["days"], seed=args.seed) as built:
             trained = train_runs(built.dataset_dir, work, runs_of(FIRST_RUNS), settings["seeds"], workers)
             on_selection_world = reports_against_behaviour(

@@ -12,8 +12,9 @@ from __future__ import annotations
 import multiprocessing
 import operator
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 from unittest import mock
@@ -55,6 +56,31 @@ def worker_pool(processes: int | None = None) -> Iterator[Workers]:
         ) as pool,
     ):
         yield Workers(pool)
+
+
+class Abandoned(Exception):
+    """Raised at a task's checkpoint once the work it ran beside has failed."""
+
+
+@contextmanager
+def beside(task: Callable[[Callable[[], None]], T]) -> Iterator[Future[T]]:
+    """``task`` in a thread while the caller works, its result in the future yielded.
+
+    If the caller's work fails, the task stops at its next call of the checkpoint it is given (raising
+    ``Abandoned``) rather than running to its end, minutes later, before the caller's error surfaces."""
+    abandon = threading.Event()
+
+    def checkpoint() -> None:
+        if abandon.is_set():
+            raise Abandoned("the work this task ran beside has failed")
+
+    with ThreadPoolExecutor(1) as thread:
+        future = thread.submit(task, checkpoint)
+        try:
+            yield future
+        except BaseException:
+            abandon.set()
+            raise
 
 
 def _one_tensorflow_thread() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import time
 from functools import partial
 
 import pytest
@@ -48,3 +49,32 @@ def test_jobs_run_in_single_threaded_workers_and_come_back_under_their_keys(work
 def test_a_failing_job_fails_the_run(workers):
     with workers.worker_pool(1) as pool, pytest.raises(ValueError, match="math domain error"):
         pool.run({"bad": partial(math.sqrt, -1.0)})
+
+
+def test_a_task_beside_failing_work_stops_at_its_next_checkpoint(workers):
+    rounds: list[int] = []
+
+    def search(checkpoint):
+        for i in range(1000):
+            checkpoint()
+            rounds.append(i)
+            time.sleep(0.005)  # a round's jobs; 1000 of them are 5 s that a failed run should not wait
+        return len(rounds)
+
+    with pytest.raises(ValueError, match="the dataset's build failed"), workers.beside(search) as searched:
+        while not rounds:
+            time.sleep(0.001)
+        raise ValueError("the dataset's build failed")
+    assert isinstance(searched.exception(), workers.Abandoned)
+    assert len(rounds) < 1000
+
+
+def test_a_task_beside_work_that_succeeds_runs_to_its_end(workers):
+    def search(checkpoint):
+        for _ in range(3):
+            checkpoint()
+        return "found"
+
+    with workers.beside(search) as searched:
+        pass
+    assert searched.result() == "found"
