@@ -50,6 +50,12 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[BROKER_DIR_ENV] = tempfile.mkdtemp(prefix="recsys-rl-test-brokers-")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The broker directory goes with the session (every pytest process, each xdist worker and each
+    mutant's run made one, and a machine that runs the suite daily gathered them by the thousand)."""
+    shutil.rmtree(os.environ.pop(BROKER_DIR_ENV), ignore_errors=True)
+
+
 def _started(broker: Broker, name: str) -> Broker:
     try:
         return broker.start()
