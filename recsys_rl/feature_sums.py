@@ -32,10 +32,10 @@ def _exact(values: list[float]) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype.kind in "iu":
         return array.astype(np.int64) * _ONE
-    scaled = array.astype(np.float64) * _ONE
-    if not np.all(np.abs(scaled) < 2.0**53):
+    scaled = np.multiply(array, _ONE, dtype=np.float64)  # in place from here: a simulated day is 8 x 500k
+    if not (scaled.size == 0 or -(2.0**53) < scaled.min() <= scaled.max() < 2.0**53):  # NaN fails too
         raise ValueError(f"view fact signals should be below {2**53 / _ONE:g}, but hold {values!r}")
-    return np.rint(scaled).astype(np.int64)
+    return np.rint(scaled, out=scaled).astype(np.int64)
 
 
 def _ratio(numerator, denominator):
@@ -69,18 +69,15 @@ def _exact_signals(columns: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
 
 def _user_sums(signal: Mapping[str, np.ndarray], live: np.ndarray) -> np.ndarray:
     video = ~live
-    one = np.full(live.size, _ONE, dtype=np.int64)
     interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
-    return np.stack(
-        [
-            *(column * video for column in (one, signal["click"], signal["like"], signal["watch_time_s"])),
-            interactions * video,
-            signal["hate"] * video,
-            one * live,
-            signal["live_watch_s"] * live,
-        ],
-        axis=1,
-    )
+    by_video = (_ONE, signal["click"], signal["like"], signal["watch_time_s"], interactions, signal["hate"])
+    # written column by column into one array: stacking temporaries cost twice the time on a simulated day
+    out = np.empty((live.size, len(by_video) + 2), np.int64)
+    for j, column in enumerate(by_video):
+        np.multiply(column, video, out=out[:, j])
+    np.multiply(_ONE, live, out=out[:, -2])
+    np.multiply(signal["live_watch_s"], live, out=out[:, -1])
+    return out
 
 
 def increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:

@@ -48,11 +48,15 @@ class SimulatedFeatureStore:
         days = views.time_ms // DAY_MS
         first_day, span = int(days.min()), int(days.max() - days.min()) + 1
         keys = views.user * span + (days - first_day)
-        order = np.argsort(keys, kind="stable")  # a sort and sums over runs: half the time of np.add.at
-        keys = keys[order]
-        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        keys, sums = keys[starts], np.add.reduceat(increments[order], starts, axis=0)
-        user, day = keys // span, first_day + keys % span
+        # Summed by bincount, in float64: the increments are integers, and so is every partial sum, exact
+        # while below 2**53 (a user's day of watch time is below 2**37 micro-seconds). A third of the time
+        # of sorting the views by key and summing the runs, and a tenth of np.add.at's.
+        present = np.flatnonzero(np.bincount(keys))
+        sums = np.stack([np.bincount(keys, weights=column)[present] for column in increments.T], axis=1)
+        if not np.all(sums < 2.0**53):
+            raise ValueError("a user's day sums past 2**53 micro-units: a float64 sum of them is inexact")
+        sums = sums.astype(np.int64)
+        user, day = present // span, first_day + present % span
         latest = np.r_[user[1:] != user[:-1], True]  # keys are sorted by user, then day
         newer = latest & (day >= self._rows.day[user])
         features = user_features(tuple(sums[newer].T), day[newer])

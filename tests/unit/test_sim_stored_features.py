@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from recsys_rl import contracts
 from recsys_rl.feature_tables import USER_ENGAGEMENT
@@ -12,7 +13,8 @@ from recsys_rl.pipelines.feature_aggregates import WriteFeatureAggregates
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.events import EventIds, feedback_events
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.simulator import Simulator
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator, ViewLog
+from recsys_rl.sim.stored_features import SimulatedFeatureStore
 from recsys_rl.state import StoredUserFeatures
 
 SIGNALS = ("watch_time_s", "click", "like", "follow", "comment", "share", "hate", "live_watch_s")
@@ -54,3 +56,33 @@ def test_a_simulated_day_leaves_the_rows_the_feature_pipeline_writes_from_its_fe
     # users who stayed away keep no engagement row, only their account's group
     away = np.setdiff1d(np.arange(users), active)
     assert np.all(sim.store.lookup(away).day == -1) and np.all(sim.store.lookup(away).views == 0)
+
+
+def _views(users: list[int], watch_s: list[float]) -> ViewLog:
+    """Short-video views, one a user id, of the given watch seconds, on day 0."""
+    n = len(users)
+    signals = np.zeros((n, len(VIEW_SIGNAL_COLUMNS)))
+    signals[:, VIEW_SIGNAL_COLUMNS.index("watch_time")] = watch_s
+    index = np.arange(n)
+    flag = np.zeros(n, bool)
+    return ViewLog(index, index, np.array(users), index, flag, index, 1_000 + index, signals, signals, flag)
+
+
+@pytest.mark.parametrize("watch_s", [float("nan"), 1e10, -1e10])
+def test_a_view_whose_signal_has_no_exact_micro_units_is_refused_by_name(watch_s):
+    store = SimulatedFeatureStore(np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=r"view fact signals should be below 9\.0072e\+09"):
+        store.add_views(_views([0, 1], [10.0, watch_s]))
+
+
+def test_a_users_day_that_sums_past_exact_floats_is_refused_and_smaller_days_are_exact():
+    store = SimulatedFeatureStore(np.zeros(2, np.int64))
+    # each view is exact in micro-units, their sum (9.2e15 micro-units) is not in a float64
+    with pytest.raises(ValueError, match=r"sums past 2\*\*53 micro-units"):
+        store.add_views(_views([1, 1], [4.6e9, 4.6e9]))
+    # the largest watch a day can hold exactly, and rates to the last digit, summed in any order
+    watch = [4.5e9, 0.000001, 4.5e9 - 1, 3.0]
+    store.add_views(_views([1, 0, 1, 0], watch))
+    rows = store.lookup(np.array([0, 1]))
+    assert rows.views.tolist() == [2, 2]
+    assert rows.watch_s_per_view.tolist() == [3.000001 / 2, (9e9 - 1) / 2]
