@@ -42,6 +42,7 @@ one process a core: a loaded critic or policy does not pickle, so each job loads
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 import sys
@@ -89,6 +90,14 @@ CRITIC = PairValueConfig()
 #: what comes after is discounted by at least CRITIC.daily_discount ** 14 (4% at 0.8).
 EXTENSION_DAYS = 14
 HELD_OUT_SHARE = 0.2
+#: The same network as the critics', fitted to the held-out rows' kind of truth instead of learning it by TD:
+#: each training row's expected return along the replayed run, which comes from the run's future and no
+#: critic has (discounts 0 make the TD target the row's reward; the waiting value, taught only zeros and
+#: itself, stays near 0). How much of a row's value its pair state can tell at all.
+REGRESSION = dataclasses.replace(CRITIC, discounts=(0.0,) * len(signals.PAIR_SIGNALS))
+#: Bins of days from a row's meeting to the log's cut-off, for the critics' calibration by them: the
+#: world starts with no pair history, so its pairs are not yet in a steady state over the log's days.
+CUT_OFF_DAYS = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, math.inf)
 #: The weight grids the tuning world chooses from: the user-author term is in the critic's reward-std
 #: units per meeting, the boost in a typical view's follow probability (fusion's units). The grids reach
 #: down to weights small enough to break nothing: at 0.1, the smallest of the first grids, the boost
@@ -226,6 +235,19 @@ def replayed_returns(
     return ReplayedReturns(*(r[index] for r in returns))
 
 
+def days_to_cut_off(data: PairTransitions) -> np.ndarray:
+    """Each row's days from its meeting to the log's cut-off: its pair's gaps from the row on, the last
+    of which runs to the cut-off."""
+    order = np.lexsort((data.steps, data.pairs))
+    gaps, pairs = data.gap_days[order].astype(np.float64), data.pairs[order]
+    from_here = np.cumsum(gaps[::-1])[::-1]  # the gaps from each row to the end of all the chains
+    last = np.r_[pairs[1:] != pairs[:-1], True]
+    chain_end = np.flatnonzero(last)[np.cumsum(np.r_[True, last[:-1]]) - 1]  # each row's chain's last row
+    days = np.empty(len(order))
+    days[order] = from_here - from_here[chain_end] + gaps[chain_end]
+    return days
+
+
 def critic_errors(
     data: PairTransitions, replayed: ReplayedReturns, steps: int, seed: int, train_share: float = 1.0
 ) -> dict[str, Any]:
@@ -258,11 +280,32 @@ def critic_errors(
     for critic in ("mtcl", "independent"):
         policy = train_pair_value(train, CRITIC, critic=critic, steps=steps, batch_size=512, seed=seed)
         predictions[critic] = policy.values(data.states[held]).numpy()
+    fitted = dataclasses.replace(train, rewards=expected_returns[trained_on].astype(np.float32))
+    regression = train_pair_value(fitted, REGRESSION, critic="mtcl", steps=steps, batch_size=512, seed=seed)
+    regressed = regression.values(data.states[held]).numpy()
     out |= {name: rmse(p, returns) for name, p in predictions.items()}
     out["expected_returns"] = {name: rmse(p, expected_returns) for name, p in predictions.items()}
-    # calibration: a value's mean over the held-out rows against their mean expected return
-    out["mean_value"] = {name: per_head(predictions[name].mean(axis=0)) for name in ("mtcl", "independent")}
+    out["expected_returns"]["regression"] = rmse(regressed, expected_returns)
+    # calibration: a value's mean over the held-out rows against their mean expected return, over all of
+    # them and by days to the cut-off
+    valued = {"mtcl": predictions["mtcl"], "independent": predictions["independent"], "regression": regressed}
+    out["mean_value"] = {name: per_head(v.mean(axis=0)) for name, v in valued.items()}
     out["mean_value"]["expected_return"] = per_head(expected_returns[held].mean(axis=0))
+    bins = np.digitize(days_to_cut_off(data)[held], CUT_OFF_DAYS[1:-1])
+    out["calibration_by_days_to_cut_off"] = []
+    for b, (low, high) in enumerate(itertools.pairwise(CUT_OFF_DAYS)):
+        in_bin = bins == b
+        if not in_bin.any():
+            continue
+        truth = expected_returns[held][in_bin].mean(axis=0)
+        if np.all(truth > 0):
+            out["calibration_by_days_to_cut_off"].append(
+                {
+                    "days": [low, high if math.isfinite(high) else None],
+                    "rows": int(in_bin.sum()),
+                    **{name: per_head(v[in_bin].mean(axis=0) / truth) for name, v in valued.items()},
+                }
+            )
     squared_error = ((mean - returns[held]) ** 2).mean(axis=0)
     share = np.divide(
         luck[held].mean(axis=0), squared_error, out=np.zeros(len(mean)), where=squared_error > 0
@@ -457,8 +500,9 @@ def term_summary(reference: list[Outcome], outcomes: list[Outcome]) -> dict[str,
 
 def errors_summary(errors: list[dict[str, Any]], head: str) -> dict[str, Any]:
     """One head's RMSE of each predictor, averaged over the seeds, and MTCL's reduction of it."""
+    predictors = [k for k in ("mtcl", "independent", "training_mean", "regression") if k in errors[0]]
     return {
-        **{k: statistics.fmean(e[k][head] for e in errors) for k in ("mtcl", "independent", "training_mean")},
+        **{k: statistics.fmean(e[k][head] for e in errors) for k in predictors},
         "reduction": mean_and_stderr([e["reduction"][head] or 0.0 for e in errors]),
     }
 
@@ -470,14 +514,20 @@ def mean_and_stderr(values: list[float]) -> dict[str, float | None]:
 
 
 def _error_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
-    """Markdown rows: each head's RMSE by MTCL, by independent heads and by the training rows' mean."""
-    rows = ["| head | MTCL | independent | reduction | training rows' mean |", "|---|---|---|---|---|"]
+    """Markdown rows: each head's RMSE by MTCL, by independent heads and by the training rows' mean, and by
+    the regression on the truth where there is one (against the expected returns)."""
+    regression = "regression" in next(iter(per_head.values()))
+    rows = [
+        "| head | MTCL | independent | reduction | training rows' mean |"
+        + " regression on the truth |" * regression,
+        "|---|---|---|---|---|" + "---|" * regression,
+    ]
     for s, row in per_head.items():
         reduction = row["reduction"]
         rows.append(
             f"| {s} | {row['mtcl']:.4g} | {row['independent']:.4g} | "
             f"{100 * reduction['mean']:+.1f}% ± {100 * (reduction['stderr'] or 0):.1f} | "
-            f"{row['training_mean']:.4g} |"
+            f"{row['training_mean']:.4g} |" + f" {row.get('regression', 0):.4g} |" * regression
         )
     return rows
 
@@ -516,15 +566,71 @@ def fewer_pairs_table(by_share: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+#: The calibration tables' predictors, by their key in a result and their column's name.
+_CALIBRATED = {"mtcl": "MTCL", "independent": "independent", "regression": "regression on the truth"}
+
+
 def calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
-    """Markdown rows: each head's mean expected return on the held-out rows and each critic's mean value."""
-    rows = ["| head | mean expected return | MTCL | independent |", "|---|---|---|---|"]
+    """Markdown rows: each head's mean expected return on the held-out rows and each predictor's mean value
+    (a result from before the regression has no such column)."""
+    shown = [k for k in _CALIBRATED if k in next(iter(per_head.values()))["mean_value"]]
+    rows = [
+        "| head | mean expected return | " + " | ".join(_CALIBRATED[k] for k in shown) + " |",
+        "|---|---|" + "---|" * len(shown),
+    ]
     for s, row in per_head.items():
         means = row["mean_value"]
         truth = means["expected_return"]
-        cells = [f"{means[k]:.4g} ({means[k] / truth:.2f}x)" for k in ("mtcl", "independent")]
+        cells = [f"{means[k]:.4g} ({means[k] / truth:.2f}x)" for k in shown]
         rows.append(f"| {s} | {truth:.4g} | " + " | ".join(cells) + " |")
     return rows
+
+
+def calibration_by_days(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each bin of days to the cut-off: its held-out rows and each predictor's calibration per head, the
+    mean over the seeds (the bins are the same rows at every seed)."""
+    return [
+        {
+            "days": bins[0]["days"],
+            "rows": bins[0]["rows"],
+            **{
+                name: {s: statistics.fmean(b[name][s] for b in bins) for s in signals.PAIR_SIGNALS}
+                for name in _CALIBRATED
+            },
+        }
+        for bins in zip(*(e["calibration_by_days_to_cut_off"] for e in errors), strict=True)
+    ]
+
+
+def calibration_by_days_table(by_days: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows: per bin of days to the cut-off, MTCL's and the regression's calibration per head."""
+    heads = signals.PAIR_SIGNALS
+    rows = [
+        "| days to the cut-off | rows | " + " | ".join(f"{s}: MTCL | {s}: regression" for s in heads) + " |",
+        "|---|---|" + "---|" * (2 * len(heads)),
+    ]
+    for point in by_days:
+        low, high = point["days"]
+        days = f"{low:g}-{high:g}" if high is not None else f"{low:g} or more"
+        cells = [f"{point[k][s]:.2f}" for s in heads for k in ("mtcl", "regression")]
+        rows.append(f"| {days} | {point['rows']} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def calibration_by_days_section(mtcl: dict[str, Any]) -> list[str]:
+    """The calibration by days to the cut-off, with what it compares (none in a result from before it)."""
+    if "calibration_by_days_to_cut_off" not in mtcl:
+        return []
+    return [
+        "The same ratio by days from the row's meeting to the log's cut-off (mean over seeds). The world "
+        "starts with no pair history, and the pair state has nothing that dates a row. 'regression' is "
+        "the critics' network fitted to the training rows' expected returns along the replayed run, "
+        "which come from the run's future and no critic has: the calibration a value of the pair state "
+        "gets without TD (its column in the table above).",
+        "",
+        *calibration_by_days_table(mtcl["calibration_by_days_to_cut_off"]),
+        "",
+    ]
 
 
 def _lift_with_interval(paired: dict[str, Any]) -> str:
@@ -590,7 +696,15 @@ def markdown(result: dict[str, Any]) -> str:
         ),
         "",
         "The same RMSE against the expected returns along the same meetings (the draws' luck taken out; "
-        "the pair's return is no draw of a view, so its row is the one above):",
+        "the pair's return is no draw of a view, so its row is the one above)"
+        + (
+            ", and that of the critics' network fitted to the training rows' expected returns ('regression "
+            "on the truth': what the pair state can tell of a row's value, with returns no critic has, from "
+            "the run's future)"
+            if "regression" in mtcl["per_head"]["follow"]["expected_returns"]
+            else ""
+        )
+        + ":",
         "",
         *_error_table({s: row["expected_returns"] for s, row in mtcl["per_head"].items()}),
         "",
@@ -602,6 +716,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         *calibration_table(mtcl["per_head"]),
         "",
+        *calibration_by_days_section(mtcl),
         "On fewer training pairs, where a funnel's denser heads should help the sparse ones most: each "
         "critic trained on a share of the training pairs (the same held-out rows), its RMSE against the "
         "expected returns as a multiple of the training rows' mean's (below 1: the critic learnt something "
@@ -810,6 +925,7 @@ def main(argv: list[str] | None = None) -> int:
             "by_training_share": [
                 {"share": share, **fewer_pairs_summary(e)} for share, e in sorted(by_share.items())
             ],
+            "calibration_by_days_to_cut_off": calibration_by_days(errors),
         },
         "mtcl_error_reduction": statistics.fmean(per_head[s]["reduction"]["mean"] for s in SPARSE_HEADS),
         "mtcl_error_reduction_on_expected_returns": statistics.fmean(

@@ -80,7 +80,8 @@ def test_the_critics_train_on_a_share_of_the_other_pairs_and_are_scored_on_the_s
     full = bench.critic_errors(data, replayed, steps=1, seed=3)
     tenth = bench.critic_errors(data, replayed, steps=1, seed=3, train_share=0.1)
     assert full["held_out_rows"] == tenth["held_out_rows"]
-    full_pairs, tenth_pairs = set(trained_on[0]), set(trained_on[2])
+    # the full run trains MTCL, independent heads and the regression on the truth, then the tenth's MTCL
+    full_pairs, tenth_pairs = set(trained_on[0]), set(trained_on[3])
     assert tenth_pairs < full_pairs  # only pairs the full critics train on too: none held out
     assert len(tenth_pairs) == pytest.approx(0.1 * len(full_pairs), rel=0.25)
     assert tenth["training_rows"] == 3 * len(tenth_pairs)  # a pair is kept with all its rows
@@ -89,6 +90,52 @@ def test_the_critics_train_on_a_share_of_the_other_pairs_and_are_scored_on_the_s
         float(np.sqrt(((np.mean(sorted(tenth_pairs)) - data.pairs[_held(full_pairs, data)]) ** 2).mean()))
     )
     assert tenth["mtcl"]["follow"] == 0.0  # the fake critic is exact on every held-out row
+
+
+def test_a_rows_days_to_the_cut_off_are_its_pairs_gaps_from_it_on():
+    """Pair 5 meets at days 0, 1 and 3.5 and the log is cut at 4 (its last gap, 0.5, runs to the
+    cut-off); pair 2 meets once, 6 days before it. The rows come in no particular order."""
+    bench = load_bench_script("user_author")
+    pairs, steps = np.array([5, 2, 5, 5]), np.array([2, 0, 0, 1])
+    empty = np.zeros((4, 0))
+    data = bench.PairTransitions(
+        empty, empty, np.zeros((4, 4)), pairs, steps, np.array([0.5, 6.0, 1.0, 2.5]), steps == 2
+    )
+    assert bench.days_to_cut_off(data).tolist() == [0.5, 6.0, 4.0, 3.0]
+
+
+def test_the_regression_fits_the_expected_returns_and_each_value_is_calibrated_by_days_to_the_cut_off(
+    monkeypatch,
+):
+    """Every pair meets three times a day apart, the last a day before the cut-off, so its rows are 3, 2
+    and 1 days from it. The truth grows along the chain (the pair code times 1, 2, 3) where the fake
+    critics value every row at its pair code: calibrated 3 days out, 1/2 and 1/3 nearer the cut-off."""
+    bench, data, replayed = _pairs_with_returns(n_pairs=2_000, rows_per_pair=3)
+    expected = replayed.expected * (1 + data.steps[:, None])
+    replayed = bench.ReplayedReturns(replayed.drawn, expected, replayed.luck)
+    fitted = []
+
+    def fake_training(train, config, *, critic, steps, batch_size, seed):
+        if config.discounts == (0.0,) * len(signals.PAIR_SIGNALS):
+            fitted.append(train)
+        values = lambda states: SimpleNamespace(numpy=lambda: np.repeat(states, 4, axis=1))  # noqa: E731
+        return SimpleNamespace(values=values)
+
+    monkeypatch.setattr(bench, "train_pair_value", fake_training)
+    errors = bench.critic_errors(data, replayed, steps=1, seed=3)
+    (regression,) = fitted  # trained once, TD's discounts off, on the training rows' expected returns
+    trained = np.isin(data.pairs, regression.pairs)
+    assert np.array_equal(regression.rewards, expected[trained].astype(np.float32))
+    by_days = {tuple(b["days"]): b for b in errors["calibration_by_days_to_cut_off"]}
+    assert list(by_days) == [(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)]
+    assert [b["rows"] for b in by_days.values()] == [errors["held_out_rows"] // 3] * 3
+    for name in ("mtcl", "independent", "regression"):
+        ratios = [b[name]["follow"] for b in by_days.values()]
+        assert ratios == pytest.approx([1 / 3, 1 / 2, 1.0])
+    summary = bench.calibration_by_days([errors, errors])
+    assert summary[0]["days"] == [1.0, 2.0] and summary[0]["regression"]["click"] == pytest.approx(1 / 3)
+    lines = bench.calibration_by_days_table(summary)
+    assert lines[2].startswith(f"| 1-2 | {errors['held_out_rows'] // 3} | 0.33 | 0.33 |")
 
 
 def _held(trained_pairs: set, data) -> np.ndarray:
