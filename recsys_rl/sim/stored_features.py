@@ -49,11 +49,11 @@ class SimulatedFeatureStore:
         first_day, span = int(days.min()), int(days.max() - days.min()) + 1
         keys = views.user * span + (days - first_day)
         # Summed by bincount, in float64: the increments are integers, and so is every partial sum, exact
-        # while below 2**53 (a user's day of watch time is below 2**37 micro-seconds). A third of the time
-        # of sorting the views by key and summing the runs, and a tenth of np.add.at's.
+        # while below 2**53 in size (a user's day of watch time is below 2**37 micro-seconds). About half the
+        # time of sorting the views by key and summing the runs (19 against 35 ms, 541,286 views).
         present = np.flatnonzero(np.bincount(keys))
         sums = np.stack([np.bincount(keys, weights=column)[present] for column in increments.T], axis=1)
-        if not np.all(sums < 2.0**53):
+        if not np.all(np.abs(sums) < 2.0**53):
             raise ValueError("a user's day sums past 2**53 micro-units: a float64 sum of them is inexact")
         sums = sums.astype(np.int64)
         user, day = present // span, first_day + present % span

@@ -88,6 +88,8 @@ def test_a_users_day_that_sums_past_exact_floats_is_refused_and_smaller_days_are
     # each view is exact in micro-units, their sum (9.2e15 micro-units) is not in a float64
     with pytest.raises(ValueError, match=r"^a user's day sums past 2\*\*53 micro-units"):
         store.add_views(_views([1, 1], [4.6e9, 4.6e9]))
+    with pytest.raises(ValueError, match=r"^a user's day sums past 2\*\*53 micro-units"):
+        store.add_views(_views([1, 1], [-4.6e9, -4.6e9]))
     # 2**53 itself may be a larger sum rounded down to it
     with pytest.raises(ValueError, match=r"^a user's day sums past 2\*\*53 micro-units"):
         store.add_views(_views([1, 1], [2.0**52 / 1e6, 2.0**52 / 1e6]))
