@@ -587,18 +587,22 @@ def calibration_table(per_head: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def calibration_by_days(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each bin of days to the cut-off: its held-out rows and each predictor's calibration per head, the
-    mean over the seeds (the bins are the same rows at every seed)."""
+    """Each bin of days to the cut-off: its held-out rows and each predictor's calibration per head, means
+    over the seeds that have the bin (each seed holds out pairs of its own)."""
+    by_days: dict[tuple, list[dict[str, Any]]] = {}
+    for e in errors:
+        for point in e["calibration_by_days_to_cut_off"]:
+            by_days.setdefault(tuple(point["days"]), []).append(point)
     return [
         {
-            "days": bins[0]["days"],
-            "rows": bins[0]["rows"],
+            "days": list(days),
+            "rows": statistics.fmean(b["rows"] for b in bins),
             **{
                 name: {s: statistics.fmean(b[name][s] for b in bins) for s in signals.PAIR_SIGNALS}
                 for name in _CALIBRATED
             },
         }
-        for bins in zip(*(e["calibration_by_days_to_cut_off"] for e in errors), strict=True)
+        for days, bins in by_days.items()
     ]
 
 
@@ -613,7 +617,7 @@ def calibration_by_days_table(by_days: list[dict[str, Any]]) -> list[str]:
         low, high = point["days"]
         days = f"{low:g}-{high:g}" if high is not None else f"{low:g} or more"
         cells = [f"{point[k][s]:.2f}" for s in heads for k in ("mtcl", "regression")]
-        rows.append(f"| {days} | {point['rows']} | " + " | ".join(cells) + " |")
+        rows.append(f"| {days} | {point['rows']:.0f} | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -622,7 +626,8 @@ def calibration_by_days_section(mtcl: dict[str, Any]) -> list[str]:
     if "calibration_by_days_to_cut_off" not in mtcl:
         return []
     return [
-        "The same ratio by days from the row's meeting to the log's cut-off (mean over seeds). The world "
+        "The same ratio by days from the row's meeting to the log's cut-off (rows and ratios: means over "
+        "seeds, each holding out pairs of its own). The world "
         "starts with no pair history, and the pair state has nothing that dates a row. 'regression' is "
         "the critics' network fitted to the training rows' expected returns along the replayed run, "
         "which come from the run's future and no critic has: the calibration a value of the pair state "

@@ -132,8 +132,18 @@ def test_the_regression_fits_the_expected_returns_and_each_value_is_calibrated_b
     for name in ("mtcl", "independent", "regression"):
         ratios = [b[name]["follow"] for b in by_days.values()]
         assert ratios == pytest.approx([1 / 3, 1 / 2, 1.0])
+    # over seeds: a bin one seed lacks is averaged over the others
+    other = {**errors, "calibration_by_days_to_cut_off": errors["calibration_by_days_to_cut_off"][:1]}
+    other["calibration_by_days_to_cut_off"] = [
+        {**b, "rows": b["rows"] + 2, "regression": {s: 1.0 for s in signals.PAIR_SIGNALS}}
+        for b in other["calibration_by_days_to_cut_off"]
+    ]
+    summary = bench.calibration_by_days([errors, other])
+    assert [b["days"] for b in summary] == [[1.0, 2.0], [2.0, 3.0], [3.0, 4.0]]
+    assert summary[0]["regression"]["click"] == pytest.approx((1 / 3 + 1) / 2)
+    assert summary[0]["rows"] == errors["held_out_rows"] // 3 + 1
+    assert summary[1]["regression"]["click"] == pytest.approx(1 / 2)  # the first seed's alone
     summary = bench.calibration_by_days([errors, errors])
-    assert summary[0]["days"] == [1.0, 2.0] and summary[0]["regression"]["click"] == pytest.approx(1 / 3)
     lines = bench.calibration_by_days_table(summary)
     assert lines[2].startswith(f"| 1-2 | {errors['held_out_rows'] // 3} | 0.33 | 0.33 |")
 
