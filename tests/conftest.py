@@ -44,16 +44,36 @@ settings.load_profile("seeded")
 # each must count its own requests (recsys_rl.serving.metrics), so prometheus_client is imported first.
 
 
+#: the session's temporary folder, and TMPDIR and ``tempfile.tempdir`` as they were before it
+_SESSION_TMP = pytest.StashKey[tuple[str, str | None, str | None]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """No test may find a broker that ``recsys-rl broker start`` left running on this machine: every
-    verb would use it by default. The tests' own broker directory starts empty."""
-    os.environ[BROKER_DIR_ENV] = tempfile.mkdtemp(prefix="recsys-rl-test-brokers-")
+    """The session gets a temporary folder of its own, removed when it ends, and every process it starts
+    inherits it as TMPDIR: Beam's job servers and stagers leave a folder or two in the temporary folder
+    per pipeline (``beam-temp*``, ``tmp*``), and a machine that runs the suite daily had gathered them by
+    the thousand. pytest's own ``tmp_path`` folders stay where they were: pytest prunes those itself and
+    keeps the last runs' for whoever debugs a failure.
+
+    No test may find a broker that ``recsys-rl broker start`` left running on this machine either: every
+    verb would use it by default. The tests' broker directory is in the session's folder, empty."""
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    session_tmp = tempfile.mkdtemp(prefix="recsys-rl-test-session-")
+    config.stash[_SESSION_TMP] = (session_tmp, os.environ.get("TMPDIR"), tempfile.tempdir)
+    os.environ["TMPDIR"] = tempfile.tempdir = session_tmp
+    os.environ[BROKER_DIR_ENV] = tempfile.mkdtemp(prefix="brokers-")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The broker directory goes with the session (every pytest process, each xdist worker and each
-    mutant's run made one, and a machine that runs the suite daily gathered them by the thousand)."""
-    shutil.rmtree(os.environ.pop(BROKER_DIR_ENV), ignore_errors=True)
+    """The session's temporary folder goes with it (each xdist worker's lies inside the controller's)."""
+    session_tmp, tmpdir_before, tempdir_before = config.stash[_SESSION_TMP]
+    os.environ.pop(BROKER_DIR_ENV)
+    if tmpdir_before is None:
+        os.environ.pop("TMPDIR")
+    else:
+        os.environ["TMPDIR"] = tmpdir_before
+    tempfile.tempdir = tempdir_before
+    shutil.rmtree(session_tmp, ignore_errors=True)
 
 
 def _started(broker: Broker, name: str) -> Broker:
