@@ -2,8 +2,10 @@
 
 Baseline, timed in the same process: drawing only the upstream ranker's prediction noise for the same
 number of requests (n_candidates x K log-normal draws each), the least numpy work any simulated request
-needs. The ratio simulator / baseline says how far the whole model is from that floor and holds across
-machines of different speed.
+needs. The ratio simulator / baseline says how far the whole model is from that floor, and is the verdict
+because the machine's speed varies from day to day. It holds only roughly: the baseline is compute-bound,
+the simulator mostly gathers and moves memory, and one commit read 0.219-0.282 on one day's machine and
+0.197-0.207 on another's (docs/simulator.md, "Speed").
 
     python bench/simulator.py --quick --out bench/results/simulator.json
 """
