@@ -62,6 +62,29 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _box_muller(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """(n, 2h) normals from (n, h) uint32 bits: uniforms (bits + 1/2) / 2^32, a radius from ``low`` and an
+    angle from ``high``, the cosines in the first h columns, the sines in the last (float32, in place).
+    The half keeps the radius finite at bits 0."""
+    half = low.shape[1]
+    radius = low.astype(np.float32)
+    radius += np.float32(0.5)
+    radius *= np.float32(2.0**-32)
+    np.log(radius, out=radius)
+    radius *= np.float32(-2.0)
+    np.sqrt(radius, out=radius)
+    angle = high.astype(np.float32)
+    angle += np.float32(0.5)
+    angle *= np.float32(2.0**-32)
+    angle *= np.float32(2.0 * np.pi)
+    z = np.empty((low.shape[0], 2 * half), np.float32)
+    np.cos(angle, out=z[:, :half])
+    np.sin(angle, out=z[:, half:])
+    z[:, :half] *= radius
+    z[:, half:] *= radius
+    return z
+
+
 class KeyedDraws:
     """Uniforms, normals and friends as functions of (episode key, row key, purpose, position)."""
 
@@ -100,24 +123,7 @@ class KeyedDraws:
         """(n, *shape) standard normals by Box-Muller (float32 arithmetic, in place), both of each pair
         used: the cosine ones first, then the sine ones."""
         count = math.prod(shape)
-        low, high = self._bits(rows, purpose, count)
-        half = low.shape[1]
-        radius = low.astype(np.float32)
-        radius += np.float32(0.5)
-        radius *= np.float32(2.0**-32)
-        np.log(radius, out=radius)
-        radius *= np.float32(-2.0)
-        np.sqrt(radius, out=radius)
-        angle = high.astype(np.float32)
-        angle += np.float32(0.5)
-        angle *= np.float32(2.0**-32)
-        angle *= np.float32(2.0 * np.pi)
-        z = np.empty((rows.size, 2 * half), np.float32)
-        np.cos(angle, out=z[:, :half])
-        np.sin(angle, out=z[:, half:])
-        z[:, :half] *= radius
-        z[:, half:] *= radius
-        return z[:, :count].reshape(rows.shape + shape)
+        return _box_muller(*self._bits(rows, purpose, count))[:, :count].reshape(rows.shape + shape)
 
     def poisson(self, rows: np.ndarray, purpose: Purpose, mean: np.ndarray) -> np.ndarray:
         """(n,) Poisson counts with per-row ``mean`` by inverting the distribution function."""

@@ -53,6 +53,51 @@ def test_an_author_fills_the_following_feed_in_proportion_to_their_videos():
     assert np.mean(authors == 2) == pytest.approx(3 / 5)
 
 
+def test_the_following_feed_meets_each_followed_video_once_author_by_author_in_id_order():
+    """Evenly spread picks meet every video of the user's followed authors once: authors in id order, each
+    author's videos in id order (the catalogue is not sorted by author). The cases are the edges: the
+    first author and the last, an author with one video and authors with none (the last two of six post
+    nothing), neighbouring users, and picks of exactly 0 and 1."""
+    video_author = np.random.default_rng(5).integers(0, 4, 80)
+    video_author[[10, 40]] = 4  # author 4 posts two videos, author 1 one, authors 5 and 6 none
+    video_author[video_author == 1] = 0
+    video_author[20] = 1
+    graph = FollowGraph(n_authors=7, video_author=video_author)
+    graph.add(np.array([1, 1, 1, 1, 2, 0, 3, 3]), np.array([4, 0, 5, 2, 1, 6, 2, 3]))
+
+    def feed_of(*authors: int) -> np.ndarray:
+        return np.concatenate([np.flatnonzero(video_author == author) for author in authors])
+
+    expected = feed_of(0, 2, 4)
+    picks = np.r_[0.0, (np.arange(expected.size) + 0.5) / expected.size, 1.0]
+    drawn = graph.followed_videos(np.ones(picks.size, np.int64), picks)
+    np.testing.assert_array_equal(drawn, np.r_[expected[0], expected, expected[-1]])
+    # user 2 follows the author of one video, user 0 one with none, user 4 nobody
+    single = graph.followed_videos(np.array([2, 2, 2]), np.array([0.0, 0.5, 1.0]))
+    assert single.tolist() == [20, 20, 20]
+    nothing = graph.followed_videos(np.array([0, 4]), np.array([0.5, 0.5]))
+    assert nothing.tolist() == [-1, -1] and nothing.dtype == np.int64
+    # the last user's authors: the highest keys of the graph
+    last = feed_of(2, 3)
+    picks = (np.arange(last.size) + 0.5) / last.size
+    np.testing.assert_array_equal(graph.followed_videos(np.full(last.size, 3), picks), last)
+
+
+def test_one_follow_is_found_and_ids_past_int32_do_not_wrap():
+    graph = FollowGraph(n_authors=5, video_author=VIDEO_AUTHOR)
+    empty = graph.follows(np.array([0]), np.array([1]))
+    assert empty.dtype == bool and not empty.any()
+    assert graph.followed_videos(np.array([0]), np.array([0.5])).dtype == np.int64
+    graph.add(np.array([0]), np.array([1]))
+    assert graph.follows(np.array([0, 0]), np.array([1, 2])).tolist() == [True, False]
+    # user ids that arrive as int32: user * n_authors passes 2**31
+    big = FollowGraph(n_authors=5, video_author=VIDEO_AUTHOR)
+    user = np.array([500_000_000], np.int32)
+    big.add(user, np.array([2], np.int32))
+    assert big.follows(user, np.array([2], np.int32)).tolist() == [True]
+    assert not big.follows(np.array([500_000_000 - 858_993_459], np.int64), np.array([2])).any()
+
+
 def test_a_few_authors_post_most_of_the_catalogue():
     world = Simulator(SimConfig(n_users=10), 0).world
     posted = np.sort(np.bincount(world.videos.author, minlength=SimConfig().n_authors))[::-1]
@@ -170,3 +215,15 @@ def test_interests_step_toward_what_was_watched_and_keep_every_topic_reachable()
     for _ in range(200):
         after = drifted(after, np.array([0]), np.array([2]), np.array([1.0]), rate=0.1, floor=0.05)
     assert after[0].min() >= 0.05 / 3 - 1e-12 and after[0, 2] > 0.9
+
+
+def test_interests_step_toward_the_shares_of_watch_however_short_the_watching():
+    """The step's target is each topic's share of the day's watch: the same for 0.4 s as for 40 s."""
+    interest = np.array([[0.5, 0.3, 0.2]])
+    steps = [
+        drifted(interest, np.array([0, 0]), np.array([2, 1]), np.array([w * 0.75, w * 0.25]), 0.1, 0.05)
+        for w in (0.4, 40.0)
+    ]
+    np.testing.assert_allclose(steps[0], steps[1])
+    # nothing falls to the floor here, so the step is the plain mix of interest and target
+    np.testing.assert_allclose(steps[0][0], 0.9 * interest[0] + 0.1 * np.array([0.0, 0.25, 0.75]))
