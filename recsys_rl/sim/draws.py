@@ -92,19 +92,18 @@ class KeyedDraws:
         self._key = np.uint64(seed.generate_state(1, np.uint64)[0])
 
     def rows(self, *parts: np.ndarray) -> np.ndarray:
-        """(n,) row keys from integer arrays (user, day, session, page...), each part mixed in turn."""
-        with np.errstate(over="ignore"):
-            key = np.full(np.shape(parts[0]), self._key, np.uint64)
-            for part in parts:
-                key = _mix(key + np.asarray(part).astype(np.uint64) * _GOLDEN)
-            return key
+        """(n,) row keys from integer arrays (user, day, session, page...), each part mixed in turn (numpy's
+        array arithmetic wraps modulo 2^64 without a warning)."""
+        key = np.full(np.shape(parts[0]), self._key, np.uint64)
+        for part in parts:
+            key = _mix(key + np.asarray(part).astype(np.uint64) * _GOLDEN)
+        return key
 
     def _bits(self, rows: np.ndarray, purpose: Purpose, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Two (n, ceil(count / 2)) uint32 arrays of random bits: the low and the high halves of every hash
         (read in place, as a view: splitting them arithmetically cost more than the hash itself)."""
-        with np.errstate(over="ignore"):
-            positions = np.arange(-(-count // 2), dtype=np.uint64) + np.uint64(int(purpose) << 32)
-            hashes = _mix(rows.reshape(-1, 1) ^ _mix(positions * _GOLDEN)[None, :])
+        positions = np.arange(-(-count // 2), dtype=np.uint64) + np.uint64(int(purpose) << 32)
+        hashes = _mix(rows.reshape(-1, 1) ^ _mix(positions * _GOLDEN)[None, :])
         halves = hashes.view(np.uint32).reshape(*hashes.shape, 2)
         low, high = (0, 1) if sys.byteorder == "little" else (1, 0)
         return halves[..., low], halves[..., high]

@@ -63,7 +63,7 @@ def test_the_following_feed_meets_each_followed_video_once_author_by_author_in_i
     video_author[video_author == 1] = 0
     video_author[20] = 1
     graph = FollowGraph(n_authors=7, video_author=video_author)
-    graph.add(np.array([1, 1, 1, 1, 2, 0, 3, 3]), np.array([4, 0, 5, 2, 1, 6, 2, 3]))
+    graph.add(np.array([1, 1, 1, 1, 2, 0, 3, 3]), np.array([4, 0, 5, 2, 1, 6, 0, 4]))
 
     def feed_of(*authors: int) -> np.ndarray:
         return np.concatenate([np.flatnonzero(video_author == author) for author in authors])
@@ -77,8 +77,9 @@ def test_the_following_feed_meets_each_followed_video_once_author_by_author_in_i
     assert single.tolist() == [20, 20, 20]
     nothing = graph.followed_videos(np.array([0, 4]), np.array([0.5, 0.5]))
     assert nothing.tolist() == [-1, -1] and nothing.dtype == np.int64
-    # the last user's authors: the highest keys of the graph
-    last = feed_of(2, 3)
+    # the last user's authors, apart in the catalogue: the highest keys of the graph, the last of them
+    # the last author who posts
+    last = feed_of(0, 4)
     picks = (np.arange(last.size) + 0.5) / last.size
     np.testing.assert_array_equal(graph.followed_videos(np.full(last.size, 3), picks), last)
 
@@ -90,6 +91,8 @@ def test_one_follow_is_found_and_ids_past_int32_do_not_wrap():
     assert graph.followed_videos(np.array([0]), np.array([0.5])).dtype == np.int64
     graph.add(np.array([0]), np.array([1]))
     assert graph.follows(np.array([0, 0]), np.array([1, 2])).tolist() == [True, False]
+    graph.add(np.array([1]), np.array([4]))  # the last author, one video
+    assert graph.followed_videos(np.array([1, 1]), np.array([0.0, 1.0])).tolist() == [6, 6]
     # user ids that arrive as int32: user * n_authors passes 2**31
     big = FollowGraph(n_authors=5, video_author=VIDEO_AUTHOR)
     user = np.array([500_000_000], np.int32)

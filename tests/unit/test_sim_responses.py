@@ -216,10 +216,11 @@ def test_live_responses_follow_the_documented_equations():
     watch, gift = probs.expected(MODEL)
     np.testing.assert_allclose(watch, probs.enter * mean_watch)
     np.testing.assert_allclose(gift, probs.enter * probs.gift_rate * MODEL.live_gift_mean)
-    # entered (well below), entered and gifted (its gift uniform just below the rate), not entered (at it)
+    # entered (its gift uniform at the rate: no gift), entered and gifted (just below the rate), not entered
+    # (its entry uniform at the probability)
     uniforms = np.array(
         [
-            [probs.enter[0] / 2, 0.9, 0.99, 0.2],
+            [probs.enter[0] / 2, 0.9, probs.gift_rate[0], 0.2],
             [probs.enter[1] / 2, 0.01, probs.gift_rate[1] - 1e-9, 0.2],
             [probs.enter[2], 0.5, 0.0001, 0.2],
         ]
