@@ -8,7 +8,15 @@ import pytest
 
 from recsys_rl import signals
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim.ground_truth import discounted_returns, monte_carlo_values, run_days, step_within_episode
+from recsys_rl.sim.ground_truth import (
+    Estimate,
+    _estimates,
+    discounted_returns,
+    evaluate_logs,
+    monte_carlo_values,
+    run_days,
+    step_within_episode,
+)
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
 
@@ -61,14 +69,15 @@ def test_ground_truth_separates_a_click_chasing_policy_from_the_behaviour_policy
 
 def test_the_return_rate_is_the_share_of_users_back_on_each_later_day():
     config = SimConfig(n_users=500)
-    values = monte_carlo_values(config, FEED, LIVE, seed=0, days=3)
-    logs = run_days(config, FEED, LIVE, seed=0, days=3)
+    values = monte_carlo_values(config, FEED, LIVE, seed=1, days=3)
+    logs = run_days(config, FEED, LIVE, seed=1, days=3)
     # counted from the logs: a user who came back had at least one feed request that day; day 0 is
     # everyone's first, so only days 1 and 2 count
     back = [np.unique(day.feed.user).size / config.n_users for day in logs[1:]]
+    assert back[0] != back[1]  # so that the rate can tell which days it counted
     assert values.return_rate == pytest.approx(np.mean(back), abs=1e-12)
     assert [day.returning_users for day in logs[1:]] == [np.unique(day.feed.user).size for day in logs[1:]]
-    assert np.isnan(monte_carlo_values(config, FEED, LIVE, seed=0, days=1).return_rate)
+    assert np.isnan(monte_carlo_values(config, FEED, LIVE, seed=1).return_rate)  # one day by default
 
 
 def test_without_memory_each_group_returns_at_its_base_rate_every_day():
@@ -107,3 +116,53 @@ def test_per_user_values_sum_each_users_expected_responses_over_every_day():
     first_day = np.zeros_like(by_hand)
     np.add.at(first_day, logs[0].feed.user, logs[0].feed.expected_reward)
     assert values.per_user[:, 0].sum() > first_day[:, 0].sum()
+
+
+def test_estimates_by_hand_for_no_one_and_several_episodes():
+    names = ("a", "b")
+    assert all(
+        math.isnan(e.mean) and math.isnan(e.stderr) and e.n == 0
+        for e in _estimates(names, np.zeros((0, 2))).values()
+    )
+    assert _estimates(names, np.array([[2.0, 3.0]])) == {
+        "a": Estimate(2.0, math.inf, 1),
+        "b": Estimate(3.0, math.inf, 1),
+    }
+    three = _estimates(names, np.array([[1.0, 0.0], [2.0, 0.0], [6.0, 3.0]]))
+    # sample variances (4 + 1 + 9) / 2 = 7 and (1 + 1 + 4) / 2 = 3, over 3 episodes
+    assert [three["a"].mean, three["a"].stderr, three["a"].n] == pytest.approx([3.0, math.sqrt(7.0 / 3.0), 3])
+    assert [three["b"].mean, three["b"].stderr, three["b"].n] == pytest.approx([1.0, 1.0, 3])
+
+
+def test_live_values_are_each_sessions_discounted_allocation_returns_zero_without_one():
+    config = SimConfig(n_users=300)
+    logs = run_days(config, FEED, LIVE, seed=2, days=2)
+    values = evaluate_logs(logs, config.n_users)
+    gammas = np.asarray(signals.discounts(signals.LIVE_SIGNALS))
+    sessions = np.unique(np.concatenate([day.feed.session for day in logs]))
+    returns = {session: np.zeros(len(signals.LIVE_SIGNALS)) for session in sessions}
+    for day in logs:
+        for session in np.unique(day.live.session):
+            mine = day.live.session == session
+            order = np.argsort(day.live.page[mine])
+            for step, reward in enumerate(day.live.reward[mine][order]):
+                returns[session] += gammas**step * reward
+    by_hand = np.array(list(returns.values()))
+    assert 0 < (by_hand.any(axis=1)).mean() < 1  # sessions with and without an allocation decision
+    for name, column in zip(signals.LIVE_SIGNALS, by_hand.T, strict=True):
+        assert values.live[name].mean == pytest.approx(column.mean(), rel=1e-12)
+        assert values.live[name].n == sessions.size
+
+
+def test_ground_truth_runs_the_episodes_it_is_given():
+    """The same world with episodes of seed 0 (the logs' own) or, by default, of seed 1."""
+    config = SimConfig(n_users=200)
+    logged = monte_carlo_values(config, FEED, LIVE, seed=3, episode_seed=0)
+    by_hand = evaluate_logs(run_days(config, FEED, LIVE, seed=3, episode_seed=0), config.n_users)
+    np.testing.assert_array_equal(logged.per_user, by_hand.per_user)
+    fresh = monte_carlo_values(config, FEED, LIVE, seed=3)
+    assert not np.array_equal(fresh.per_user, logged.per_user)
+    np.testing.assert_array_equal(
+        fresh.per_user,
+        evaluate_logs(run_days(config, FEED, LIVE, seed=3, episode_seed=1), config.n_users).per_user,
+    )
