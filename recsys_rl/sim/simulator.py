@@ -35,7 +35,7 @@ from recsys_rl.sim.familiarity import Familiarity
 from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.pair_table import PairTable
-from recsys_rl.sim.parameters import SimConfig
+from recsys_rl.sim.parameters import ResponseModel, SimConfig
 from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs, take_in_rows
 from recsys_rl.sim.retention import remembered_satisfaction, return_probability
 from recsys_rl.sim.stored_features import SimulatedFeatureStore
@@ -117,6 +117,32 @@ def _inverse_cdf_rows(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     for k in range(weights.shape[1] - 1):
         found += scaled > cum[:, k : k + 1]
     return found
+
+
+def _leave(
+    surplus: np.ndarray,
+    exit_base: np.ndarray,
+    patience: np.ndarray,
+    uniforms: np.ndarray,
+    model: ResponseModel,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Who leaves the page where (docs/simulator.md, "Leaving the session"): after the view in each slot
+    a user still there leaves with probability ``min(1, exit_base * exp(-exit_satisfaction * surplus
+    - patience_weight * patience))``, the patience before the view: when the slot's uniform is below it.
+    Each view seen then moves the patience to ``patience_decay * patience + surplus``. ``surplus`` (n,
+    slots) is each view's satisfaction above the exit reference; ``patience`` (n,) is updated in place.
+    Returns whether the user saw each slot, left after it, and is still there after the page."""
+    n, size = surplus.shape
+    viewed = np.empty((n, size), dtype=bool)
+    exits = np.empty((n, size), dtype=bool)
+    alive = np.ones(n, dtype=bool)
+    for s in range(size):
+        viewed[:, s] = alive
+        hazard = -model.exit_satisfaction * surplus[:, s] - model.patience_weight * patience
+        patience[alive] = model.patience_decay * patience[alive] + surplus[alive, s]
+        exits[:, s] = alive & (uniforms[:, s] < exit_base * np.exp(hazard))  # above 1: a uniform is below
+        alive &= ~exits[:, s]
+    return viewed, exits, alive
 
 
 def _sum_over_slots(values: np.ndarray) -> np.ndarray:
@@ -581,17 +607,8 @@ class Simulator:
         surplus = sat - model.exit_reference
 
         exit_base = np.asarray(cfg.exit_base)[world.users.group[users]]
-        viewed = np.empty((n, size), dtype=bool)  # the user was still on the page at the slot
-        exits = np.empty((n, size), dtype=bool)
-        alive = np.ones(n, dtype=bool)
         exit_draws = draws.uniform(rows, Purpose.EXIT, (size,))
-        for s in range(size):
-            viewed[:, s] = alive
-            hazard = -model.exit_satisfaction * surplus[:, s] - model.patience_weight * session.patience
-            p_exit = np.clip(exit_base * np.exp(hazard), 0.0, 1.0)
-            session.patience[alive] = model.patience_decay * session.patience[alive] + surplus[alive, s]
-            exits[:, s] = alive & (exit_draws[:, s] < p_exit)
-            alive &= ~exits[:, s]
+        viewed, exits, alive = _leave(surplus, exit_base, session.patience, exit_draws, model)
         # cumulative sums run slot by slot, as the views happened: the same floats in any batch
         offset = np.cumsum(signals[..., 0] + signals[..., 8] + cfg.item_overhead_s, axis=1)
         feed_reward = _sum_over_slots(np.where(viewed[..., None], slot_video, 0.0))

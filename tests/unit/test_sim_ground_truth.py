@@ -128,6 +128,8 @@ def test_estimates_by_hand_for_no_one_and_several_episodes():
         "a": Estimate(2.0, math.inf, 1),
         "b": Estimate(3.0, math.inf, 1),
     }
+    two = _estimates(names, np.array([[1.0, 0.0], [3.0, 0.0]]))
+    assert [two["a"].mean, two["a"].stderr, two["a"].n] == pytest.approx([2.0, 1.0, 2])  # sqrt(2) / sqrt(2)
     three = _estimates(names, np.array([[1.0, 0.0], [2.0, 0.0], [6.0, 3.0]]))
     # sample variances (4 + 1 + 9) / 2 = 7 and (1 + 1 + 4) / 2 = 3, over 3 episodes
     assert [three["a"].mean, three["a"].stderr, three["a"].n] == pytest.approx([3.0, math.sqrt(7.0 / 3.0), 3])

@@ -1,5 +1,7 @@
 """Structure, determinism and internal consistency of the simulator."""
 
+import copy
+import dataclasses
 import itertools
 import math
 
@@ -8,8 +10,11 @@ import pytest
 
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import evaluate_logs
+from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
-from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator
+from recsys_rl.sim.responses import VideoResponseProbs
+from recsys_rl.sim.retention import remembered_satisfaction
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator, _leave
 from recsys_rl.state import (
     DAY_MS,
     FEED_STATE_FEATURES,
@@ -351,3 +356,168 @@ def test_two_rankings_of_one_world_are_compared_on_the_same_users_draws():
     first_a, first_b = _first_pages(a.feed), _first_pages(b.feed)
     np.testing.assert_array_equal(a.feed.candidates[first_a], b.feed.candidates[first_b])
     assert not np.array_equal(a.feed.served[first_a], b.feed.served[first_b])
+
+
+def test_leaving_by_hand():
+    """docs/simulator.md, "Leaving the session": after each view, leave with probability min(1, exit_base *
+    exp(-1.5 * surplus - 0.3 * patience)), the patience before the view; then patience <- 0.9 * patience
+    + surplus. A uniform at the probability stays."""
+    model = ResponseModel()
+    surplus = np.array([[0.0, 1.0, -1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    patience = np.array([0.0, 2.0, 0.0])
+    uniforms = np.array(
+        [
+            [0.25, 0.06, 0.8],  # p = 0.25 exactly (stays), 0.25 e^-1.5 = 0.056 (stays), 0.25 e^1.2 = 0.83
+            [0.3, 0.29, 0.0],  # p = 0.5 e^-0.6 = 0.274 (stays), 0.5 e^-0.54 = 0.291 (leaves)
+            [0.5, 0.5, 0.5],  # p = 0.01 throughout
+        ]
+    )
+    viewed, exits, alive = _leave(surplus, np.array([0.25, 0.5, 0.01]), patience, uniforms, model)
+    assert viewed.tolist() == [[True, True, True], [True, True, False], [True, True, True]]
+    assert exits.tolist() == [[False, False, True], [False, True, False], [False, False, False]]
+    assert alive.tolist() == [False, False, True]
+    # row 0: 0 -> 0 -> 1 -> 0.9 - 1; row 1: 2 -> 1.8 -> 1.62, and no further once gone
+    np.testing.assert_allclose(patience, [-0.1, 1.62, 0.0])
+
+
+def _view_satisfaction(day, world, model) -> np.ndarray:
+    """Each view's satisfaction from its logged signals (docs/simulator.md): a clicked video its watched
+    fraction, a skipped one sat_skip, plus each interaction's weight, less sat_hate for a hate; a live
+    stream entered min(watch / 30, 2), one skipped the dislike of a user who does not like live content."""
+    views, signals = day.views, day.views.signals
+    video = ~views.is_live
+    duration = world.videos.attributes[2, np.where(video, views.item, 0)].astype(np.float32)
+    weights = np.array([model.sat_like, model.sat_follow, model.sat_comment, model.sat_share])
+    on_video = np.where(signals[:, 1] > 0, signals[:, 0] / duration, model.sat_skip)
+    on_video += signals[:, 2:6] @ weights - model.sat_hate * signals[:, 6]
+    affinity = world.users.live_affinity[views.user]
+    on_live = np.where(
+        signals[:, 8] > 0, np.minimum(signals[:, 8] / 30.0, 2.0), -model.live_skip_dislike * (1.0 - affinity)
+    )
+    return np.where(video, on_video, on_live)
+
+
+def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state():
+    """Day 1 of a small world, replayed from its logs: every short video's expected responses are the
+    response model's given the session's earlier clicks (satiation), the follows made before the request
+    and yesterday's familiarity; the pages, clocks and ends of each session add up; and the day leaves the
+    follows, interests and retention memory its views imply."""
+    config = SimConfig(n_users=200)
+    model = config.response
+    sim = Simulator(config, 9)
+    day0 = sim.run_day(FEED, LIVE)
+    follows_before = set(sim.follows._keys.tolist())
+    familiarity = copy.deepcopy(sim.familiarity)  # yesterday's, as the day reads it
+    interest = sim.world.users.interest.copy()
+    memory = sim._satisfaction.copy()
+    day = sim.run_day(FEED, LIVE)
+    world = sim.world
+    feed, live, views = day.feed, day.live, day.views
+
+    # the day's end: follows, interests and memory from the day's views
+    video = ~views.is_live
+    followed_today = video & (views.signals[:, 3] > 0)
+    author = world.videos.author[np.where(video, views.item, 0)]
+    keys = views.user * config.n_authors + author
+    assert followed_today.any()
+    assert set(sim.follows._keys.tolist()) == follows_before | set(keys[followed_today].tolist())
+    clicked = video & (views.signals[:, 1] > 0)
+    topic = world.videos.topic[views.item[clicked]]
+    np.testing.assert_allclose(
+        world.users.interest,
+        drifted(
+            interest,
+            views.user[clicked],
+            topic,
+            views.signals[clicked, 0],
+            config.interest_drift,
+            config.interest_floor,
+        ),
+    )
+    satisfaction = _view_satisfaction(day, world, model)
+    per_user = np.bincount(views.user, satisfaction, config.n_users)
+    seen = np.bincount(views.user, minlength=config.n_users)
+    came = np.where(seen > 0, per_user / np.maximum(seen, 1), np.nan)
+    interactions = np.bincount(views.user[video], views.signals[video, 2:6].sum(axis=1), config.n_users)
+    np.testing.assert_allclose(
+        sim._satisfaction,
+        remembered_satisfaction(
+            memory,
+            came,
+            interactions,
+            np.bincount(views.user[video], minlength=config.n_users),
+            world.users.social,
+            model,
+        ),
+        rtol=1e-5,
+    )
+
+    # each video view's expected responses, replayed in request order
+    replay_interest = dataclasses.replace(world, users=dataclasses.replace(world.users, interest=interest))
+    topic_clicks: dict[int, np.ndarray] = {}
+    followed_now = set(follows_before)
+    by_request = np.argsort(views.request, kind="stable")
+    rows, clicks, follows = [], [], []
+    for _, group in itertools.groupby(by_request, key=lambda i: views.request[i]):
+        mine = list(group)
+        session = views.session[mine[0]]
+        so_far = topic_clicks.setdefault(session, np.zeros(config.n_topics))
+        for i in mine:
+            if video[i]:
+                rows.append(i)
+                clicks.append(so_far.copy())
+                follows.append(keys[i] in followed_now)
+        for i in mine:  # the page's own clicks and follows count from the next page on
+            if clicked[i]:
+                so_far[world.videos.topic[views.item[i]]] += 1
+            if followed_today[i]:
+                followed_now.add(int(keys[i]))
+    rows = np.array(rows)
+    probs = VideoResponseProbs.of(
+        replay_interest,
+        model,
+        views.user[rows],
+        views.item[rows, None],
+        np.array(clicks),
+        np.array(follows)[:, None],
+        familiarity.views(views.user[rows, None], author[rows, None]),
+    )
+    assert np.array(follows).any() and (np.array(clicks).sum(axis=1) > 0).any()
+    np.testing.assert_allclose(views.expected[rows, :7], probs.expected(model)[:, 0], rtol=1e-5)
+
+    # sessions: pages in order, the watch and the click rate so far, and the last view ends the session
+    order = np.lexsort((feed.page, feed.session))
+    starts = np.r_[True, feed.session[order][1:] != feed.session[order][:-1]]
+    first_row = np.maximum.accumulate(np.where(starts, np.arange(order.size), 0))
+    np.testing.assert_array_equal(feed.page[order], np.arange(order.size) - first_row)
+    watch = feed.reward[order, 0]
+    before = np.cumsum(watch) - watch
+    np.testing.assert_allclose(feed.session_watch_s[order], before - before[first_row], atol=1e-6)
+    viewed = np.bincount(views.request, minlength=feed.request.max() + 1)[feed.request[order]]
+    rate = feed.reward[order, 1] / viewed
+    np.testing.assert_allclose(feed.last_click_rate[order][1:][~starts[1:]], rate[:-1][~starts[1:]])
+    in_order = np.lexsort((views.position, views.request, views.session))
+    last = np.r_[views.session[in_order][1:] != views.session[in_order][:-1], True]
+    np.testing.assert_array_equal(views.session_end[in_order], last)
+    done = dict(zip(feed.request.tolist(), feed.done.tolist(), strict=True))
+    assert live.done.tolist() == [done[r] for r in live.request.tolist()] and live.done.any()
+    # each view ends after the page's views so far: watch, live watch and the overhead of each item
+    request_ms = dict(zip(feed.request.tolist(), feed.time_ms.tolist(), strict=True))
+    in_page = np.lexsort((views.position, views.request))
+    spent = views.signals[in_page, 0] + views.signals[in_page, 8] + config.item_overhead_s
+    page_start = np.r_[True, views.request[in_page][1:] != views.request[in_page][:-1]]
+    total = np.cumsum(spent)
+    offset = total - (total - spent)[np.maximum.accumulate(np.where(page_start, np.arange(spent.size), 0))]
+    since_request = views.time_ms[in_page] - np.array(
+        [request_ms[r] for r in views.request[in_page].tolist()]
+    )
+    assert np.abs(since_request - offset * 1000.0).max() <= 1.0
+    # an inserted live stream stands in its slot; the live ids spread over the catalogue of streams
+    inserted = feed.live_inserted
+    live_of = dict(zip(live.request.tolist(), live.live.tolist(), strict=True))
+    assert inserted.any() and set(np.unique(feed.live_slot)) == {-1, config.live_position}
+    assert feed.served[inserted, config.live_position].tolist() == [
+        live_of[r] for r in feed.request[inserted].tolist()
+    ]
+    assert np.unique(live.live).size > 10
+    assert day0.feed.request.size > 0
