@@ -8,11 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.ground_truth import evaluate_logs
 from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
-from recsys_rl.sim.responses import VideoResponseProbs
+from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs
 from recsys_rl.sim.retention import remembered_satisfaction
 from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator, _leave
 from recsys_rl.state import (
@@ -520,4 +521,20 @@ def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state(
         live_of[r] for r in feed.request[inserted].tolist()
     ]
     assert np.unique(live.live).size > 10
+    # the page is the fusion's top six, an inserted live stream pushing the sixth out of its slot, and the
+    # live decision saw the pushed-out video's prediction
+    scores = fusion_scores(feed.predictions.astype(np.float64), feed.action.astype(np.float64))
+    ranked = top_k(scores, config.page_size)
+    ranked_items = np.take_along_axis(feed.candidates, ranked, axis=1)
+    video_slots = np.delete(np.arange(config.page_size), config.live_position)
+    np.testing.assert_array_equal(feed.served[~inserted], ranked_items[~inserted])
+    np.testing.assert_array_equal(feed.served[inserted][:, video_slots], ranked_items[inserted, :-1])
+    row = {r: i for i, r in enumerate(feed.request.tolist())}
+    decided = np.array([row[r] for r in live.request.tolist()])
+    np.testing.assert_array_equal(live.predictions[:, 2], feed.predictions[decided, ranked[decided, -1], 0])
+    # the live predictions carry the upstream ranker's log-normal noise, drawn apart for watch and gift
+    watch, gift = LiveResponseProbs.of(world, model, live.user, live.live).expected(model)
+    noise = np.log(live.predictions[:, :2] / np.column_stack([watch, gift])) / model.prediction_noise
+    assert abs(noise.mean()) < 0.15 and np.allclose(noise.std(axis=0), 1.0, atol=0.1)
+    assert abs(np.corrcoef(noise.T)[0, 1]) < 0.15
     assert day0.feed.request.size > 0
