@@ -289,7 +289,6 @@ class Simulator:
         day, session and page (``recsys_rl.sim.draws``), so runs of two policies share them.
         """
         self.config = config
-        self.seed = seed
         self.world = World.of_seed(config, seed)
         self.draws = KeyedDraws(np.random.SeedSequence(seed, spawn_key=(1, episode_seed)))
         # the platform's user table holds every account's group from the start (see events.write_user_table)
@@ -521,12 +520,12 @@ class Simulator:
             draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (c,)) * world.videos.topic_count[topic]
         ).astype(np.int64)
         # the following feed: the last candidates come from followed authors, for users who follow any
-        # (looked up for those rows only: most users follow no one)
+        # (looked up for those rows only: most users follow no one); every followed author has videos,
+        # since follows come from views of them
         fans = np.flatnonzero(self.follows.following_anyone(users))
         pick = draws.uniform(rows[fans], Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
         for i, j in enumerate(range(c - cfg.followed_candidates, c)):
-            followed_video = self.follows.followed_videos(users[fans], pick[:, i])
-            candidates[fans, j] = np.where(followed_video >= 0, followed_video, candidates[fans, j])
+            candidates[fans, j] = self.follows.followed_videos(users[fans], pick[:, i])
         followed = np.zeros(candidates.shape, bool)
         candidate_authors = world.videos.author[candidates]
         followed[fans] = self.follows.follows(users[fans, None], candidate_authors[fans])

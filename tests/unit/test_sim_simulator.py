@@ -10,6 +10,7 @@ import pytest
 
 from recsys_rl.fusion import fusion_scores, top_k
 from recsys_rl.sim.behaviour import GaussianFeedPolicy, behaviour_allocation_policy, behaviour_feed_policy
+from recsys_rl.sim.draws import KeyedDraws, Purpose
 from recsys_rl.sim.ground_truth import evaluate_logs
 from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
@@ -538,3 +539,114 @@ def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state(
     assert abs(noise.mean()) < 0.15 and np.allclose(noise.std(axis=0), 1.0, atol=0.1)
     assert abs(np.corrcoef(noise.T)[0, 1]) < 0.15
     assert day0.feed.request.size > 0
+
+
+class _RecordingAllocation:
+    """The behaviour's allocation, recording the page context each decision is given."""
+
+    def __init__(self) -> None:
+        self.contexts = []
+
+    def act_in_context(self, states, rng, context):
+        self.contexts.append(context)
+        return LIVE.act(states, rng)
+
+
+def test_days_number_their_requests_and_sessions_and_draw_from_their_keys():
+    """Requests and sessions are numbered from 0 through the run; each day's first sessions start at the
+    first of the user's planned hours (keyed by user, day and session rank), and the first candidates come
+    from the page's keyed draws (by user, day, session rank and page); a day's pages follow each other
+    without a gap; the default episodes are seed 0's, child 0 of spawn key 1."""
+    config = SimConfig(n_users=150)
+    sim = Simulator(config, 4)
+    recorder = _RecordingAllocation()
+    days = [sim.run_day(FEED, recorder) for _ in range(3)]
+    assert [day.day for day in days] == [0, 1, 2]
+    requests = np.concatenate([day.feed.request for day in days])
+    np.testing.assert_array_equal(np.sort(requests), np.arange(requests.size))
+    # a session's number is taken when it is planned, so the numbers run on from day to day
+    sessions = [np.unique(day.feed.session) for day in days]
+    assert sessions[0][0] == 0 and all(a[-1] < b[0] for a, b in itertools.pairwise(sessions))
+    assert days[0].feed.page.dtype == np.int64 and days[0].feed.request.dtype == np.int64
+    expected_key = np.random.SeedSequence(4).spawn(2)[1].spawn(1)[0]
+    assert sim.draws.rows(np.array([3]))[0] == KeyedDraws(expected_key).rows(np.array([3]))[0]
+    assert (
+        Simulator(config, 4).draws.rows(np.array([3]))[0]
+        == Simulator(config, 4, 0).draws.rows(np.array([3]))[0]
+    )
+    day = days[1]
+    feed, live = day.feed, day.live
+    users = np.unique(feed.user)
+    group = sim.world.users.group[users]
+    user_day = sim.draws.rows(users, np.full(users.size, 1))
+    extra = sim.draws.poisson(
+        user_day, Purpose.EXTRA_SESSIONS, np.asarray(config.sessions_per_day)[group] - 1.0
+    )
+    first_hour = [
+        min(
+            sim.draws.uniform(
+                sim.draws.rows(np.full(n + 1, u), np.full(n + 1, 1), np.arange(n + 1)), Purpose.SESSION_HOUR
+            )
+        )
+        for u, n in zip(users, extra, strict=True)
+    ]
+    planned_ms = config.start_time_ms + np.round(
+        (86_400.0 + (7.0 + 16.0 * np.array(first_hour)) * 3600.0) * 1000.0
+    )
+    first_ms = np.array([feed.time_ms[feed.user == u].min() for u in users])
+    np.testing.assert_array_equal(first_ms, planned_ms.astype(np.int64))
+    # the first candidates: a topic by the user's interests, then a video of it, from the page's draws
+    session_rank = {}
+    for user in users:
+        for rank, session in enumerate(np.unique(feed.session[feed.user == user])):
+            session_rank[session] = rank
+    ranks = np.array([session_rank[s] for s in feed.session.tolist()])
+    rows = sim.draws.rows(feed.user, np.full(feed.user.size, 1), ranks, feed.page)
+    topic_u = sim.draws.uniform(rows, Purpose.CANDIDATE_TOPIC, (config.n_candidates,))
+    video_u = sim.draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (config.n_candidates,))
+    topic = sim.world.videos.topic[feed.candidates]
+    topic_of = sim.world.videos.topic_start[topic] + (video_u * sim.world.videos.topic_count[topic]).astype(
+        np.int64
+    )
+    drawn = slice(0, config.n_candidates - config.followed_candidates)
+    np.testing.assert_array_equal(feed.candidates[:, drawn], topic_of[:, drawn])
+    assert np.all(topic_u[:, drawn] > 0)
+    # the next page asks when the last view of the page before it ended
+    last_view_ms = {r: t for r, t in zip(day.views.request.tolist(), day.views.time_ms.tolist(), strict=True)}
+    order = np.lexsort((feed.page, feed.session))
+    following = np.flatnonzero(feed.session[order][1:] == feed.session[order][:-1])
+    gaps = feed.time_ms[order][following + 1] - [
+        last_view_ms[r] for r in feed.request[order][following].tolist()
+    ]
+    assert following.size > 0 and np.abs(gaps).max() <= 1
+    # an allocation policy that reads the page's context gets the live candidate's own
+    contexts = recorder.contexts
+    seen = {
+        int(r): (int(u), int(c[0]), p[0].tolist())
+        for ctx in contexts
+        for r, u, c, p in zip(ctx.requests, ctx.users, ctx.candidates, ctx.predictions, strict=True)
+    }
+    for r, u, lid, p in zip(
+        live.request.tolist(), live.user.tolist(), live.live.tolist(), live.predictions, strict=True
+    ):
+        assert seen[r] == (u, lid, p.tolist())
+
+
+def test_a_page_cap_ends_the_session_on_its_last_page_and_views_carry_only_their_kinds_signals():
+    config = SimConfig(n_users=300, max_pages=2)
+    day = Simulator(config, 6).run_day(FEED, LIVE)
+    feed, views = day.feed, day.views
+    assert feed.page.max() == 1 and np.all(feed.done[feed.page == 1])
+    capped = np.isin(views.request, feed.request[feed.page == 1])
+    last = np.r_[views.request[1:] != views.request[:-1], True]
+    assert np.all(views.session_end[capped] == last[capped]) and views.session_end[capped].any()
+    live, video = views.is_live, ~views.is_live
+    assert np.all(views.signals[video, 7:] == 0) and np.all(
+        views.signals[np.ix_(live, [0, 2, 3, 4, 5, 6])] == 0
+    )
+    np.testing.assert_array_equal(views.signals[live, 1], views.signals[live, 8] > 0)
+    # the displaced video's watch counts only where the user reached the page's end
+    per_request = np.bincount(views.request, minlength=feed.request.max() + 1)
+    reached = per_request[day.live.request] == config.page_size
+    assert np.all(day.live.reward[~reached, 2] == 0) and np.all(day.live.expected_reward[~reached, 2] == 0)
+    assert (day.live.expected_reward[reached & (day.live.action == 1), 2] > 0).all()
