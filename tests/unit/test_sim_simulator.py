@@ -460,10 +460,12 @@ def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state(
     followed_now = set(follows_before)
     by_request = np.argsort(views.request, kind="stable")
     rows, clicks, follows = [], [], []
-    for _, group in itertools.groupby(by_request, key=lambda i: views.request[i]):
+    before_page = {}  # per request: the session's clicks by topic and the follows, as the page saw them
+    for request, group in itertools.groupby(by_request, key=lambda i: views.request[i]):
         mine = list(group)
         session = views.session[mine[0]]
         so_far = topic_clicks.setdefault(session, np.zeros(config.n_topics))
+        before_page[int(request)] = (so_far.copy(), set(followed_now))
         for i in mine:
             if video[i]:
                 rows.append(i)
@@ -538,6 +540,29 @@ def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state(
     noise = np.log(live.predictions[:, :2] / np.column_stack([watch, gift])) / model.prediction_noise
     assert abs(noise.mean()) < 0.15 and np.allclose(noise.std(axis=0), 1.0, atol=0.1)
     assert abs(np.corrcoef(noise.T)[0, 1]) < 0.15
+    # an insertion that the user scrolled past counts the pushed-out video's expected watch, as the page
+    # before it would have shown it
+    reached = np.bincount(views.request, minlength=feed.request.max() + 1)[live.request] == config.page_size
+    counted = (live.action == 1) & reached
+    assert counted.any()
+    pushed_out = feed.candidates[decided, ranked[decided, -1]][counted]
+    seen_before = [before_page[r] for r in live.request[counted].tolist()]
+    users = live.user[counted]
+    pushed = VideoResponseProbs.of(
+        replay_interest,
+        model,
+        users,
+        pushed_out[:, None],
+        np.array([clicks for clicks, _ in seen_before]),
+        np.array(
+            [
+                [u * config.n_authors + world.videos.author[v] in f]
+                for u, v, (_, f) in zip(users, pushed_out, seen_before, strict=True)
+            ]
+        ),
+        familiarity.views(users[:, None], world.videos.author[pushed_out][:, None]),
+    )
+    np.testing.assert_allclose(live.expected_reward[counted, 2], pushed.expected(model)[:, 0, 0], rtol=1e-5)
     assert day0.feed.request.size > 0
 
 
@@ -568,6 +593,13 @@ def test_days_number_their_requests_and_sessions_and_draw_from_their_keys():
     sessions = [np.unique(day.feed.session) for day in days]
     assert sessions[0][0] == 0 and all(a[-1] < b[0] for a, b in itertools.pairwise(sessions))
     assert days[0].feed.page.dtype == np.int64 and days[0].feed.request.dtype == np.int64
+    # float32, as a serving request carries them
+    assert (
+        days[0].feed.predictions.dtype
+        == days[0].feed.action.dtype
+        == days[0].live.predictions.dtype
+        == np.float32
+    )
     expected_key = np.random.SeedSequence(4).spawn(2)[1].spawn(1)[0]
     assert sim.draws.rows(np.array([3]))[0] == KeyedDraws(expected_key).rows(np.array([3]))[0]
     assert (
@@ -622,18 +654,32 @@ def test_days_number_their_requests_and_sessions_and_draw_from_their_keys():
     # an allocation policy that reads the page's context gets the live candidate's own
     contexts = recorder.contexts
     seen = {
-        int(r): (int(u), int(c[0]), p[0].tolist())
+        int(r): (int(u), int(session), int(page), int(c[0]), p[0].tolist())
         for ctx in contexts
-        for r, u, c, p in zip(ctx.requests, ctx.users, ctx.candidates, ctx.predictions, strict=True)
+        for r, u, session, page, c, p in zip(
+            ctx.requests,
+            ctx.users,
+            ctx.sessions,
+            ctx.request.page_index,
+            ctx.candidates,
+            ctx.predictions,
+            strict=True,
+        )
     }
-    for r, u, lid, p in zip(
-        live.request.tolist(), live.user.tolist(), live.live.tolist(), live.predictions, strict=True
+    for r, u, session, page, lid, p in zip(
+        live.request.tolist(),
+        live.user.tolist(),
+        live.session.tolist(),
+        live.page.tolist(),
+        live.live.tolist(),
+        live.predictions,
+        strict=True,
     ):
-        assert seen[r] == (u, lid, p.tolist())
+        assert seen[r] == (u, session, page, lid, p.tolist())
 
 
 def test_a_page_cap_ends_the_session_on_its_last_page_and_views_carry_only_their_kinds_signals():
-    config = SimConfig(n_users=300, max_pages=2)
+    config = SimConfig(n_users=1500, max_pages=2)
     day = Simulator(config, 6).run_day(FEED, LIVE)
     feed, views = day.feed, day.views
     assert feed.page.max() == 1 and np.all(feed.done[feed.page == 1])
@@ -645,8 +691,18 @@ def test_a_page_cap_ends_the_session_on_its_last_page_and_views_carry_only_their
         views.signals[np.ix_(live, [0, 2, 3, 4, 5, 6])] == 0
     )
     np.testing.assert_array_equal(views.signals[live, 1], views.signals[live, 8] > 0)
+    assert ((views.signals[live, 8] > 0) & (views.signals[live, 8] < 1)).any()  # a click under a second
     # the displaced video's watch counts only where the user reached the page's end
     per_request = np.bincount(views.request, minlength=feed.request.max() + 1)
     reached = per_request[day.live.request] == config.page_size
     assert np.all(day.live.reward[~reached, 2] == 0) and np.all(day.live.expected_reward[~reached, 2] == 0)
     assert (day.live.expected_reward[reached & (day.live.action == 1), 2] > 0).all()
+
+
+def test_a_day_nobody_comes_back_has_empty_logs_with_every_column():
+    config = SimConfig(n_users=50, return_base=(0.0, 0.0, 0.0, 0.0))
+    with np.errstate(divide="ignore"):  # the log-odds of a base rate of 0
+        day = Simulator(config, 1).run_day(FEED, LIVE)
+    assert day.sessions == day.returning_users == 0
+    assert day.feed.predictions.shape == (0, config.n_candidates, 7) and day.views.signals.shape == (0, 9)
+    assert day.live.request.size == 0
