@@ -563,6 +563,15 @@ def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state(
         familiarity.views(users[:, None], world.videos.author[pushed_out][:, None]),
     )
     np.testing.assert_allclose(live.expected_reward[counted, 2], pushed.expected(model)[:, 0, 0], rtol=1e-5)
+    # and its drawn watch from the page's own uniforms at the pushed-out rank
+    rank_of = {}
+    for user in np.unique(feed.user):
+        rank_of |= {session: rank for rank, session in enumerate(np.unique(feed.session[feed.user == user]))}
+    pages = decided[counted]
+    rank = [rank_of[session] for session in feed.session[pages].tolist()]
+    page_keys = sim.draws.rows(users, np.ones(users.size, np.int64), rank, feed.page[pages])
+    uniforms = sim.draws.uniform(page_keys, Purpose.VIDEO_RESPONSE, (config.page_size, 7))[:, -1:]
+    np.testing.assert_allclose(live.reward[counted, 2], pushed.sample(model, uniforms)[0][:, 0, 0])
     assert day0.feed.request.size > 0
 
 
@@ -692,6 +701,11 @@ def test_a_page_cap_ends_the_session_on_its_last_page_and_views_carry_only_their
     )
     np.testing.assert_array_equal(views.signals[live, 1], views.signals[live, 8] > 0)
     assert ((views.signals[live, 8] > 0) & (views.signals[live, 8] < 1)).any()  # a click under a second
+    # with one page a session, every page's last view ends its session
+    one_page = Simulator(SimConfig(n_users=300, max_pages=1), 6).run_day(FEED, LIVE).views
+    np.testing.assert_array_equal(
+        one_page.session_end, np.r_[one_page.request[1:] != one_page.request[:-1], True]
+    )
     # the displaced video's watch counts only where the user reached the page's end
     per_request = np.bincount(views.request, minlength=feed.request.max() + 1)
     reached = per_request[day.live.request] == config.page_size
