@@ -399,6 +399,15 @@ def _view_satisfaction(day, world, model) -> np.ndarray:
     return np.where(video, on_video, on_live)
 
 
+def _session_ranks(feed) -> np.ndarray:
+    """Each request's session's rank among its user's sessions of the day (the draws' key): sessions are
+    numbered in their planned order, and the ones a day opens are the first of them."""
+    rank_of = {}
+    for user in np.unique(feed.user):
+        rank_of |= {session: rank for rank, session in enumerate(np.unique(feed.session[feed.user == user]))}
+    return np.array([rank_of[session] for session in feed.session.tolist()], np.int64)
+
+
 def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state():
     """Day 1 of a small world, replayed from its logs: every short video's expected responses are the
     response model's given the session's earlier clicks (satiation), the follows made before the request
@@ -564,12 +573,10 @@ def test_a_day_replays_through_the_response_model_and_leaves_tomorrow_its_state(
     )
     np.testing.assert_allclose(live.expected_reward[counted, 2], pushed.expected(model)[:, 0, 0], rtol=1e-5)
     # and its drawn watch from the page's own uniforms at the pushed-out rank
-    rank_of = {}
-    for user in np.unique(feed.user):
-        rank_of |= {session: rank for rank, session in enumerate(np.unique(feed.session[feed.user == user]))}
     pages = decided[counted]
-    rank = [rank_of[session] for session in feed.session[pages].tolist()]
-    page_keys = sim.draws.rows(users, np.ones(users.size, np.int64), rank, feed.page[pages])
+    page_keys = sim.draws.rows(
+        users, np.ones(users.size, np.int64), _session_ranks(feed)[pages], feed.page[pages]
+    )
     uniforms = sim.draws.uniform(page_keys, Purpose.VIDEO_RESPONSE, (config.page_size, 7))[:, -1:]
     np.testing.assert_allclose(live.reward[counted, 2], pushed.sample(model, uniforms)[0][:, 0, 0])
     assert day0.feed.request.size > 0
@@ -637,12 +644,7 @@ def test_days_number_their_requests_and_sessions_and_draw_from_their_keys():
     first_ms = np.array([feed.time_ms[feed.user == u].min() for u in users])
     np.testing.assert_array_equal(first_ms, planned_ms.astype(np.int64))
     # the first candidates: a topic by the user's interests, then a video of it, from the page's draws
-    session_rank = {}
-    for user in users:
-        for rank, session in enumerate(np.unique(feed.session[feed.user == user])):
-            session_rank[session] = rank
-    ranks = np.array([session_rank[s] for s in feed.session.tolist()])
-    rows = sim.draws.rows(feed.user, np.full(feed.user.size, 1), ranks, feed.page)
+    rows = sim.draws.rows(feed.user, np.full(feed.user.size, 1), _session_ranks(feed), feed.page)
     topic_u = sim.draws.uniform(rows, Purpose.CANDIDATE_TOPIC, (config.n_candidates,))
     video_u = sim.draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (config.n_candidates,))
     topic = sim.world.videos.topic[feed.candidates]
