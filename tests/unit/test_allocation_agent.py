@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import tensorflow as tf
-from tf_agents.trajectories import policy_step, time_step, trajectory
+from allocation_batches import SMALL, D, batch, states, stats
 
 from recsys_rl import signals
 from recsys_rl.state import ACTIVITY_GROUPS, LIVE_STATE_FEATURES
@@ -20,63 +20,10 @@ from recsys_rl.training.agents.allocation import (
     categorical_projection,
     usage_rewards,
 )
-from recsys_rl.training.agents.data import TransitionStatistics
 from recsys_rl.training.agents.factory import build_agent, build_allocation_agent
 from recsys_rl.training.agents.networks import AllocationCriticNetwork, BernoulliActorNetwork
 from recsys_rl.training.agents.policy_io import export_allocation_policy, load_allocation_policy
 from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY, live_observation_spec
-
-D = len(LIVE_STATE_FEATURES)
-SMALL = AllocationConfig(shared_hidden=(8,), tower_hidden=(8,), head_hidden=8, atoms=11)
-
-
-def states(n: int, group: int | None = None, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    out = rng.random((n, D)).astype(np.float32)
-    groups = rng.integers(0, len(ACTIVITY_GROUPS), n) if group is None else np.full(n, group)
-    out[:, : len(ACTIVITY_GROUPS)] = np.eye(len(ACTIVITY_GROUPS))[groups]
-    return out
-
-
-def stats() -> TransitionStatistics:
-    return TransitionStatistics(
-        state_mean=np.full(D, 0.5),
-        state_std=np.full(D, 0.3),
-        reward_std=np.array([30.0, 0.5, 5.0]),
-        reward_mean=np.array([7.0, 0.03, 3.0]),
-        action_mean=np.array([0.3]),
-        logged_action_coef=np.zeros((D + 1, 1)),
-        rows=100,
-    )
-
-
-def batch(n: int = 32, seed: int = 0) -> trajectory.Transition:
-    rng = np.random.default_rng(seed)
-    obs, nxt = states(n, seed=seed), states(n, seed=seed + 1)
-    done = rng.random(n) < 0.3
-    action = (rng.random(n) < 0.4).astype(np.float32)
-    reward = np.column_stack(
-        [action * rng.exponential(30.0, n), action * (rng.random(n) < 0.1), action * 13.0 * rng.random(n)]
-    ).astype(np.float32)
-
-    def step(observation, reward_, discount, kind):
-        return time_step.TimeStep(
-            step_type=tf.fill([n], kind),
-            reward=tf.constant(reward_),
-            discount=tf.constant(discount, tf.float32),
-            observation=tf.constant(observation),
-        )
-
-    return trajectory.Transition(
-        step(obs, np.zeros_like(reward), np.ones(n), time_step.StepType.MID),
-        policy_step.PolicyStep(
-            action=tf.constant(action[:, None]),
-            state=(),
-            info={LOG_PROPENSITY_KEY: tf.constant(np.log(np.where(action == 1, 0.3, 0.7)), tf.float32)},
-        ),
-        step(nxt, reward, 1.0 - done, time_step.StepType.MID),
-    )
-
 
 # -- group routing ---------------------------------------------------------------------------------------
 
@@ -159,7 +106,9 @@ def test_without_routing_there_is_one_tower_for_every_group():
 
 # -- the distributional target ---------------------------------------------------------------------------
 
-ATOMS = tf.constant([0.0, 1.0, 2.0])
+# a plain list: a module-level tensor starts TensorFlow's runtime at collection, and workers forked from a
+# process that collected the tests (mutmut's fork server, pyproject's [tool.mutation]) then hang
+ATOMS = [0.0, 1.0, 2.0]
 
 
 @pytest.mark.parametrize(
@@ -179,7 +128,7 @@ ATOMS = tf.constant([0.0, 1.0, 2.0])
 )
 def test_the_categorical_projection_on_hand_computed_cases(next_probs, reward, discount, expected):
     projected = categorical_projection(
-        tf.constant([next_probs]), ATOMS, tf.constant([reward]), tf.constant([discount])
+        tf.constant([next_probs]), tf.constant(ATOMS), tf.constant([reward]), tf.constant([discount])
     )
     np.testing.assert_allclose(projected.numpy()[0], expected, atol=1e-6)
 
@@ -256,11 +205,29 @@ def test_the_main_support_keeps_the_return_of_a_costly_insertion_at_any_anti_gre
         pytest.param({"usage_discount": 1.0}, "usage_discount should be in", id="discount"),
         pytest.param({"tower_hidden": ()}, "tower_hidden should list", id="tower"),
         pytest.param({"anti_greedy_weight": -1.0}, "anti_greedy_weight should be >= 0", id="beta"),
+        # at each range's edge, with the value named
+        pytest.param({"shared_hidden": (8, 0)}, r"shared_hidden should list .* \(8, 0\)", id="empty-layer"),
+        pytest.param({"usage_support": (2.0, 2.0)}, "usage_support should be", id="empty-support"),
+        pytest.param({"head_hidden": 0}, "head_hidden should be positive, but is 0", id="head"),
+        pytest.param({"critic_learning_rate": 0.0}, "critic_learning_rate should be positive", id="lr"),
+        pytest.param(
+            {"target_update_tau": 0.0}, r"target_update_tau should be in \(0, 1\], but is 0", id="tau-0"
+        ),
+        pytest.param({"target_update_tau": 1.5}, "target_update_tau should be in", id="tau-above"),
+        pytest.param({"epsilon": 0.0}, "epsilon should be in", id="epsilon-0"),
+        pytest.param({"usage_discount": -0.1}, "usage_discount should be in", id="discount-below"),
     ],
 )
 def test_bad_allocation_configs_are_refused_with_the_field_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AllocationConfig(**kwargs)
+
+
+def test_configs_at_the_edge_of_every_range_are_accepted():
+    AllocationConfig(
+        shared_hidden=(1,), tower_hidden=(1,), atoms=2, usage_discount=0.0, target_update_tau=1.0
+    )
+    AllocationConfig(anti_greedy_weight=0.0, supervised_weight=0.0, usage_slack=0.0, initial_multiplier=0.0)
 
 
 def test_the_registry_keeps_surfaces_apart():
@@ -333,11 +300,11 @@ def test_the_exported_policy_matches_the_actor_in_probability_decision_and_log_p
 
 
 def test_the_usage_gap_is_measured_against_the_logging_policy():
-    # q[b, action, value]: value 1 is usage; insert costs 2 on the first state and earns 1 on the second
-    q = tf.constant([[[0.0, 5.0], [9.0, 3.0]], [[0.0, 1.0], [9.0, 2.0]]])
+    # q[b, action, value]: value 1 is usage; insert costs 2 on the first state and earns 3 on the second
+    q = tf.constant([[[0.0, 5.0], [9.0, 3.0]], [[0.0, 1.0], [9.0, 4.0]]])
     policy, logging = tf.constant([0.5, 1.0]), tf.constant([0.25, 0.5])
     gap = SLMGACAgent.usage_gap(q, policy, logging)
-    assert float(gap) == pytest.approx(((0.5 - 0.25) * -2.0 + (1.0 - 0.5) * 1.0) / 2)
+    assert float(gap) == pytest.approx(((0.5 - 0.25) * -2.0 + (1.0 - 0.5) * 3.0) / 2)
     # allocating exactly as the logs did meets the constraint, costly insertions and all
     assert float(SLMGACAgent.usage_gap(q, logging, logging)) == 0.0
 
