@@ -162,6 +162,54 @@ def run_mutmut(directory: Path, jobs: int, timeout_s: float) -> tuple[int | None
     return code, time.perf_counter() - start
 
 
+#: Collects the tests as mutmut's fork server does, then runs a layer normalisation (the agents' networks
+#: use it) in a forked child: it hangs where collecting started TensorFlow's runtime (a tensor made when a
+#: test module is imported), and so would every mutant's worker, each hang a timeout counted as killed.
+FORK_PROBE = """
+import os, sys, time
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as recsys_rl sets it
+import pytest
+collected = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[1:]])
+if collected != 0:
+    sys.exit(f"pytest exited {int(collected)}")
+if "tensorflow" not in sys.modules:
+    sys.exit(0)
+import tensorflow as tf
+child = os.fork()
+if child == 0:
+    tf.keras.layers.LayerNormalization()(tf.ones((4, 3)))
+    os._exit(0)
+deadline = time.monotonic() + float(os.environ["FORK_PROBE_TIMEOUT_S"])
+while time.monotonic() < deadline:
+    if os.waitpid(child, os.WNOHANG)[0]:
+        sys.exit(0)
+    time.sleep(0.2)
+os.kill(child, 9)
+sys.exit(3)
+"""
+
+
+def fork_hang(directory: Path, tests: list[str], timeout_s: float = 60.0) -> str | None:
+    """Why mutmut's forked workers would hang on ``tests``, or None when a child forked after collecting
+    them runs TensorFlow (or the tests do not import it)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", FORK_PROBE, *tests],
+        cwd=directory,
+        env={**os.environ, "FORK_PROBE_TIMEOUT_S": str(timeout_s)},
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode == 0:
+        return None
+    if probe.returncode == 3:
+        return (
+            f"a process forked after collecting {tests} hangs in TensorFlow (a tensor made when a test "
+            "module is imported starts its runtime), so every mutant's worker would time out and count as "
+            "killed: make such tensors inside the tests"
+        )
+    return f"collecting {tests} failed ({probe.returncode}): {probe.stdout[-500:]}{probe.stderr[-500:]}"
+
+
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
     os.killpg(process.pid, signal.SIGTERM)
     try:
@@ -378,6 +426,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{module}: mutating against {len(tests)} test files", flush=True)
         settings = {**config["mutmut"], **config["module_settings"].get(module, {})}
         directory = stage(module, tests, settings, Path(args.work))
+        hang = fork_hang(directory, tests) if settings.get("process_isolation") == "forkserver" else None
+        if hang:
+            failed.append(module)
+            print(f"{module}: not run: {hang}", file=sys.stderr)
+            if not args.keep:
+                shutil.rmtree(directory, ignore_errors=True)
+            continue
         code, wall = run_mutmut(directory, args.jobs, args.module_timeout)
         result = {
             "commit": commit,

@@ -99,3 +99,17 @@ def test_explain_only_reads_the_accepted_list_into_an_earlier_result_without_run
     surviving = written["modules"][module]["surviving"]
     assert [s.get("reason") for s in surviving] == [entry["reason"], None]
     assert written["modules"][module]["unexplained"] == 1 and written["overall"]["score"] == 0.8
+
+
+def test_tests_that_start_tensorflow_when_collected_are_refused_before_mutmut_runs(mutation, tmp_path):
+    (tmp_path / "test_idle.py").write_text(
+        "import tensorflow as tf\n\ndef test_x():\n    assert float(tf.constant(1.0)) == 1.0\n"
+    )
+    (tmp_path / "test_started.py").write_text(
+        "import tensorflow as tf\n\nONE = tf.constant(1.0)\n\ndef test_x():\n    assert float(ONE) == 1.0\n"
+    )
+    (tmp_path / "test_plain.py").write_text("def test_x():\n    assert True\n")
+    assert mutation.fork_hang(tmp_path, ["test_idle.py", "test_plain.py"], timeout_s=5) is None
+    reason = mutation.fork_hang(tmp_path, ["test_idle.py", "test_started.py"], timeout_s=5)
+    assert "hangs in TensorFlow" in reason and "test_started.py" in reason
+    assert "collecting ['test_missing.py'] failed" in mutation.fork_hang(tmp_path, ["test_missing.py"])
