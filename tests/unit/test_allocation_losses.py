@@ -19,6 +19,7 @@ from recsys_rl import signals
 from recsys_rl.state import LIVE_STATE_FEATURES
 from recsys_rl.training.agents.allocation import AllocationConfig, SLMGACAgent, expected_values
 from recsys_rl.training.agents.factory import build_allocation_agent
+from recsys_rl.training.agents.specs import allocation_transition_spec
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -49,7 +50,7 @@ def agent_and_batch(algorithm: str = "sl-mgac", config: AllocationConfig = SMALL
     tf.keras.utils.set_random_seed(3)
     agent = build_allocation_agent(algorithm, stats(), config)
     agent.train(batch(n, seed=7))  # the target critic now differs from the critic
-    return agent, batch(n, seed=1)
+    return agent, batch(n, seed=3)  # a batch with gifts
 
 
 @pytest.mark.parametrize("algorithm", ["sl-mgac", "sl-mgac-nosl"])
@@ -84,6 +85,7 @@ def test_the_critic_losses_are_the_projected_cross_entropy_and_the_supervised_fi
     supervised = np.zeros(4)
     if algorithm == "sl-mgac":
         reward = experience.next_time_step.reward.numpy()
+        assert np.any(reward[:, 1] > 0)  # gifts, whose label has a scale of its own
         labels = np.column_stack(
             [reward[:, 0] / 30.0, reward[:, 2] / 30.0, reward[:, 1] / 0.5, 1 - continues]
         )
@@ -144,6 +146,12 @@ def test_the_actor_losses_are_the_scaled_lagrangian_advantage_and_the_logged_cro
     assert float(own.advantage) == pytest.approx(expected, rel=1e-4)
 
 
+def test_a_non_finite_actor_loss_is_named():
+    agent, experience = agent_and_batch()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="actor/advantage"):
+        agent.actor_losses(experience, tf.fill([32, 2, 2], np.float32(np.nan)))
+
+
 def test_a_training_step_moves_the_multiplier_by_the_usage_gap_and_the_target_by_tau():
     config = AllocationConfig(
         **{**SMALL.__dict__, "target_update_tau": 0.25, "multiplier_learning_rate": 0.5, "usage_slack": 0.01}
@@ -196,9 +204,10 @@ def test_a_new_agent_is_the_full_sl_mgac_with_its_target_equal_to_the_critic():
     for target, critic in zip(agent._target_critic.variables, agent.critic.variables, strict=True):
         np.testing.assert_array_equal(target.numpy(), critic.numpy())
     assert not agent.multiplier.trainable  # a dual variable: the Lagrange step moves it, not a gradient
+    assert agent.training_data_spec == allocation_transition_spec()
     agent.train(batch(16))
     assert int(counter.numpy()) == 6
-    with pytest.raises(NotImplementedError, match="from train"):
+    with pytest.raises(NotImplementedError, match=r"^SL-MGAC reports its losses from train\(\)"):
         agent.loss(batch(16))
     single = build_allocation_agent("ac-single-group", stats(), SMALL)
     assert single.critic.encoder.groups == single.actor.encoder.groups == 1 and single.critic.supervised

@@ -18,6 +18,7 @@ from recsys_rl.pipelines.transition_io import parquet_table, parquet_values
 from recsys_rl.signals import PAIR_SIGNALS
 from recsys_rl.training.agents.data import statistics_of
 from recsys_rl.training.agents.policy_io import term_id
+from recsys_rl.training.agents.specs import pair_transition_spec
 from recsys_rl.training.pair_value import (
     PairTransitions,
     PairValueAgent,
@@ -146,6 +147,26 @@ def test_mtcl_shares_one_trunk_and_stacks_the_funnel_where_independent_heads_hav
         )
 
 
+def test_a_new_agent_is_mtcl_of_its_width_with_every_target_equal_to_its_network():
+    data = _rows(16, seed=0)
+    counter = tf.Variable(3, dtype=tf.int64)
+    agent = PairValueAgent(
+        statistics_of(data.states, data.rewards, np.zeros((16, 0))), CONFIG, train_step_counter=counter
+    )
+    assert agent._critic._shared_trunk  # the default is MTCL
+    assert agent.training_data_spec == pair_transition_spec()
+    widths = {v.shape[-1] for v in agent._critic.trainable_variables if "kernel" in v.name}
+    assert 8 in widths and 64 not in widths  # the config's trunk, not the default one
+    for learnt, target in ((agent._critic, agent._target), (agent._waiting, agent._waiting_target)):
+        for a, b in zip(learnt.variables, target.variables, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not np.array_equal(agent._critic.variables[0].numpy(), agent._waiting.variables[0].numpy())
+    agent.train(_as_transition(data, np.arange(16)))
+    assert int(counter.numpy()) == 4
+    with pytest.raises(NotImplementedError, match=r"from train\(\); there is no loss\(\)"):
+        agent.loss(_as_transition(data, np.arange(16)))
+
+
 def test_training_in_process_is_seeded_and_reads_the_rows_it_draws():
     data = _rows(48, seed=2)
     once = train_pair_value(data, CONFIG, steps=3, batch_size=8, seed=4).values(data.states).numpy()
@@ -153,6 +174,13 @@ def test_training_in_process_is_seeded_and_reads_the_rows_it_draws():
     other = train_pair_value(data, CONFIG, steps=3, batch_size=8, seed=5).values(data.states).numpy()
     np.testing.assert_array_equal(once, again)
     assert not np.allclose(once, other)
+    assert not train_pair_value(
+        data, CONFIG, critic="independent", steps=1, batch_size=8
+    )._critic._shared_trunk
+    single = PairTransitions(**{f: getattr(data, f)[:1] for f in PairTransitions.__dataclass_fields__})
+    assert np.all(
+        np.isfinite(train_pair_value(single, CONFIG, steps=2, batch_size=4).values(data.states).numpy())
+    )
     batch = _as_transition(data, np.array([5, 2, 5]))
     np.testing.assert_array_equal(batch.time_step.observation.numpy(), data.states[[5, 2, 5]])
     np.testing.assert_array_equal(batch.next_time_step.observation.numpy(), data.next_states[[5, 2, 5]])
@@ -190,6 +218,8 @@ def test_rows_come_from_the_surfaces_parquet_shards():
     tables.append(parquet_table(USER_AUTHOR, [parquet_values(r) for r in rows[2:]]))
     data = PairTransitions.from_tables(tables)
     assert data.states.shape == (4, D) and data.rewards.shape == (4, S)
+    assert data.states.dtype == data.next_states.dtype == data.rewards.dtype == np.float32
+    assert data.truncated.dtype == bool
     np.testing.assert_array_equal(data.states[:, -1], [0.0, 1.0, 2.0, 3.0])
     np.testing.assert_array_equal(data.next_states[:, 0], [1.0, 2.0, 3.0, 4.0])
     np.testing.assert_array_equal(data.rewards[:, PAIR_SIGNALS.index("gift")], [0.0, 1.0, 2.0, 3.0])
@@ -202,7 +232,7 @@ def test_rows_come_from_the_surfaces_parquet_shards():
     ]
 
 
-@pytest.mark.parametrize("daily", [1.0, 0.5])
+@pytest.mark.parametrize("daily", [1.0, 0.5])  # 1 by default
 def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order(daily):
     # pair 7: three meetings, 1 then 2 days apart; pair 3: one; rows shuffled
     rewards = np.array(
@@ -217,13 +247,16 @@ def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order(da
         gap_days=np.array([3.0, 5.0, 2.0, 1.0]),  # a chain's last gap runs to the cut-off: never read
         truncated=np.array([True, True, False, False]),
     )
-    returns, following = monte_carlo_returns(data, (0.5, 0.5, 0.5, 0.1), daily)
+    gammas = (0.5, 0.5, 0.5, 0.1)
+    returns, following = (
+        monte_carlo_returns(data, gammas, daily) if daily != 1 else monte_carlo_returns(data, gammas)
+    )
     g1, g2 = 0.5 * daily, 0.5 * daily**2  # per meeting, times per day to the next meeting
     step_2 = [0, 0, 2, 1]
     step_1 = [1 + g2 * 0, 1 + g2 * 0, 0 + g2 * 2, 0 + 0.1 * daily**2 * 1]
     step_0 = [1 + g1 * step_1[0], 0 + g1 * step_1[1], 0 + g1 * step_1[2], 0 + 0.1 * daily * step_1[3]]
     np.testing.assert_allclose(returns, [step_2, [1, 0, 0, 0], step_1, step_0])
-    assert following.tolist() == [0, 0, 1, 2]
+    assert following.tolist() == [0, 0, 1, 2] and following.dtype.kind == "i"
 
 
 @pytest.mark.parametrize(
@@ -243,6 +276,7 @@ def test_monte_carlo_returns_run_back_along_each_pairs_chain_in_any_row_order(da
         ({"term_coefficients": (1.0,)}, "term_coefficients should have one value per signal"),
         ({"term_weight": 0.0}, "term_weight and term_weight_std should be positive, but are 0.0 and 0.3"),
         ({"term_weight_std": -0.1}, "term_weight and term_weight_std should be positive"),
+        ({"term_weight_std": 0.0}, "term_weight and term_weight_std should be positive"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_setting(settings, message):
