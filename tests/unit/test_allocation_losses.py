@@ -10,6 +10,8 @@ weights; a sign or an index wrong in any of these would pass them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -55,7 +57,7 @@ def agent_and_batch(algorithm: str = "sl-mgac", config: AllocationConfig = SMALL
 
 @pytest.mark.parametrize("algorithm", ["sl-mgac", "sl-mgac-nosl"])
 def test_the_critic_losses_are_the_projected_cross_entropy_and_the_supervised_fits(algorithm):
-    config = AllocationConfig(**{**SMALL.__dict__, "supervised_weight": 0.7})
+    config = replace(SMALL, supervised_weight=0.7)
     agent, experience = agent_and_batch(algorithm, config)
     obs = experience.time_step.observation
     nxt = experience.next_time_step.observation
@@ -121,7 +123,7 @@ def test_expected_values_are_each_distributions_mean_on_its_own_atoms():
 
 
 def test_the_actor_losses_are_the_scaled_lagrangian_advantage_and_the_logged_cross_entropy():
-    config = AllocationConfig(**{**SMALL.__dict__, "actor_supervised_weight": 0.3})
+    config = replace(SMALL, actor_supervised_weight=0.3)
     agent, experience = agent_and_batch(config=config)
     agent.multiplier.assign(0.6)
     rng = np.random.default_rng(2)
@@ -153,9 +155,7 @@ def test_a_non_finite_actor_loss_is_named():
 
 
 def test_a_training_step_moves_the_multiplier_by_the_usage_gap_and_the_target_by_tau():
-    config = AllocationConfig(
-        **{**SMALL.__dict__, "target_update_tau": 0.25, "multiplier_learning_rate": 0.5, "usage_slack": 0.01}
-    )
+    config = replace(SMALL, target_update_tau=0.25, multiplier_learning_rate=0.5, usage_slack=0.01)
     agent, experience = agent_and_batch(config=config)
     agent.multiplier.assign(2.0)
     obs = experience.time_step.observation
