@@ -48,6 +48,15 @@ def huber(error: np.ndarray) -> np.ndarray:
     return np.where(np.abs(error) <= 1.0, 0.5 * error**2, np.abs(error) - 0.5)
 
 
+def actor_losses_by_hand(
+    q: np.ndarray, p: np.ndarray, logged: np.ndarray, multiplier: float
+) -> tuple[float, float]:
+    """The actor's scaled Lagrangian advantage term and its cross-entropy with the logged allocation."""
+    combined = (q[:, 1, 0] - q[:, 0, 0]) + multiplier * (q[:, 1, 1] - q[:, 0, 1])
+    advantage = -np.mean(p * combined) / (np.mean(np.abs(combined)) + 1e-6)
+    return advantage, -np.mean(logged * np.log(p) + (1 - logged) * np.log1p(-p))
+
+
 def agent_and_batch(algorithm: str = "sl-mgac", config: AllocationConfig = SMALL, n: int = 32):
     tf.keras.utils.set_random_seed(3)
     agent = build_allocation_agent(algorithm, stats(), config)
@@ -130,11 +139,9 @@ def test_the_actor_losses_are_the_scaled_lagrangian_advantage_and_the_logged_cro
     # advantages of about 1e-3: the scale's 1e-6 guard is then a part in a thousand
     q = (1e-3 * rng.normal(size=(32, 2, 2))).astype(np.float32)
     p = agent.actor.insert_probability(experience.time_step.observation).numpy().astype(np.float64)
-    combined = (q[:, 1, 0] - q[:, 0, 0]) + 0.6 * (q[:, 1, 1] - q[:, 0, 1])
-    advantage = -np.mean(p * combined) / (np.mean(np.abs(combined)) + 1e-6)
     logged = experience.action_step.action.numpy()[:, 0]
     assert 0 < logged.mean() < 1
-    cross_entropy = -np.mean(logged * np.log(p) + (1 - logged) * np.log1p(-p))
+    advantage, cross_entropy = actor_losses_by_hand(q, p, logged, 0.6)
     losses = agent.actor_losses(experience, tf.constant(q))
     assert float(losses.advantage) == pytest.approx(advantage, rel=1e-4)
     assert float(losses.supervised) == pytest.approx(cross_entropy, rel=1e-5)
@@ -143,9 +150,7 @@ def test_the_actor_losses_are_the_scaled_lagrangian_advantage_and_the_logged_cro
     # without q the critic's own action values
     own = agent.actor_losses(experience)
     q_own = agent.action_values(experience.time_step.observation).numpy()
-    combined = (q_own[:, 1, 0] - q_own[:, 0, 0]) + 0.6 * (q_own[:, 1, 1] - q_own[:, 0, 1])
-    expected = -np.mean(p * combined) / (np.mean(np.abs(combined)) + 1e-6)
-    assert float(own.advantage) == pytest.approx(expected, rel=1e-4)
+    assert float(own.advantage) == pytest.approx(actor_losses_by_hand(q_own, p, logged, 0.6)[0], rel=1e-4)
 
 
 def test_a_non_finite_actor_loss_is_named():
@@ -189,10 +194,8 @@ def test_a_training_step_moves_the_multiplier_by_the_usage_gap_and_the_target_by
         "insert_rate",
     }
     # the actor's loss at the critic's new values, the actor's old probabilities and the old multiplier
-    combined = (q[:, 1, 0] - q[:, 0, 0]) + 2.0 * (q[:, 1, 1] - q[:, 0, 1])
-    advantage = -np.mean(p_before * combined) / (np.mean(np.abs(combined)) + 1e-6)
     actions = experience.action_step.action.numpy()[:, 0]
-    cross_entropy = -np.mean(actions * np.log(p_before) + (1 - actions) * np.log1p(-p_before))
+    advantage, cross_entropy = actor_losses_by_hand(q, p_before.astype(np.float64), actions, 2.0)
     actor_loss = advantage + config.actor_supervised_weight * cross_entropy
     assert float(info.loss) == pytest.approx(critic_loss + actor_loss, rel=1e-4)
 

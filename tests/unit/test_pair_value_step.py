@@ -60,13 +60,15 @@ def _values(network, states: np.ndarray) -> np.ndarray:
     return network((tf.constant(states), tf.zeros([len(states), 0])))[0].numpy().astype(np.float64)
 
 
-def _agent(
-    critic: str = "mtcl", data: PairTransitions | None = None
-) -> tuple[PairValueAgent, PairTransitions]:
-    data = _rows(64, seed=0) if data is None else data
+def _stats(data: PairTransitions):
+    """The rows' statistics, as training takes them: the surface logs no action."""
+    return statistics_of(data.states, data.rewards, np.zeros((len(data.states), 0)))
+
+
+def _agent(critic: str = "mtcl") -> tuple[PairValueAgent, PairTransitions]:
+    data = _rows(64, seed=0)
     tf.keras.utils.set_random_seed(1)
-    stats = statistics_of(data.states, data.rewards, np.zeros((len(data.states), 0)))
-    agent = PairValueAgent(stats, CONFIG, critic=critic)
+    agent = PairValueAgent(_stats(data), CONFIG, critic=critic)
     agent.train(_as_transition(data, np.arange(len(data.states))))  # targets and networks now differ
     return agent, data
 
@@ -93,8 +95,9 @@ def test_one_step_fits_each_head_to_its_td_target_and_the_waiting_value_to_the_w
         np.asarray(CONFIG.discounts) * _values(agent._target, data.next_states),
     )
     rewards = data.rewards / agent.reward_std
-    targets = rewards + (discount * 0.8**gap)[:, None] * following
-    waiting_targets = (discount * 0.8 ** (gap - waited))[:, None] * following
+    daily = CONFIG.daily_discount
+    targets = rewards + (discount * daily**gap)[:, None] * following
+    waiting_targets = (discount * daily ** (gap - waited))[:, None] * following
     td = np.mean(0.5 * (_values(agent._critic, data.states) - targets) ** 2, axis=0)
     squared = 0.5 * (_values(agent._waiting, waiting_states) - waiting_targets) ** 2
     waiting = np.sum(gap[:, None] * squared, axis=0) / gap.sum()
@@ -142,17 +145,13 @@ def test_mtcl_shares_one_trunk_and_stacks_the_funnel_where_independent_heads_hav
         for copy in (agent._waiting, agent._target, agent._waiting_target):
             assert [v.shape for v in copy.variables] == [v.shape for v in agent._critic.variables]
     with pytest.raises(ValueError, match="critic should be one of"):
-        PairValueAgent(
-            statistics_of(np.zeros((2, D)), np.zeros((2, S)), np.zeros((2, 0))), CONFIG, critic="x"
-        )
+        PairValueAgent(_stats(_rows(2, seed=0)), CONFIG, critic="x")
 
 
 def test_a_new_agent_is_mtcl_of_its_width_with_every_target_equal_to_its_network():
     data = _rows(16, seed=0)
     counter = tf.Variable(3, dtype=tf.int64)
-    agent = PairValueAgent(
-        statistics_of(data.states, data.rewards, np.zeros((16, 0))), CONFIG, train_step_counter=counter
-    )
+    agent = PairValueAgent(_stats(data), CONFIG, train_step_counter=counter)
     assert agent._critic._shared_trunk  # the default is MTCL
     assert agent.training_data_spec == pair_transition_spec()
     widths = {v.shape[-1] for v in agent._critic.trainable_variables if "kernel" in v.name}
