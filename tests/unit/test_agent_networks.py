@@ -18,7 +18,12 @@ from recsys_rl.fusion import FEED_ACTION_NAMES
 from recsys_rl.state import FEED_STATE_FEATURES
 from recsys_rl.training.agents.base import AgentConfig
 from recsys_rl.training.agents.data import statistics_of
-from recsys_rl.training.agents.networks import LOG_STD_RANGE, GaussianActorNetwork, MultiTaskCriticNetwork
+from recsys_rl.training.agents.networks import (
+    LOG_STD_RANGE,
+    GaussianActorNetwork,
+    MultiTaskCriticNetwork,
+    _LoggedActionFit,
+)
 from recsys_rl.training.agents.specs import feed_action_spec, feed_observation_spec
 
 STATE_SIZE = len(FEED_STATE_FEATURES)
@@ -76,6 +81,22 @@ def _actions(rng: np.random.Generator, batch: int) -> tf.Tensor:
     return tf.constant(rng.normal(size=(batch, ACTION_SIZE)), tf.float32)
 
 
+def _randomise(network, seed: int) -> None:
+    """Weights of order one everywhere, biases included: an untrained network's zero biases and tiny
+    output kernel would hide a wrong sign or a missing activation."""
+    rng = np.random.default_rng(seed)
+    for variable in network.trainable_variables:
+        variable.assign(rng.normal(0.0, 0.5, variable.shape).astype(np.float32))
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0)
+
+
+def _dense(layer, x: np.ndarray) -> np.ndarray:
+    return x @ layer.kernel.numpy().astype(np.float64) + layer.bias.numpy()
+
+
 def _head_variables(critic: MultiTaskCriticNetwork, name: str, *, hidden: bool = True) -> list[tf.Variable]:
     """A head's output layer, and its hidden layer unless ``hidden`` is false."""
     scopes = (f"/head_{name}/", f"/head_{name}_hidden/") if hidden else (f"/head_{name}/",)
@@ -110,6 +131,17 @@ def test_actor_normalises_raw_states_with_the_given_moments():
 
     np.testing.assert_allclose(raw_mean.numpy(), by_hand.numpy(), rtol=1e-4, atol=1e-4)
     assert np.abs(raw_mean.numpy() - unnormalised.numpy()).max() > 1.0
+
+
+def test_the_actors_mean_is_a_relu_network_of_the_normalised_state_by_hand():
+    actor = _actor()
+    _randomise(actor, 11)
+    states = _states(np.random.default_rng(12), 16)
+    x = (states.numpy().astype(np.float64) - STATE_MEAN) / STATE_STD
+    for layer in actor._hidden:
+        x = _relu(_dense(layer, x))
+    mean, _ = actor.mean_and_std(states)
+    np.testing.assert_allclose(mean.numpy(), _dense(actor._mean, x), rtol=1e-4, atol=1e-4)
 
 
 def test_actor_distribution_has_the_actors_mean_and_std():
@@ -321,15 +353,65 @@ def test_independent_trunks_keep_each_heads_loss_in_its_own_trunk():
     follow = signals.FEED_SIGNALS.index("follow")
     rng = np.random.default_rng(8)
     states, actions = _states(rng, 16), _actions(rng, 16)
-    kernels = [v for v in critic.trainable_variables if "/critic_" in v.name and "kernel" in v.name]
-    assert [k.shape[0] for k in kernels] == [len(signals.FEED_SIGNALS)] * 2  # one stack per head, per layer
+    trunks = [v for v in critic.trainable_variables if "/critic_" in v.name]  # kernels and biases
+    assert [v.shape[0] for v in trunks] == [len(signals.FEED_SIGNALS)] * 4  # one stack per head, per layer
     with tf.GradientTape() as tape:
         q, _ = critic((states, actions))
         loss = tf.reduce_sum(tf.square(q[:, follow]))
-    for grad in tape.gradient(loss, kernels):
+    for grad in tape.gradient(loss, trunks):
         per_stack = np.abs(grad.numpy()).sum(axis=(1, 2))
         assert per_stack[follow] > 0.0
         assert not np.any(np.delete(per_stack, follow))
+
+
+@pytest.mark.parametrize("shared_trunk", [False, True])
+def test_the_critics_values_by_hand_through_each_heads_trunk(shared_trunk):
+    """Each head's value: its trunk (its own stack of every torso layer, or the one torso), then its two
+    head layers, all ReLU but the output, on [normalised state, action departure]."""
+    coef = np.random.default_rng(13).normal(size=(STATE_SIZE + 1, ACTION_SIZE))
+    critic = _critic(shared_trunk=shared_trunk, logged_action_coef=coef)
+    _randomise(critic, 14)
+    rng = np.random.default_rng(15)
+    states, actions = _states(rng, 8), _actions(rng, 8)
+    normalised = (states.numpy().astype(np.float64) - STATE_MEAN) / STATE_STD
+    inputs = np.concatenate([normalised, actions.numpy() - coef[0] - normalised @ coef[1:]], axis=1)
+    expected = np.empty((8, len(signals.FEED_SIGNALS)))
+    for head, (hidden, out) in enumerate(critic._heads):
+        x = inputs
+        for layer in critic._torso:
+            if shared_trunk:
+                x = _relu(_dense(layer, x))
+            else:
+                x = _relu(x @ layer.kernel.numpy()[head] + layer.bias.numpy()[head])
+        expected[:, head] = _dense(out, _relu(_dense(hidden, x)))[:, 0]
+    q, _ = critic((states, actions))
+    np.testing.assert_allclose(q.numpy(), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_each_independent_trunk_starts_glorot_uniform_on_its_own_layer_shape():
+    """Every stack drawn as its own Dense layer would be (limit sqrt(6 / (fan_in + units))), not as one
+    3-d kernel (whose Glorot limit counts every stack in its fans), and no two stacks alike."""
+    critic = _critic()
+    fan_in = STATE_SIZE + ACTION_SIZE
+    for layer in critic._torso:
+        kernel = layer.kernel.numpy()
+        limit = math.sqrt(6.0 / (fan_in + kernel.shape[2]))
+        per_stack = np.abs(kernel).max(axis=(1, 2))
+        assert np.all(per_stack <= limit) and np.all(per_stack > 0.9 * limit), (per_stack, limit)
+        assert len({k.tobytes() for k in kernel}) == kernel.shape[0]
+        assert layer.bias.shape == (len(signals.FEED_SIGNALS), 1, kernel.shape[2])
+        fan_in = kernel.shape[2]
+
+
+@pytest.mark.parametrize("actions", [1, 0])
+def test_the_logged_action_fit_departs_any_number_of_actions(actions):
+    """One action is fitted like many; none (the pair critic's) passes through as an empty action."""
+    rng = np.random.default_rng(16)
+    coef = rng.normal(size=(STATE_SIZE + 1, actions))
+    states = rng.normal(size=(5, STATE_SIZE)).astype(np.float32)
+    logged = rng.normal(size=(5, actions)).astype(np.float32)
+    departure = _LoggedActionFit(coef).departure(tf.constant(states), tf.constant(logged))
+    np.testing.assert_allclose(departure.numpy(), logged - coef[0] - states @ coef[1:], rtol=1e-4, atol=1e-4)
 
 
 def test_a_shared_trunk_is_read_by_every_head():

@@ -14,21 +14,13 @@ import dataclasses
 import numpy as np
 import pytest
 import tensorflow as tf
-from tf_agents.trajectories import policy_step, time_step, trajectory
+from feed_batches import AUXILIARY, SIGN, SMALL, batch, moved, stats, values
 
 from recsys_rl import signals
-from recsys_rl.state import FEED_STATE_FEATURES
 from recsys_rl.training.agents.base import AgentConfig
-from recsys_rl.training.agents.data import TransitionStatistics
 from recsys_rl.training.agents.factory import build_agent
-from recsys_rl.training.agents.specs import LOG_PROPENSITY_KEY
 from recsys_rl.training.agents.tscac import stage_two_log_weights
 
-SMALL = AgentConfig(actor_hidden=(8,), critic_hidden=(8,), head_hidden=4)
-D, K = len(FEED_STATE_FEATURES), len(signals.FEED_SIGNALS)
-AUXILIARY = ("click", "like", "follow", "comment", "share", "hate")
-# hand-written, not signals.directions(): the one lower-is-better signal of the feed is hate
-SIGN = {"click": 1.0, "like": 1.0, "follow": 1.0, "comment": 1.0, "share": 1.0, "hate": -1.0}
 STAGE_ONE_KEYS = {f"actor/{s}" for s in AUXILIARY}
 
 
@@ -38,86 +30,39 @@ def seeded():
     tf.keras.utils.set_random_seed(0)
 
 
-def _stats() -> TransitionStatistics:
-    return TransitionStatistics(
-        state_mean=np.zeros(D),
-        state_std=np.ones(D),
-        reward_std=np.ones(K),
-        reward_mean=np.zeros(K),
-        action_mean=np.zeros(K),
-        logged_action_coef=np.zeros((D + 1, K)),
-        rows=64,
-    )
-
-
-def _batch(n: int = 64, seed: int = 0) -> trajectory.Transition:
-    rng = np.random.default_rng(seed)
-    obs, nxt = rng.normal(size=(2, n, D)).astype(np.float32)
-    action = rng.normal(0.0, 1.0, (n, K)).astype(np.float32)
-    reward = rng.random((n, K)).astype(np.float32)
-    done = rng.random(n) < 0.2
-
-    def step(observation, reward_, discount):
-        return time_step.TimeStep(
-            step_type=tf.fill([n], time_step.StepType.MID),
-            reward=tf.constant(reward_),
-            discount=tf.constant(discount, tf.float32),
-            observation=tf.constant(observation),
-        )
-
-    log_propensity = rng.normal(-8.0, 1.0, n).astype(np.float32)
-    return trajectory.Transition(
-        step(obs, np.zeros_like(reward), np.ones(n)),
-        policy_step.PolicyStep(
-            action=tf.constant(action), state=(), info={LOG_PROPENSITY_KEY: tf.constant(log_propensity)}
-        ),
-        step(nxt, reward, 1.0 - done),
-    )
-
-
-def _values(network) -> list[np.ndarray]:
-    return [v.numpy().copy() for v in network.trainable_variables]
-
-
-def _moved(before: list[np.ndarray], network) -> bool:
-    return any(
-        not np.array_equal(b, v.numpy()) for b, v in zip(before, network.trainable_variables, strict=True)
-    )
-
-
 @pytest.mark.parametrize("algo", ["tscac", "tscac-dpg"])
 def test_stage_one_runs_for_exactly_the_first_stage_one_steps_then_stage_two(algo):
-    agent = build_agent(algo, _stats(), SMALL, stage_one_steps=2)
-    batch = _batch()
+    agent = build_agent(algo, stats(), SMALL, stage_one_steps=2)
+    logged = batch()
     # steps 0 and 1 are stage one (1 is just inside the boundary), 2 (at it) and 3 are stage two
     for step, stage_one in [(0, True), (1, True), (2, False), (3, False)]:
         main, aux, critic = (
-            _values(agent.actor),
-            [_values(a) for a in agent.aux_actors],
-            _values(agent._critic),
+            values(agent.actor),
+            [values(a) for a in agent.aux_actors],
+            values(agent._critic),
         )
-        info = agent.train(batch, **agent.train_kwargs(step))
+        info = agent.train(logged, **agent.train_kwargs(step))
         actor_keys = {k for k in info.extra if k.startswith("actor/")}
         assert actor_keys == (STAGE_ONE_KEYS if stage_one else {"actor/main"}), f"step {step}"
-        assert _moved(critic, agent._critic), f"step {step}: the critic learns in both stages"
-        assert _moved(main, agent.actor) is not stage_one, f"step {step}: main actor"
+        assert moved(critic, agent._critic), f"step {step}: the critic learns in both stages"
+        assert moved(main, agent.actor) is not stage_one, f"step {step}: main actor"
         for name, before, actor in zip(AUXILIARY, aux, agent.aux_actors, strict=True):
-            assert _moved(before, actor) is stage_one, f"step {step}: stage-one actor {name}"
+            assert moved(before, actor) is stage_one, f"step {step}: stage-one actor {name}"
     assert int(agent.train_step_counter.numpy()) == 4
 
 
 def test_zero_stage_one_steps_starts_in_stage_two():
-    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0)
-    assert set(agent.train(_batch(), **agent.train_kwargs(0)).extra) >= {"actor/main"}
-    assert not STAGE_ONE_KEYS & set(agent.train(_batch(), **agent.train_kwargs(1)).extra)
+    agent = build_agent("tscac", stats(), SMALL, stage_one_steps=0)
+    assert set(agent.train(batch(), **agent.train_kwargs(0)).extra) >= {"actor/main"}
+    assert not STAGE_ONE_KEYS & set(agent.train(batch(), **agent.train_kwargs(1)).extra)
 
 
-def _stage_one_reference(agent, batch):
+def _stage_one_reference(agent, logged):
     """Each stage-one actor's expected loss, given the actors before and the critic after one step."""
-    obs, action = batch.time_step.observation, batch.action_step.action
+    obs, action = logged.time_step.observation, logged.action_step.action
     means = [a.mean_and_std(obs)[0].numpy() for a in agent.aux_actors]
     log_probs = [a(obs)[0].log_prob(action).numpy().astype(np.float64) for a in agent.aux_actors]
-    info = agent.train(batch, **agent.train_kwargs(0))
+    info = agent.train(logged, **agent.train_kwargs(0))
     # the critic steps first, then the actors read it; the actors' step leaves it as it is
     q_logged = agent._critic((obs, action))[0].numpy().astype(np.float64)
     raw = {}
@@ -135,8 +80,8 @@ def _awr_loss(advantage, log_prob, config: AgentConfig) -> float:
 
 
 def test_each_stage_one_actor_is_weighted_towards_its_own_signal_hate_downwards():
-    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=1)
-    info, raw, _, log_probs = _stage_one_reference(agent, _batch())
+    agent = build_agent("tscac", stats(), SMALL, stage_one_steps=1)
+    info, raw, _, log_probs = _stage_one_reference(agent, batch())
     for name in AUXILIARY:
         expected = _awr_loss(SIGN[name] * raw[name], log_probs[name], SMALL)
         flipped = _awr_loss(-SIGN[name] * raw[name], log_probs[name], SMALL)
@@ -153,10 +98,10 @@ def test_each_stage_one_actor_is_weighted_towards_its_own_signal_hate_downwards(
 
 
 def test_each_deterministic_stage_one_actor_climbs_its_own_signal_hate_downwards():
-    agent = build_agent("tscac-dpg", _stats(), SMALL, stage_one_steps=1)
-    batch = _batch()
-    info, _, means, _ = _stage_one_reference(agent, batch)
-    obs, action = batch.time_step.observation, batch.action_step.action.numpy()
+    agent = build_agent("tscac-dpg", stats(), SMALL, stage_one_steps=1)
+    logged = batch()
+    info, _, means, _ = _stage_one_reference(agent, logged)
+    obs, action = logged.time_step.observation, logged.action_step.action.numpy()
     for name, mean in zip(AUXILIARY, means, strict=True):
         q = agent._critic((obs, mean))[0].numpy()[:, signals.FEED_SIGNALS.index(name)].astype(np.float64)
 
@@ -173,10 +118,10 @@ def test_each_deterministic_stage_one_actor_climbs_its_own_signal_hate_downwards
 
 @pytest.mark.parametrize(("algo", "step"), [("tscac", 0), ("tscac", 1), ("tscac-dpg", 0), ("tscac-dpg", 1)])
 def test_the_reported_loss_is_the_critics_plus_the_actors_of_the_stage_that_ran(algo, step):
-    agent = build_agent(algo, _stats(), SMALL, stage_one_steps=1)
+    agent = build_agent(algo, stats(), SMALL, stage_one_steps=1)
     for earlier in range(step):
-        agent.train(_batch(), **agent.train_kwargs(earlier))
-    info = agent.train(_batch(), **agent.train_kwargs(step))
+        agent.train(batch(), **agent.train_kwargs(earlier))
+    info = agent.train(batch(), **agent.train_kwargs(step))
     critic = sum(float(info.extra[f"critic/{s}"]) for s in signals.FEED_SIGNALS)
     actors = [float(v) for k, v in info.extra.items() if k.startswith("actor/")]
     assert len(actors) == (len(AUXILIARY) if step == 0 else 1)
@@ -184,8 +129,8 @@ def test_the_reported_loss_is_the_critics_plus_the_actors_of_the_stage_that_ran(
 
 
 def test_stochastic_stage_two_reports_its_largest_weights_share():
-    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0)
-    share = float(agent.train(_batch(), **agent.train_kwargs(0)).extra["weights/max_share"])
+    agent = build_agent("tscac", stats(), SMALL, stage_one_steps=0)
+    share = float(agent.train(batch(), **agent.train_kwargs(0)).extra["weights/max_share"])
     assert 1.0 / 64 <= share <= 1.0  # the largest weight's share of a batch of 64
 
 
@@ -194,12 +139,12 @@ def test_deterministic_stage_two_climbs_the_main_head_and_stays_near_the_stage_o
     + closeness * mean over stage-one actors of |mu - mu_i|^2. Freshly initialised actors' means lie
     within about 1e-3 of each other, so the closeness weight is raised until its term shows."""
     config = dataclasses.replace(SMALL, closeness_weight=1e4)
-    agent = build_agent("tscac-dpg", _stats(), config, stage_one_steps=0)
-    batch = _batch()
-    obs, action = batch.time_step.observation, batch.action_step.action.numpy()
+    agent = build_agent("tscac-dpg", stats(), config, stage_one_steps=0)
+    logged = batch()
+    obs, action = logged.time_step.observation, logged.action_step.action.numpy()
     anchors = np.stack([a.mean_and_std(obs)[0].numpy() for a in agent.aux_actors])
     mean = agent.actor.mean_and_std(obs)[0].numpy()
-    info = agent.train(batch, **agent.train_kwargs(0))
+    info = agent.train(logged, **agent.train_kwargs(0))
     q_main = agent._critic((obs, mean))[0].numpy()[:, signals.FEED_SIGNALS.index("watch_time")]
     closeness = config.closeness_weight * np.mean(np.sum((mean[None] - anchors) ** 2, axis=-1))
     expected = (
@@ -227,7 +172,7 @@ def test_an_integer_aux_lambda_gives_the_same_stage_two_weights():
 def test_each_critic_head_bootstraps_from_the_actor_that_optimises_its_signal():
     """DESIGN 3.1: the main head's target uses the main actor's next action, each auxiliary head its own
     stage-one actor's (0 is the main actor, then the stage-one actors in AUXILIARY order)."""
-    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0)
+    agent = build_agent("tscac", stats(), SMALL, stage_one_steps=0)
     expected = [0 if s == "watch_time" else 1 + AUXILIARY.index(s) for s in signals.FEED_SIGNALS]
     assert agent._head_policy == expected == [0, 1, 2, 3, 4, 5, 6]
 
@@ -235,13 +180,13 @@ def test_each_critic_head_bootstraps_from_the_actor_that_optimises_its_signal():
 def test_the_agent_counts_its_steps_on_the_counter_it_is_given():
     """The training loop checkpoints its own counter: the agent must step that one, not one of its own."""
     counter = tf.Variable(5, dtype=tf.int64)
-    agent = build_agent("tscac", _stats(), SMALL, stage_one_steps=0, train_step_counter=counter)
-    agent.train(_batch(), **agent.train_kwargs(0))
+    agent = build_agent("tscac", stats(), SMALL, stage_one_steps=0, train_step_counter=counter)
+    agent.train(batch(), **agent.train_kwargs(0))
     assert agent.train_step_counter is counter and int(counter.numpy()) == 6
 
 
 def test_tscacs_critic_takes_the_configured_funnel():
     config = dataclasses.replace(SMALL, funnel=("click", "like", "follow"))
-    agent = build_agent("tscac", _stats(), config, stage_one_steps=0)
+    agent = build_agent("tscac", stats(), config, stage_one_steps=0)
     assert agent._critic._funnel == tuple(signals.FEED_SIGNALS.index(s) for s in ("click", "like", "follow"))
-    assert build_agent("tscac", _stats(), SMALL, stage_one_steps=0)._critic._funnel == ()
+    assert build_agent("tscac", stats(), SMALL, stage_one_steps=0)._critic._funnel == ()

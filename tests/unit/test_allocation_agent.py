@@ -38,13 +38,13 @@ def _gradients(network, observations, output) -> dict[str, float]:
     }
 
 
-def _actor() -> BernoulliActorNetwork:
+def _actor(initial_rate: float = 0.3, epsilon: float = 0.05) -> BernoulliActorNetwork:
     net = BernoulliActorNetwork(
         live_observation_spec(),
         state_mean=np.full(D, 0.5),
         state_std=np.full(D, 0.3),
-        initial_rate=0.3,
-        epsilon=0.05,
+        initial_rate=initial_rate,
+        epsilon=epsilon,
         shared=(8,),
         tower=(8,),
         groups=len(ACTIVITY_GROUPS),
@@ -53,7 +53,7 @@ def _actor() -> BernoulliActorNetwork:
     return net
 
 
-def _critic(groups: int = len(ACTIVITY_GROUPS)) -> AllocationCriticNetwork:
+def _critic(groups: int = len(ACTIVITY_GROUPS), supervised: bool = True) -> AllocationCriticNetwork:
     net = AllocationCriticNetwork(
         live_observation_spec(),
         state_mean=np.full(D, 0.5),
@@ -64,7 +64,7 @@ def _critic(groups: int = len(ACTIVITY_GROUPS)) -> AllocationCriticNetwork:
         tower=(8,),
         head_hidden=8,
         groups=groups,
-        supervised=True,
+        supervised=supervised,
     )
     net.create_variables()
     return net
@@ -102,6 +102,54 @@ def test_without_routing_there_is_one_tower_for_every_group():
     assert any("_tower0_" in n for n in names) and not any("_tower1_" in n for n in names)
     grads = _gradients(net, tf.constant(states(16, group=2)), _critic_output)
     assert all(size > 0 for size in grads.values())
+
+
+def test_routing_needs_a_group():
+    with pytest.raises(ValueError, match="groups should be at least 1, but is 0"):
+        _critic(groups=0)
+
+
+# -- the actor's floor and its start ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("initial_rate", "expected"),
+    [
+        pytest.param(0.3, 0.3, id="inside"),
+        pytest.param(0.12, 0.12, id="low"),
+        pytest.param(0.85, 0.85, id="high"),
+        # rates the floor cannot reach start at 2% or 98% of the way between the floors
+        pytest.param(0.0, 0.05 + 0.9 * 0.02, id="below-the-floor"),
+        pytest.param(1.0, 0.05 + 0.9 * 0.98, id="above-the-ceiling"),
+    ],
+)
+def test_an_untrained_actor_inserts_at_the_initial_rate_within_its_floors(initial_rate, expected):
+    tf.keras.utils.set_random_seed(0)
+    p = _actor(initial_rate=initial_rate, epsilon=0.05).insert_probability(tf.constant(states(64)))
+    np.testing.assert_allclose(p.numpy(), expected, atol=2e-3)  # the logit's kernel starts within 1e-3
+
+
+@pytest.mark.parametrize(("logit", "expected"), [(60.0, 0.95), (-60.0, 0.05), (0.0, 0.5)])
+def test_the_insert_probability_stays_epsilon_away_from_0_and_1(logit, expected):
+    tf.keras.utils.set_random_seed(0)
+    actor = _actor(epsilon=0.05)
+    layer = actor._logit
+    layer.kernel.assign(tf.zeros_like(layer.kernel))
+    layer.bias.assign([logit])
+    np.testing.assert_allclose(actor.insert_probability(tf.constant(states(8))).numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -0.1, 0.5, 0.7])
+def test_an_epsilon_outside_its_open_range_is_refused(epsilon):
+    with pytest.raises(ValueError, match=rf"epsilon should be in \(0, 0.5\), but is {epsilon}"):
+        _actor(epsilon=epsilon)
+
+
+def test_a_critic_without_supervised_heads_predicts_nothing_for_both_actions():
+    tf.keras.utils.set_random_seed(0)
+    (logits, supervised), _ = _critic(supervised=False)(tf.constant(states(4)))
+    assert logits.shape == (4, 2, 2, 5)
+    assert supervised.shape == (4, 2, 0)
 
 
 # -- the distributional target ---------------------------------------------------------------------------

@@ -2,6 +2,12 @@
 
 Both normalise the state with the training data's moments inside the network, as fixed weights: the
 exported policy then takes the raw logged state vector, and serving cannot apply a different scaling.
+
+The methods TensorFlow inspects (a network's ``__init__``, a layer's ``call``) only wire layers or hand
+over to a method or function beside them, and carry ``# pragma: no mutate block``: mutation testing
+(``make mutation``) wraps every function it mutates in one taking ``*args, **kwargs``, and TF-Agents'
+``Network`` refuses an ``__init__`` taking ``*args`` (it records the arguments to copy networks) while
+Keras would pass ``call`` its keyword arguments under the wrong names.
 """
 
 from __future__ import annotations
@@ -45,9 +51,15 @@ class _StackedDense(tf.keras.layers.Layer):
         )
         self.bias = self.add_weight(name="bias", shape=(self._stacks, 1, self._units), initializer="zeros")
 
-    def call(self, x: tf.Tensor) -> tf.Tensor:
-        equation = "bi,siu->sbu" if x.shape.rank == 2 else "sbi,siu->sbu"
-        return tf.nn.relu(tf.einsum(equation, x, self.kernel) + self.bias)
+    def call(self, x: tf.Tensor) -> tf.Tensor:  # pragma: no mutate block
+        return _stacked_relu(x, self.kernel, self.bias)
+
+
+def _stacked_relu(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """relu(x @ kernel[s] + bias[s]) for every stack s; ``x`` is one input for all stacks (B, in) or one
+    per stack (S, B, in)."""
+    equation = "bi,siu->sbu" if x.shape.rank == 2 else "sbi,siu->sbu"
+    return tf.nn.relu(tf.einsum(equation, x, kernel) + bias)
 
 
 class _StateNormalizer(tf.Module):
@@ -99,7 +111,7 @@ class GaussianActorNetwork(network.Network):
         hidden: Sequence[int] = (64, 64),
         learn_std: bool = True,
         name: str = "GaussianActorNetwork",
-    ) -> None:
+    ) -> None:  # pragma: no mutate block
         super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
         action_size = action_spec.shape[0]
         self._normalizer = _StateNormalizer(state_mean, state_std)
@@ -121,9 +133,24 @@ class GaussianActorNetwork(network.Network):
         log_std = tf.clip_by_value(self._log_std, *LOG_STD_RANGE)
         return self._mean(x), tf.exp(log_std) * tf.ones_like(x[:, :1])
 
-    def call(self, observations, step_type=None, network_state=(), training=False):
+    def call(self, observations, step_type=None, network_state=(), training=False):  # pragma: no mutate block
         mean, std = self.mean_and_std(observations)
         return tfd.MultivariateNormalDiag(loc=mean, scale_diag=std), network_state
+
+
+def _funnel_indices(signal_names: Sequence[str], funnel: Sequence[str]) -> tuple[int, ...]:
+    """The funnel's signals as indices into ``signal_names``, in the funnel's order."""
+    unknown = [s for s in funnel if s not in signal_names]
+    if unknown:
+        raise ValueError(f"funnel signals {unknown} are not among the critic's signals {list(signal_names)}")
+    return tuple(signal_names.index(s) for s in funnel)
+
+
+def _critic_torso(hidden: Sequence[int], signals: int, shared_trunk: bool) -> list[tf.keras.layers.Layer]:
+    """One torso every head reads, or ``signals`` independent trunks stacked in each layer."""
+    if shared_trunk:
+        return _mlp(hidden, "critic")
+    return [_StackedDense(signals, n, f"critic_{i}") for i, n in enumerate(hidden)]
 
 
 class MultiTaskCriticNetwork(network.Network):
@@ -163,22 +190,14 @@ class MultiTaskCriticNetwork(network.Network):
         funnel: Sequence[str] = (),
         shared_trunk: bool = False,
         name: str = "MultiTaskCriticNetwork",
-    ) -> None:
+    ) -> None:  # pragma: no mutate block
         super().__init__(input_tensor_spec=input_spec, state_spec=(), name=name)
-        unknown = [s for s in funnel if s not in signal_names]
-        if unknown:
-            raise ValueError(
-                f"funnel signals {unknown} are not among the critic's signals {list(signal_names)}"
-            )
         self._signal_names = tuple(signal_names)
-        self._funnel = tuple(signal_names.index(s) for s in funnel)
+        self._funnel = _funnel_indices(signal_names, funnel)
         self._normalizer = _StateNormalizer(state_mean, state_std)
         self._logged_action = _LoggedActionFit(logged_action_coef)
         self._shared_trunk = shared_trunk
-        if shared_trunk:
-            self._torso = _mlp(hidden, "critic")
-        else:
-            self._torso = [_StackedDense(len(signal_names), n, f"critic_{i}") for i, n in enumerate(hidden)]
+        self._torso = _critic_torso(hidden, len(signal_names), shared_trunk)
         self._heads = [
             (
                 tf.keras.layers.Dense(head_hidden, activation="relu", name=f"head_{s}_hidden"),
@@ -191,8 +210,11 @@ class MultiTaskCriticNetwork(network.Network):
     def signal_names(self) -> tuple[str, ...]:
         return self._signal_names
 
-    def call(self, inputs, step_type=None, network_state=(), training=False):
-        observations, actions = inputs
+    def call(self, inputs, step_type=None, network_state=(), training=False):  # pragma: no mutate block
+        return self.q_values(*inputs), network_state
+
+    def q_values(self, observations: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+        """(B, S) one value per signal."""
         states = self._normalizer(observations)
         x = tf.concat([states, self._logged_action.departure(states, actions)], axis=-1)
         for layer in self._torso:
@@ -207,7 +229,7 @@ class MultiTaskCriticNetwork(network.Network):
         for index in range(len(self._heads)):
             if values[index] is None:
                 values[index] = self._head(index, features[index])
-        return tf.concat(values, axis=-1), network_state
+        return tf.concat(values, axis=-1)
 
     def _head(self, index: int, features: tf.Tensor) -> tf.Tensor:
         hidden, out = self._heads[index]
@@ -267,6 +289,15 @@ class GroupRoutedEncoder(tf.Module):
         return tf.einsum("bgh,bg->bh", outputs, routing)
 
 
+def _initial_insert_logit(initial_rate: float, epsilon: float) -> float:
+    """The logit whose floored probability ``epsilon + (1 - 2 epsilon) sigmoid(logit)`` is ``initial_rate``,
+    the rate inside the floor kept within [0.02, 0.98] so that the logit stays finite and trainable."""
+    if not 0.0 < epsilon < 0.5:
+        raise ValueError(f"epsilon should be in (0, 0.5), but is {epsilon}")
+    rate = float(np.clip((initial_rate - epsilon) / (1.0 - 2.0 * epsilon), 0.02, 0.98))
+    return float(np.log(rate / (1.0 - rate)))
+
+
 class BernoulliActorNetwork(network.Network):
     """s -> Bernoulli(p(s)) over the insert flag, p = eps + (1 - 2 eps) sigmoid(logit(s)).
 
@@ -287,19 +318,16 @@ class BernoulliActorNetwork(network.Network):
         tower: Sequence[int],
         groups: int,
         name: str = "BernoulliActorNetwork",
-    ) -> None:
+    ) -> None:  # pragma: no mutate block
         super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
-        if not 0.0 < epsilon < 0.5:
-            raise ValueError(f"epsilon should be in (0, 0.5), but is {epsilon}")
         self._epsilon = epsilon
         self._groups = groups
         self._normalizer = _StateNormalizer(state_mean, state_std)
         self._encoder = GroupRoutedEncoder(shared, tower, groups, "actor")
-        rate = float(np.clip((initial_rate - epsilon) / (1.0 - 2.0 * epsilon), 0.02, 0.98))
         self._logit = tf.keras.layers.Dense(
             1,
             kernel_initializer=tf.keras.initializers.RandomUniform(-1e-3, 1e-3),
-            bias_initializer=tf.keras.initializers.Constant(np.log(rate / (1.0 - rate))),
+            bias_initializer=tf.keras.initializers.Constant(_initial_insert_logit(initial_rate, epsilon)),
             name="actor_logit",
         )
 
@@ -313,7 +341,7 @@ class BernoulliActorNetwork(network.Network):
         p = tf.sigmoid(self._logit(x)[:, 0])
         return self._epsilon + (1.0 - 2.0 * self._epsilon) * p
 
-    def call(self, observations, step_type=None, network_state=(), training=False):
+    def call(self, observations, step_type=None, network_state=(), training=False):  # pragma: no mutate block
         p = self.insert_probability(observations)
         bernoulli = tfd.Bernoulli(probs=p[:, None], dtype=tf.float32)
         return tfd.Independent(bernoulli, reinterpreted_batch_ndims=1), network_state
@@ -349,7 +377,7 @@ class AllocationCriticNetwork(network.Network):
         groups: int,
         supervised: bool,
         name: str = "AllocationCriticNetwork",
-    ) -> None:
+    ) -> None:  # pragma: no mutate block
         super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
         self._groups, self._values, self._atoms, self._supervised = groups, values, atoms, supervised
         self._normalizer = _StateNormalizer(state_mean, state_std)
@@ -370,7 +398,11 @@ class AllocationCriticNetwork(network.Network):
     def supervised(self) -> bool:
         return self._supervised
 
-    def call(self, observations, step_type=None, network_state=(), training=False):
+    def call(self, observations, step_type=None, network_state=(), training=False):  # pragma: no mutate block
+        return self.outputs(observations), network_state
+
+    def outputs(self, observations: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(logits, supervised)``, as the class says."""
         x = self._encoder(self._normalizer(observations), group_onehot(observations, self._groups))
         supervised = tf.zeros_like(x[:, :2])[:, :, None][:, :, :0]  # (B, 2, 0)
         features = x
@@ -379,4 +411,4 @@ class AllocationCriticNetwork(network.Network):
             supervised = tf.reshape(flat, [-1, 2, len(SUPERVISED_TARGETS)])
             features = tf.concat([x, tf.stop_gradient(flat)], axis=-1)
         logits = self._value_out(self._value_hidden(features))
-        return (tf.reshape(logits, [-1, 2, self._values, self._atoms]), supervised), network_state
+        return tf.reshape(logits, [-1, 2, self._values, self._atoms]), supervised
