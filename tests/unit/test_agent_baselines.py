@@ -213,12 +213,26 @@ def test_each_critic_steps_and_its_target_follows_by_tau(algorithm):
             np.testing.assert_allclose(t.numpy(), 0.75 * t_before + 0.25 * c.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_deterministic_baselines_serve_a_fixed_std_and_count_their_steps():
+@pytest.mark.parametrize("algorithm", ["rcpo", "rcpo-mc", "ac-main", "bc"])
+def test_each_baseline_counts_its_steps_on_the_counter_it_is_given(algorithm):
+    """The training loop checkpoints its own counter: the agent must step that one, not one of its own."""
     counter = tf.Variable(3, dtype=tf.int64)
-    agent = build_agent("rcpo", stats(REWARD_STD), CONFIG, stage_one_steps=0, train_step_counter=counter)
-    assert not any("log_std" in v.name for v in agent.actor.trainable_variables)
+    agent = build_agent(algorithm, stats(REWARD_STD), CONFIG, stage_one_steps=0, train_step_counter=counter)
     agent.train(batch())
     assert agent.train_step_counter is counter and int(counter.numpy()) == 4
+
+
+@pytest.mark.parametrize("algorithm", ["rcpo", "rcpo-mc", "ac-main"])
+def test_deterministic_baselines_serve_a_fixed_std(algorithm):
+    assert not any("log_std" in v.name for v in _agent(algorithm).actor.trainable_variables)
+
+
+def test_only_the_multi_task_critic_takes_the_configured_funnel():
+    """A funnel orders per-signal heads; RCPO's one Lagrangian head and the watch-time head have none."""
+    config = dataclasses.replace(CONFIG, funnel=("click", "like", "follow"))
+    assert _agent("rcpo-mc", config)._critic._funnel == (1, 2, 3)
+    assert _agent("rcpo", config)._critic._funnel == ()
+    assert _agent("ac-main", config)._critic._funnel == ()
 
 
 def test_behaviour_cloning_maximises_the_logged_actions_likelihood_evenly():
