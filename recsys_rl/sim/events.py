@@ -73,7 +73,7 @@ def decision_records(
     feed, live = log.feed, log.live
     video_author, live_author = world.videos.author, world.lives.author
     for i in range(feed.request.size):
-        record = _decision(feed, i, world, ids, "feed", ids.request(int(feed.request[i])), feed_version)
+        record = _decision(feed, i, ids, "feed", ids.request(int(feed.request[i])), feed_version)
         record.feature_names.extend(FEED_STATE_FEATURES)
         record.prediction_names.extend(signals.FEED_SIGNALS)
         record.action.extend(feed.action[i].tolist())
@@ -94,7 +94,7 @@ def decision_records(
     for i in range(live.request.size):
         stream = int(live.live[i])
         record = _decision(
-            live, i, world, ids, "live_allocation", ids.live_request(int(live.request[i])), live_version
+            live, i, ids, "live_allocation", ids.live_request(int(live.request[i])), live_version
         )
         record.feature_names.extend(LIVE_STATE_FEATURES)
         record.prediction_names.extend(LIVE_PREDICTION_NAMES)
@@ -111,7 +111,7 @@ def decision_records(
 
 
 def _decision(
-    log: FeedLog | LiveLog, i: int, world: World, ids: EventIds, surface: str, request_id: str, version: str
+    log: FeedLog | LiveLog, i: int, ids: EventIds, surface: str, request_id: str, version: str
 ) -> contracts.DecisionRecord:
     """The fields every decision record has, whatever its surface."""
     user = int(log.user[i])

@@ -20,6 +20,7 @@ from feed_batches import AUXILIARY, SIGN, SMALL, batch, moved, stats, values
 
 from recsys_rl import signals
 from recsys_rl.training.agents.factory import build_agent
+from recsys_rl.training.agents.specs import feed_transition_spec
 
 FEED = ("watch_time", "click", "like", "follow", "comment", "share", "hate")
 # each signal's default discount (recsys_rl.signals), written out: watch time looks furthest ahead
@@ -248,3 +249,36 @@ def test_behaviour_cloning_maximises_the_logged_actions_likelihood_evenly():
     assert int(agent.train_step_counter.numpy()) == counter + 1
     assert any("log_std" in v.name for v in agent.actor.trainable_variables)  # it fits the spread too
     assert signals.FEED_SIGNALS == FEED
+
+
+# -- what every feed agent shares (training/agents/base.py), on RCPO --------------------------------------
+
+
+def test_the_served_policy_clips_its_actions_to_the_action_specs_bounds():
+    agent = _agent("rcpo")
+    mean_layer = agent.actor._mean
+    mean_layer.kernel.assign(tf.zeros_like(mean_layer.kernel))
+    mean_layer.bias.assign(tf.fill(mean_layer.bias.shape, 50.0))  # far beyond the bound of 8
+    logged = batch(n=4)
+    step = agent.policy.action(logged.time_step)
+    np.testing.assert_array_equal(step.action.numpy(), np.full((4, len(FEED)), 8.0, np.float32))
+
+
+def test_an_offline_agent_serves_and_collects_with_one_policy_and_trains_on_feed_transitions():
+    agent = _agent("rcpo")
+    assert agent.collect_policy is agent.policy
+    assert agent.training_data_spec == feed_transition_spec()
+    counter = agent.train_step_counter
+    assert counter.dtype == tf.int64 and counter.aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA
+
+
+def test_feed_agents_have_no_separate_loss():
+    with pytest.raises(NotImplementedError, match=r"report their losses from train\(\)"):
+        _agent("rcpo").loss(batch())
+
+
+@pytest.mark.parametrize(("trunk", "shared"), [("shared", True), ("independent", False)])
+def test_the_critic_takes_the_configured_trunk(trunk, shared):
+    critic = _agent("rcpo-mc", dataclasses.replace(CONFIG, critic_trunk=trunk))._critic
+    first = critic._torso[0].kernel
+    assert first.shape.rank == (2 if shared else 3)

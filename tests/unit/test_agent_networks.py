@@ -463,6 +463,12 @@ def test_agent_config_rejects_bad_values(settings, message):
         AgentConfig(**settings)
 
 
+def test_agent_config_accepts_the_edges_of_its_ranges():
+    """A full target copy every step (tau 1) and one-unit layers are legal, if unusual."""
+    config = AgentConfig(target_update_tau=1.0, actor_hidden=(1,), critic_hidden=(1, 1))
+    assert (config.target_update_tau, config.actor_hidden, config.critic_hidden) == (1.0, (1,), (1, 1))
+
+
 def test_agent_config_accepts_its_defaults_and_a_feed_funnel():
     assert AgentConfig().behaviour_lambda > 0
     assert AgentConfig(funnel=("click", "like", "follow"), aux_lambda=0.0).funnel == (

@@ -3,20 +3,22 @@
 from collections import Counter
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from recsys_rl import contracts, signals
+from recsys_rl.feature_tables import USER_ACTIVITY
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
-from recsys_rl.sim.events import EventIds, decision_records, feedback_events
+from recsys_rl.sim.events import EventIds, decision_records, feedback_events, write_user_table
 from recsys_rl.sim.parameters import SimConfig
 from recsys_rl.sim.simulator import Simulator
-from recsys_rl.state import FEED_STATE_FEATURES
+from recsys_rl.state import ACTIVITY_GROUPS, FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 VERSIONS = ("feed-v", "live-v")
 
 
-@pytest.fixture(scope="module")
-def day_events():
+@pytest.fixture  # per test, not per module: mutation testing maps a function to the tests that call it,
+def day_events():  # and a module's fixture is called in its first test's set-up only
     sim = Simulator(SimConfig(n_users=150), seed=8)
     day = sim.run_day(behaviour_feed_policy(), behaviour_allocation_policy())
     ids = EventIds.for_seed(8)
@@ -24,11 +26,12 @@ def day_events():
         day,
         list(decision_records(day, sim.world, ids, VERSIONS)),
         list(feedback_events(day, sim.world, ids)),
+        sim.world,
     )
 
 
 def test_one_record_per_decision_and_one_event_per_view(day_events):
-    day, decisions, feedback = day_events
+    day, decisions, feedback, _ = day_events
     surfaces = Counter(contracts.SURFACE_NAMES[d.surface] for d in decisions)
     assert surfaces == {"feed": day.feed.request.size, "live_allocation": day.live.request.size}
     assert len(feedback) == day.views.request.size
@@ -36,7 +39,7 @@ def test_one_record_per_decision_and_one_event_per_view(day_events):
 
 
 def test_every_feedback_event_answers_a_decision_that_served_its_item(day_events):
-    _, decisions, feedback = day_events
+    _, decisions, feedback, _ = day_events
     served = {d.request_id: set(d.served_item_ids) for d in decisions}
     for event in feedback:
         assert event.item_id in served[event.request_id]
@@ -44,7 +47,7 @@ def test_every_feedback_event_answers_a_decision_that_served_its_item(day_events
 
 
 def test_records_are_valid_contracts_that_round_trip(day_events):
-    _, decisions, feedback = day_events
+    _, decisions, feedback, _ = day_events
     for record in decisions[:50]:
         assert contracts.decode_decision(contracts.encode(record)) == record
     for event in feedback[:50]:
@@ -52,7 +55,7 @@ def test_records_are_valid_contracts_that_round_trip(day_events):
 
 
 def test_feed_decision_payload_matches_the_simulator(day_events):
-    day, decisions, _ = day_events
+    day, decisions, _, _ = day_events
     first = decisions[0]
     feed = day.feed
     assert list(first.feature_names) == list(FEED_STATE_FEATURES)
@@ -66,7 +69,7 @@ def test_feed_decision_payload_matches_the_simulator(day_events):
 
 
 def test_feedback_signals_sum_to_the_simulators_rewards(day_events):
-    day, _, feedback = day_events
+    day, _, feedback, _ = day_events
     totals = Counter()
     for event in feedback:
         for name, value in contracts.feedback_signal_values(event).items():
@@ -87,3 +90,110 @@ def test_same_seed_gives_the_same_bytes():
         return [contracts.encode(r) for r in decision_records(day, sim.world, ids, VERSIONS)]
 
     assert encoded() == encoded()
+
+
+def _ids(prefix: str, values) -> list[str]:
+    return [f"{prefix}{int(v)}" for v in values]
+
+
+def test_every_feed_decision_carries_its_logged_row_field_by_field(day_events):
+    """Ids written out by hand (u<user>, v<video>, a<author>, l<live>, sim<seed>-r/-s<zero-padded>)."""
+    day, decisions, _, world = day_events
+    feed = day.feed
+    records = [d for d in decisions if d.surface == contracts.SURFACES["feed"]]
+    assert len(records) == feed.request.size
+    for i, record in enumerate(records):
+        assert record.request_id == f"sim8-r{feed.request[i]:010d}"
+        assert record.session_id == f"sim8-s{feed.session[i]:09d}"
+        assert record.user_id == f"u{feed.user[i]}"
+        assert record.event_time_ms == feed.time_ms[i]
+        assert record.schema_version == contracts.DECISION_SCHEMA_VERSION
+        assert record.feature_version == FEATURE_VERSION
+        assert record.user_group == int(np.argmax(feed.state[i][: len(ACTIVITY_GROUPS)]))
+        assert record.policy_version == "feed-v"
+        assert record.routing_arm == contracts.ROUTING_ARMS["behaviour"]
+        assert record.action_selection == contracts.ACTION_SELECTIONS["sampled"]
+        np.testing.assert_allclose(record.state, feed.state[i], rtol=1e-6)
+        np.testing.assert_allclose(record.action, feed.action[i], rtol=1e-6)
+        assert record.log_propensity == pytest.approx(feed.log_propensity[i])
+        assert [c.item_id for c in record.candidates] == _ids("v", feed.candidates[i])
+        assert [c.author_id for c in record.candidates] == _ids("a", world.videos.author[feed.candidates[i]])
+        assert {c.item_type for c in record.candidates} == {contracts.ITEM_TYPES["video"]}
+        np.testing.assert_allclose([list(c.predictions) for c in record.candidates], feed.predictions[i])
+        served = [
+            f"l{item}" if slot == feed.live_slot[i] else f"v{item}"
+            for slot, item in enumerate(feed.served[i])
+        ]
+        assert list(record.served_item_ids) == served
+    assert (feed.live_slot >= 0).any() and (feed.live_slot < 0).any()  # both layouts were written
+
+
+def test_every_live_decision_offers_its_stream_and_serves_it_only_when_inserted(day_events):
+    day, decisions, _, world = day_events
+    live = day.live
+    records = [d for d in decisions if d.surface == contracts.SURFACES["live_allocation"]]
+    assert len(records) == live.request.size
+    for i, record in enumerate(records):
+        assert record.request_id == f"sim8-r{live.request[i]:010d}-live"
+        assert record.session_id == f"sim8-s{live.session[i]:09d}"
+        assert record.user_id == f"u{live.user[i]}"
+        assert record.event_time_ms == live.time_ms[i]
+        assert record.policy_version == "live-v"
+        assert list(record.feature_names) == list(LIVE_STATE_FEATURES)
+        assert list(record.prediction_names) == list(signals.LIVE_SIGNALS)
+        np.testing.assert_allclose(record.state, live.state[i], rtol=1e-6)
+        assert list(record.action) == [float(live.action[i])]
+        assert record.log_propensity == pytest.approx(live.log_propensity[i])
+        (candidate,) = record.candidates
+        assert candidate.item_id == f"l{live.live[i]}"
+        assert candidate.author_id == f"a{world.lives.author[live.live[i]]}"
+        assert candidate.item_type == contracts.ITEM_TYPES["live"]
+        np.testing.assert_allclose(candidate.predictions, live.predictions[i], rtol=1e-6)
+        assert list(record.served_item_ids) == ([f"l{live.live[i]}"] if live.action[i] else [])
+    assert set(live.action.tolist()) == {0, 1}
+
+
+def test_every_feedback_event_carries_its_view_field_by_field(day_events):
+    day, _, feedback, world = day_events
+    views = day.views
+    assert views.is_live.any() and not views.is_live.all()
+    columns = (
+        "watch_time_s",
+        "click",
+        "like",
+        "follow",
+        "comment",
+        "share",
+        "hate",
+        "gift_value",
+        "live_watch_s",
+    )
+    for i, event in enumerate(feedback):
+        live = bool(views.is_live[i])
+        item, author = (
+            int(views.item[i]),
+            (world.lives.author if live else world.videos.author)[views.item[i]],
+        )
+        assert event.request_id == f"sim8-r{views.request[i]:010d}" + ("-live" if live else "")
+        assert event.user_id == f"u{views.user[i]}"
+        assert event.item_id == (f"l{item}" if live else f"v{item}")
+        assert event.author_id == f"a{author}"
+        assert event.item_type == contracts.ITEM_TYPES["live" if live else "video"]
+        assert event.event_time_ms == views.time_ms[i]
+        assert event.position == views.position[i]
+        assert event.session_end == bool(views.session_end[i])
+        assert event.schema_version == contracts.FEEDBACK_SCHEMA_VERSION
+        for column, field in enumerate(columns):
+            assert getattr(event.signals, field) == pytest.approx(views.signals[i, column]), field
+
+
+def test_the_user_table_holds_every_accounts_group_as_of_its_time(tmp_path):
+    sim = Simulator(SimConfig(n_users=40), seed=3)
+    path = write_user_table(sim.world, EventIds.for_seed(3), tmp_path, as_of_ms=1_700_000_000_000)
+    table = pq.read_table(path)
+    assert table.schema == USER_ACTIVITY.arrow_schema()
+    assert table["user_id"].to_pylist() == [f"u{u}" for u in range(40)]
+    assert table["activity_group"].to_pylist() == sim.world.users.group.tolist()
+    as_of = table["event_timestamp"].cast("int64").to_pylist()
+    assert as_of == [1_700_000_000_000_000] * 40  # microseconds
+    assert path.name == "as-of-1700000000000.parquet"
