@@ -11,7 +11,7 @@ from recsys_rl.feature_tables import USER_ACTIVITY
 from recsys_rl.sim.behaviour import behaviour_allocation_policy, behaviour_feed_policy
 from recsys_rl.sim.events import EventIds, decision_records, feedback_events, write_user_table
 from recsys_rl.sim.parameters import SimConfig
-from recsys_rl.sim.simulator import Simulator
+from recsys_rl.sim.simulator import VIEW_SIGNAL_COLUMNS, Simulator
 from recsys_rl.state import ACTIVITY_GROUPS, FEATURE_VERSION, FEED_STATE_FEATURES, LIVE_STATE_FEATURES
 
 VERSIONS = ("feed-v", "live-v")
@@ -96,26 +96,36 @@ def _ids(prefix: str, values) -> list[str]:
     return [f"{prefix}{int(v)}" for v in values]
 
 
+def _surface_records(decisions, surface: str, log) -> list:
+    """The surface's decision records, one per row of its log, in the log's order."""
+    records = [d for d in decisions if d.surface == contracts.SURFACES[surface]]
+    assert len(records) == log.request.size
+    return records
+
+
+def _check_logged_row(record, log, i: int, request_id: str, version: str) -> None:
+    """The fields every decision record takes from its log row, whatever its surface."""
+    assert record.request_id == request_id
+    assert record.session_id == f"sim8-s{log.session[i]:09d}"
+    assert record.user_id == f"u{log.user[i]}"
+    assert record.event_time_ms == log.time_ms[i]
+    assert record.schema_version == contracts.DECISION_SCHEMA_VERSION
+    assert record.feature_version == FEATURE_VERSION
+    assert record.user_group == int(np.argmax(log.state[i][: len(ACTIVITY_GROUPS)]))
+    assert record.policy_version == version
+    assert record.routing_arm == contracts.ROUTING_ARMS["behaviour"]
+    assert record.action_selection == contracts.ACTION_SELECTIONS["sampled"]
+    np.testing.assert_allclose(record.state, log.state[i], rtol=1e-6)
+    assert record.log_propensity == pytest.approx(log.log_propensity[i])
+
+
 def test_every_feed_decision_carries_its_logged_row_field_by_field(day_events):
     """Ids written out by hand (u<user>, v<video>, a<author>, l<live>, sim<seed>-r/-s<zero-padded>)."""
     day, decisions, _, world = day_events
     feed = day.feed
-    records = [d for d in decisions if d.surface == contracts.SURFACES["feed"]]
-    assert len(records) == feed.request.size
-    for i, record in enumerate(records):
-        assert record.request_id == f"sim8-r{feed.request[i]:010d}"
-        assert record.session_id == f"sim8-s{feed.session[i]:09d}"
-        assert record.user_id == f"u{feed.user[i]}"
-        assert record.event_time_ms == feed.time_ms[i]
-        assert record.schema_version == contracts.DECISION_SCHEMA_VERSION
-        assert record.feature_version == FEATURE_VERSION
-        assert record.user_group == int(np.argmax(feed.state[i][: len(ACTIVITY_GROUPS)]))
-        assert record.policy_version == "feed-v"
-        assert record.routing_arm == contracts.ROUTING_ARMS["behaviour"]
-        assert record.action_selection == contracts.ACTION_SELECTIONS["sampled"]
-        np.testing.assert_allclose(record.state, feed.state[i], rtol=1e-6)
+    for i, record in enumerate(_surface_records(decisions, "feed", feed)):
+        _check_logged_row(record, feed, i, f"sim8-r{feed.request[i]:010d}", "feed-v")
         np.testing.assert_allclose(record.action, feed.action[i], rtol=1e-6)
-        assert record.log_propensity == pytest.approx(feed.log_propensity[i])
         assert [c.item_id for c in record.candidates] == _ids("v", feed.candidates[i])
         assert [c.author_id for c in record.candidates] == _ids("a", world.videos.author[feed.candidates[i]])
         assert {c.item_type for c in record.candidates} == {contracts.ITEM_TYPES["video"]}
@@ -131,19 +141,11 @@ def test_every_feed_decision_carries_its_logged_row_field_by_field(day_events):
 def test_every_live_decision_offers_its_stream_and_serves_it_only_when_inserted(day_events):
     day, decisions, _, world = day_events
     live = day.live
-    records = [d for d in decisions if d.surface == contracts.SURFACES["live_allocation"]]
-    assert len(records) == live.request.size
-    for i, record in enumerate(records):
-        assert record.request_id == f"sim8-r{live.request[i]:010d}-live"
-        assert record.session_id == f"sim8-s{live.session[i]:09d}"
-        assert record.user_id == f"u{live.user[i]}"
-        assert record.event_time_ms == live.time_ms[i]
-        assert record.policy_version == "live-v"
+    for i, record in enumerate(_surface_records(decisions, "live_allocation", live)):
+        _check_logged_row(record, live, i, f"sim8-r{live.request[i]:010d}-live", "live-v")
         assert list(record.feature_names) == list(LIVE_STATE_FEATURES)
         assert list(record.prediction_names) == list(signals.LIVE_SIGNALS)
-        np.testing.assert_allclose(record.state, live.state[i], rtol=1e-6)
         assert list(record.action) == [float(live.action[i])]
-        assert record.log_propensity == pytest.approx(live.log_propensity[i])
         (candidate,) = record.candidates
         assert candidate.item_id == f"l{live.live[i]}"
         assert candidate.author_id == f"a{world.lives.author[live.live[i]]}"
@@ -157,17 +159,6 @@ def test_every_feedback_event_carries_its_view_field_by_field(day_events):
     day, _, feedback, world = day_events
     views = day.views
     assert views.is_live.any() and not views.is_live.all()
-    columns = (
-        "watch_time_s",
-        "click",
-        "like",
-        "follow",
-        "comment",
-        "share",
-        "hate",
-        "gift_value",
-        "live_watch_s",
-    )
     for i, event in enumerate(feedback):
         live = bool(views.is_live[i])
         item, author = (
@@ -183,8 +174,8 @@ def test_every_feedback_event_carries_its_view_field_by_field(day_events):
         assert event.position == views.position[i]
         assert event.session_end == bool(views.session_end[i])
         assert event.schema_version == contracts.FEEDBACK_SCHEMA_VERSION
-        for column, field in enumerate(columns):
-            assert getattr(event.signals, field) == pytest.approx(views.signals[i, column]), field
+        expected = dict(zip(VIEW_SIGNAL_COLUMNS, views.signals[i].tolist(), strict=True))
+        assert contracts.feedback_signal_values(event) == pytest.approx(expected)
 
 
 def test_the_user_table_holds_every_accounts_group_as_of_its_time(tmp_path):
