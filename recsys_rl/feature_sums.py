@@ -71,13 +71,15 @@ def _user_sums(signal: Mapping[str, np.ndarray], live: np.ndarray) -> np.ndarray
     video = ~live
     interactions = signal["like"] + signal["follow"] + signal["comment"] + signal["share"]
     by_video = (_ONE, signal["click"], signal["like"], signal["watch_time_s"], interactions, signal["hate"])
-    # written column by column into one array: stacking temporaries cost twice the time on a simulated day
-    out = np.empty((live.size, len(by_video) + 2), np.int64)
+    # written sum by sum into one array: stacking temporaries cost twice the time on a simulated day; each
+    # sum's column is contiguous (the result is the transpose of a row per sum), so that writing it here and
+    # summing it per user by bincount in the simulator read and write no strided memory (18 of 80 ms a day)
+    out = np.empty((len(by_video) + 2, live.size), np.int64)
     for j, column in enumerate(by_video):
-        np.multiply(column, video, out=out[:, j])
-    np.multiply(_ONE, live, out=out[:, -2])
-    np.multiply(signal["live_watch_s"], live, out=out[:, -1])
-    return out
+        np.multiply(column, video, out=out[j])
+    np.multiply(_ONE, live, out=out[-2])
+    np.multiply(signal["live_watch_s"], live, out=out[-1])
+    return out.T
 
 
 def increments(columns: Mapping[str, list]) -> tuple[np.ndarray, ...]:
