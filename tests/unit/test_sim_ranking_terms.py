@@ -44,8 +44,8 @@ def test_the_table_gives_each_pair_the_state_its_history_gives_after_every_day(r
         for user, author, _, time, click, follow, gift in today:
             fact = {"event_time_ms": day * DAY_MS + time, "click": click, "follow": follow, "gift": gift}
             histories[user, author] = histories.get((user, author), PairHistory()).after(fact)
-        if today:
-            columns = [np.array(c) for c in zip(*today, strict=True)]
+        if today:  # handed over latest first: the table must not take a pair's last meeting by order
+            columns = [np.array(c) for c in zip(*reversed(today), strict=True)]
             user, author, days, time, click, follow, gift = columns
             table.add_day(user, author, days * DAY_MS + time, click, follow, gift)
         users, authors = np.meshgrid(np.arange(3), np.arange(N_AUTHORS), indexing="ij")
@@ -56,6 +56,15 @@ def test_the_table_gives_each_pair_the_state_its_history_gives_after_every_day(r
                 expected = histories.get((user, author), PairHistory()).state(at_ms)
                 np.testing.assert_allclose(got[user, author], expected, rtol=1e-12, atol=1e-12)
     assert len(table) == len(histories)
+
+
+def test_a_pairs_last_meeting_is_its_latest_whatever_order_its_days_are_added_in():
+    table = PairTable(2, 2)
+    no = np.zeros(1)
+    for day in (5, 1):  # the pair (1, 0) met once on each day; a later day's meeting was added first
+        table.add_day(np.array([1]), np.array([0]), np.array([day * DAY_MS]), no, no, no)
+    last = PAIR_STATE_FEATURES.index("log_days_since_last")
+    assert table.states(np.array([1]), np.array([0]), np.array([7 * DAY_MS]))[0, last] == np.log1p(2.0)
 
 
 @settings(max_examples=100, deadline=None)
