@@ -455,7 +455,7 @@ class Simulator:
                 "last_click_rate": request.last_page_click_rate,
                 "state": state,
                 "candidates": outcome.candidates,
-                "predictions": outcome.predictions.astype(np.float32),
+                "predictions": outcome.predictions.astype(np.float32, copy=False),
                 "action": outcome.action.astype(np.float32),
                 "log_propensity": outcome.log_propensity,
                 "served": outcome.served,
