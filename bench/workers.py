@@ -2,9 +2,10 @@
 
 The quality benchmarks spend most of their time in jobs that share nothing (a training run, a policy's
 days on one world), so they run them in a pool of processes, one a core. Each worker computes on one
-thread: TensorFlow's ops one at a time, and numpy's BLAS too, which otherwise starts a thread a core in
-every worker (an evaluation alone used 1.3 cores for no shorter wall time; two of them would fight over
-both). Results come back in the jobs' order and are the same as in one process: every job is seeded.
+thread: TensorFlow's ops one at a time, numpy's BLAS and the simulator's pages too, which otherwise
+start a thread a core in every worker (an evaluation alone used 1.3 cores for no shorter wall time; two
+of them would fight over both). Results come back in the jobs' order and are the same as in one
+process: every job is seeded.
 """
 
 from __future__ import annotations
@@ -20,12 +21,19 @@ from typing import TypeVar
 from unittest import mock
 
 import recsys_rl  # noqa: F401  first: it selects the Keras 2 API that TF-Agents needs, before TensorFlow loads
+from recsys_rl.sim.simulator import THREADS_VARIABLE
 
 K = TypeVar("K")
 T = TypeVar("T")
 
-#: Read by the BLAS and OpenMP libraries when a worker's numpy loads them: one thread each.
-_ONE_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: Read by the BLAS and OpenMP libraries when a worker's numpy loads them, and by the simulator: one
+#: thread each.
+_ONE_THREAD_ENV = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    THREADS_VARIABLE: "1",
+}
 
 
 class Workers:

@@ -7,7 +7,8 @@ steps and page slots, never over users). A user's next session opens the step af
 ended, at its planned hour or the sessionisation gap after that end if that is later, so every request
 carries the time it will be logged with. One step serves every user's first, second and later sessions
 at once: running each user's k-th sessions as a separate wave took three times as many, smaller steps
-and was 10% slower.
+and was 10% slower. A large page runs in chunks of rows on the simulator's threads (one a core by default),
+the policies acting on the whole page between them (``Simulator._run_page``).
 
 Every random number a user's episode needs is keyed by user, day, session, page, purpose and position
 (``recsys_rl.sim.draws``), so runs of two policies on one world share the users' draws (common random
@@ -24,7 +25,14 @@ pipeline tests compare transitions against).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
+import operator
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,7 +44,12 @@ from recsys_rl.sim.follows import FollowGraph
 from recsys_rl.sim.interests import drifted
 from recsys_rl.sim.pair_table import PairTable
 from recsys_rl.sim.parameters import ResponseModel, SimConfig
-from recsys_rl.sim.responses import LiveResponseProbs, VideoResponseProbs, take_in_rows
+from recsys_rl.sim.responses import (
+    FEED_RESPONSE_COLUMNS,
+    LiveResponseProbs,
+    VideoResponseProbs,
+    take_in_rows,
+)
 from recsys_rl.sim.retention import remembered_satisfaction, return_probability
 from recsys_rl.sim.stored_features import SimulatedFeatureStore
 from recsys_rl.sim.world import World
@@ -63,6 +76,17 @@ _SESSION_WINDOW_H = 16.0
 # which is the unit the loop ingests and the feature pipeline aggregates. Without this, a late user's
 # chain of sessions could run past midnight and its views land in the next day's feature row.
 _LAST_SESSION_START_H = _FIRST_SESSION_HOUR + _SESSION_WINDOW_H
+
+#: The simulator's threads when the constructor is not told: this variable's value, else one a core, up to
+#: four (beyond that the interpreter's lock, held between numpy calls, leaves the threads waiting). A
+#: benchmark that runs a process a core sets it to 1 (``bench/workers.py``).
+THREADS_VARIABLE = "RECSYS_RL_SIMULATOR_THREADS"
+_MOST_THREADS = 4
+# Rows a chunk of a page has at least: a smaller one takes longer to hand to a thread than to simulate.
+_CHUNK_ROWS = 1024
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -277,9 +301,12 @@ def _concat(cls, parts: list[dict[str, np.ndarray]]):
 class Simulator:
     """A seeded world plus what the feature store knows of its users; ``run_day`` advances it by one day."""
 
-    def __init__(self, config: SimConfig, seed: int, episode_seed: int = 0) -> None:
+    def __init__(
+        self, config: SimConfig, seed: int, episode_seed: int = 0, threads: int | None = None
+    ) -> None:
         """``seed`` fixes the world; ``episode_seed`` the users' draws on it, so that ground truth can
-        replay the world of a logged run with episodes independent of the logged ones.
+        replay the world of a logged run with episodes independent of the logged ones. ``threads`` run a
+        page's rows in chunks (``THREADS_VARIABLE`` says how many by default); the logs do not depend on it.
 
         They come from distinct spawn keys of one ``SeedSequence``: the world is child 0, the users' draws
         of ``episode_seed`` are child ``episode_seed`` of child 1 (what ``spawn`` would hand out); the
@@ -305,6 +332,16 @@ class Simulator:
         self._next_session = 0
         # satisfaction of yesterday per user; the reference value for day 0
         self._satisfaction = np.full(config.n_users, config.response.return_reference)
+        self._threads = (
+            threads or int(os.environ.get(THREADS_VARIABLE, 0)) or min(os.cpu_count() or 1, _MOST_THREADS)
+        )
+        self._pool: ThreadPoolExecutor | None = None  # started at the first page that is worth chunking
+        self._pool_pid = os.getpid()
+
+    @property
+    def threads(self) -> int:
+        """How many threads run a page's chunks of rows."""
+        return self._threads
 
     # ------------------------------------------------------------------ day level
     def run_day(self, feed_policy: FeedPolicy, allocation_policy: AllocationPolicy) -> DayLog:
@@ -356,10 +393,9 @@ class Simulator:
             active = np.concatenate([active[going_on], following])
             if active.size == 0:
                 break
-        feed, live, views = (
-            _concat(FeedLog, parts.feed),
-            _concat(LiveLog, parts.live),
-            _concat(ViewLog, parts.viewed),
+        # the logs, and below the nightly stores, are independent of each other: built side by side
+        feed, views, live = self._each(
+            lambda log: _concat(*log), [(FeedLog, parts.feed), (ViewLog, parts.viewed), (LiveLog, parts.live)]
         )
         day_sat = np.bincount(lane_user, weights=lanes.satisfaction, minlength=cfg.n_users)
         day_views = np.bincount(lane_user, weights=lanes.views, minlength=cfg.n_users)
@@ -383,10 +419,13 @@ class Simulator:
             cfg.interest_drift,
             cfg.interest_floor,
         )
-        self.store.add_views(views)  # the nightly pipeline: tomorrow's states see today
         meetings = pair_meetings(views, self.world)
-        self.pairs.add_day(*meetings)
-        self.familiarity.add_day(*meetings[:2])
+        nightly = (  # the nightly pipeline: tomorrow's states see today
+            functools.partial(self.store.add_views, views),
+            functools.partial(self.pairs.add_day, *meetings),
+            functools.partial(self.familiarity.add_day, *meetings[:2]),
+        )
+        self._each(operator.call, list(nightly))
         log = DayLog(self.day, feed, live, views, int(returning.sum()), opened)
         self.day += 1
         return log
@@ -506,37 +545,30 @@ class Simulator:
         self, users, rows, state, feed_policy, allocation_policy, context: PageContext, session: _SessionState
     ) -> PageOutcome:
         """One page for each row, with the rows' keyed draws; ``session`` (the rows' session so far) is
-        updated with its views."""
+        updated with its views.
+
+        What the world does runs on chunks of the rows, in the simulator's threads: the candidates and the
+        world's responses to them before the policies act, the views after. The policies act on the whole
+        page, in this thread: a network's floats may depend on the batch it is given, and a policy need
+        not be thread-safe. Every draw is keyed by its row and every sum runs along a row, so the logs are
+        the same floats however the rows are chunked (``test_sim_threads``)."""
         cfg, draws, world = self.config, self.draws, self.world
         model = cfg.response
         n, size = users.size, cfg.page_size
+        chunks = self._chunks(n)
+        candidates = np.empty((n, cfg.n_candidates), np.int64)
+        candidate_authors = np.empty_like(candidates)
+        expected = np.empty((n, cfg.n_candidates, len(FEED_RESPONSE_COLUMNS)), np.float32)
+        predictions = np.empty_like(expected)
 
-        # upstream candidates: topics drawn from the user's interests, then a random video of the topic
-        c = cfg.n_candidates
-        topic = _inverse_cdf_rows(
-            world.users.interest[users], draws.uniform(rows, Purpose.CANDIDATE_TOPIC, (c,))
-        )
-        candidates = world.videos.topic_start[topic] + (
-            draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (c,)) * world.videos.topic_count[topic]
-        ).astype(np.int64)
-        # the following feed: the last candidates come from followed authors, for users who follow any
-        # (looked up for those rows only: most users follow no one); every followed author has videos,
-        # since follows come from views of them
-        fans = np.flatnonzero(self.follows.following_anyone(users))
-        pick = draws.uniform(rows[fans], Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
-        for i, j in enumerate(range(c - cfg.followed_candidates, c)):
-            candidates[fans, j] = self.follows.followed_videos(users[fans], pick[:, i])
-        followed = np.zeros(candidates.shape, bool)
-        candidate_authors = world.videos.author[candidates]
-        followed[fans] = self.follows.follows(users[fans, None], candidate_authors[fans])
-        author_views = self.familiarity.views(users[:, None], candidate_authors)
-        probs = VideoResponseProbs.of(
-            world, model, users, candidates, session.topic_clicks, followed, author_views
-        )
-        expected = probs.expected(model)
-        noise = draws.normal(rows, Purpose.PREDICTION_NOISE, expected.shape[1:])
-        predictions = expected * np.exp(model.prediction_noise * noise)
+        def offer(chunk: slice) -> VideoResponseProbs:
+            """The chunk's part of the page arrays above; its response probabilities, kept for its views."""
+            offered = self._candidates(users[chunk], rows[chunk], session.topic_clicks[chunk])
+            candidates[chunk], candidate_authors[chunk] = offered.candidates, offered.authors
+            expected[chunk], predictions[chunk] = offered.expected, offered.predictions
+            return offered.probs
 
+        chunk_probs = self._each(offer, chunks)
         context = dataclasses.replace(context, candidates=candidates, predictions=predictions)
         exploration = KeyedExploration(draws, rows, Purpose.FEED_EXPLORATION)
         action, log_propensity = _act(feed_policy, state, exploration, context)
@@ -568,13 +600,98 @@ class Simulator:
         live_action, live_log_propensity = _act(allocation_policy, live_state, exploration, live_context)
         inserted = np.zeros(n, dtype=bool)
         inserted[live_rows] = live_action == 1
+        live_of_row = np.full(n, -1)
+        live_of_row[live_rows] = live_id
 
+        def respond(chunk_and_probs: tuple[slice, VideoResponseProbs]) -> _Views:
+            chunk, probs = chunk_and_probs
+            return self._views(
+                users[chunk], rows[chunk], probs, expected[chunk], candidates[chunk], ranked_cols[chunk],
+                inserted[chunk], live_of_row[chunk], session.patience[chunk],
+            )  # fmt: skip
+
+        seen = _Views.joined(self._each(respond, list(zip(chunks, chunk_probs, strict=True))), chunks)
+        live_reward = np.column_stack(
+            [
+                np.where(seen.live_viewed, seen.live_watch, 0.0)[live_rows],
+                np.where(seen.live_viewed, seen.live_gift, 0.0)[live_rows],
+                np.where(inserted & seen.reached_end, seen.last_video_watch, 0.0)[live_rows],
+            ]
+        )
+        # the same with expected responses: the live stream's expected watch and gift where it was viewed,
+        # the displaced video's expected watch where the user would have reached it
+        displaced_expected = expected[live_rows, ranked_cols[live_rows, size - 1], 0]
+        live_expected_reward = np.column_stack(
+            [
+                np.where(seen.live_viewed[live_rows], exp_watch, 0.0),
+                np.where(seen.live_viewed[live_rows], exp_gift, 0.0),
+                np.where((inserted & seen.reached_end)[live_rows], displaced_expected, 0.0),
+            ]
+        ).astype(np.float64)
+        return PageOutcome(
+            candidates=candidates,
+            predictions=predictions,
+            action=action,
+            log_propensity=log_propensity,
+            served=seen.served,
+            live_inserted=inserted,
+            feed_reward=seen.feed_reward,
+            expected_feed_reward=seen.expected_feed_reward,
+            live_rows=live_rows,
+            live_id=live_id,
+            live_state=live_state,
+            live_predictions=live_predictions,
+            live_action=live_action,
+            live_log_propensity=live_log_propensity,
+            live_reward=live_reward,
+            live_expected_reward=live_expected_reward,
+            left=seen.left,
+            page_seconds=seen.page_seconds,
+            click_rate=seen.click_rate,
+            views=seen.views,
+        )
+
+    def _candidates(self, users, rows, topic_clicks) -> _Offer:
+        """The rows' upstream candidates, the world's responses to them and the ranker's predictions."""
+        cfg, draws, world = self.config, self.draws, self.world
+        model = cfg.response
+        # upstream candidates: topics drawn from the user's interests, then a random video of the topic
+        c = cfg.n_candidates
+        topic = _inverse_cdf_rows(
+            world.users.interest[users], draws.uniform(rows, Purpose.CANDIDATE_TOPIC, (c,))
+        )
+        candidates = world.videos.topic_start[topic] + (
+            draws.uniform(rows, Purpose.CANDIDATE_VIDEO, (c,)) * world.videos.topic_count[topic]
+        ).astype(np.int64)
+        # the following feed: the last candidates come from followed authors, for users who follow any
+        # (looked up for those rows only: most users follow no one); every followed author has videos,
+        # since follows come from views of them
+        fans = np.flatnonzero(self.follows.following_anyone(users))
+        pick = draws.uniform(rows[fans], Purpose.FOLLOWED_VIDEO, (cfg.followed_candidates,))
+        for i, j in enumerate(range(c - cfg.followed_candidates, c)):
+            candidates[fans, j] = self.follows.followed_videos(users[fans], pick[:, i])
+        followed = np.zeros(candidates.shape, bool)
+        candidate_authors = world.videos.author[candidates]
+        followed[fans] = self.follows.follows(users[fans, None], candidate_authors[fans])
+        author_views = self.familiarity.views(users[:, None], candidate_authors)
+        probs = VideoResponseProbs.of(world, model, users, candidates, topic_clicks, followed, author_views)
+        expected = probs.expected(model)
+        noise = draws.normal(rows, Purpose.PREDICTION_NOISE, expected.shape[1:])
+        predictions = expected * np.exp(model.prediction_noise * noise)
+        return _Offer(candidates, candidate_authors, probs, expected, predictions)
+
+    def _views(
+        self, users, rows, probs, expected, candidates, ranked_cols, inserted, live_of_row, patience
+    ) -> _Views:
+        """What the rows' users see of their pages and do, slot by slot until they leave; ``patience``
+        (the rows' session so far) is updated in place."""
+        cfg, draws, world = self.config, self.draws, self.world
+        model = cfg.response
+        n, size = users.size, cfg.page_size
         # page layout: rank of the video in each slot, -1 for the live slot; an insertion drops rank size-1
         slot = np.arange(size)
         slot_rank = np.where(inserted[:, None] & (slot >= cfg.live_position), slot - 1, slot)
         slot_rank[inserted, cfg.live_position] = -1
-        live_of_row = np.full(n, -1)
-        live_of_row[live_rows] = live_id
 
         video_signals, video_sat = probs.take(ranked_cols).sample(
             model, draws.uniform(rows, Purpose.VIDEO_RESPONSE, (size, 7))
@@ -607,50 +724,23 @@ class Simulator:
 
         exit_base = np.asarray(cfg.exit_base)[world.users.group[users]]
         exit_draws = draws.uniform(rows, Purpose.EXIT, (size,))
-        viewed, exits, alive = _leave(surplus, exit_base, session.patience, exit_draws, model)
+        viewed, exits, alive = _leave(surplus, exit_base, patience, exit_draws, model)
         # cumulative sums run slot by slot, as the views happened: the same floats in any batch
         offset = np.cumsum(signals[..., 0] + signals[..., 8] + cfg.item_overhead_s, axis=1)
         feed_reward = _sum_over_slots(np.where(viewed[..., None], slot_video, 0.0))
-        expected_feed_reward = _sum_over_slots(np.where((viewed & ~is_live)[..., None], slot_expected, 0.0))
-        live_viewed = (viewed & is_live).any(axis=1)
-        reached_end = viewed[:, size - 1]
-        row, slot = np.nonzero(viewed)  # by row, then slot
-
-        live_reward = np.column_stack(
-            [
-                np.where(live_viewed, live_watch, 0.0)[live_rows],
-                np.where(live_viewed, live_gift, 0.0)[live_rows],
-                np.where(inserted & reached_end, video_signals[:, size - 1, 0], 0.0)[live_rows],
-            ]
-        )
-        # the same with expected responses: the live stream's expected watch and gift where it was viewed,
-        # the displaced video's expected watch where the user would have reached it
-        displaced_expected = expected[live_rows, ranked_cols[live_rows, size - 1], 0]
-        live_expected_reward = np.column_stack(
-            [
-                np.where(live_viewed[live_rows], exp_watch, 0.0),
-                np.where(live_viewed[live_rows], exp_gift, 0.0),
-                np.where((inserted & reached_end)[live_rows], displaced_expected, 0.0),
-            ]
-        ).astype(np.float64)
         viewed_count = viewed.sum(axis=1)
-        return PageOutcome(
-            candidates=candidates,
-            predictions=predictions,
-            action=action,
-            log_propensity=log_propensity,
+        row, slot = np.nonzero(viewed)  # by row, then slot
+        return _Views(
             served=served,
-            live_inserted=inserted,
             feed_reward=feed_reward,
-            expected_feed_reward=expected_feed_reward,
-            live_rows=live_rows,
-            live_id=live_id,
-            live_state=live_state,
-            live_predictions=live_predictions,
-            live_action=live_action,
-            live_log_propensity=live_log_propensity,
-            live_reward=live_reward,
-            live_expected_reward=live_expected_reward,
+            expected_feed_reward=_sum_over_slots(
+                np.where((viewed & ~is_live)[..., None], slot_expected, 0.0)
+            ),
+            live_viewed=(viewed & is_live).any(axis=1),
+            live_watch=live_watch,
+            live_gift=live_gift,
+            reached_end=viewed[:, size - 1],
+            last_video_watch=video_signals[:, size - 1, 0],
             left=~alive,
             page_seconds=offset[np.arange(n), viewed_count - 1],
             click_rate=feed_reward[:, 1] / np.maximum(viewed_count, 1),
@@ -665,6 +755,69 @@ class Simulator:
                 session_end=exits[row, slot],
                 satisfaction=sat[row, slot],
             ),
+        )
+
+    def _chunks(self, n: int) -> list[slice]:
+        """A page's ``n`` rows in contiguous chunks, one a thread, each of at least ``_CHUNK_ROWS`` rows:
+        below that, handing a chunk to another thread costs more than it saves."""
+        count = max(1, min(self._threads, n // _CHUNK_ROWS))
+        bounds = [n * i // count for i in range(count + 1)]
+        return [slice(low, high) for low, high in itertools.pairwise(bounds)]
+
+    def _each(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
+        """``fn`` of each item, in order: the first in this thread, the others in the pool's at once."""
+        if len(items) == 1 or self._threads == 1:
+            return [fn(item) for item in items]
+        if self._pool is None or self._pool_pid != os.getpid():  # a forked child has none of the threads
+            self._pool = ThreadPoolExecutor(self._threads - 1, thread_name_prefix="simulator")
+            self._pool_pid = os.getpid()
+        later = [self._pool.submit(fn, item) for item in items[1:]]
+        return [fn(items[0]), *(future.result() for future in later)]
+
+
+@dataclass(frozen=True)
+class _Offer:
+    """A page's candidates before the policy ranks them."""
+
+    candidates: np.ndarray  # (n, C) video ids
+    authors: np.ndarray  # (n, C) their authors
+    probs: VideoResponseProbs  # the world's response probabilities
+    expected: np.ndarray  # (n, C, K) the world's expected responses
+    predictions: np.ndarray  # (n, C, K) the upstream ranker's: the expected responses with model noise
+
+
+@dataclass
+class _Views:
+    """What the users of a page's rows saw and did, per row, and the views themselves."""
+
+    served: np.ndarray  # (n, page_size) item ids in page order
+    feed_reward: np.ndarray  # (n, K)
+    expected_feed_reward: np.ndarray  # (n, K)
+    live_viewed: np.ndarray  # (n,) the user reached the live slot
+    live_watch: np.ndarray  # (n,) realised live watch seconds, were it viewed; 0 without an insertion
+    live_gift: np.ndarray  # (n,)
+    reached_end: np.ndarray  # (n,) the user viewed the page's last slot
+    last_video_watch: np.ndarray  # (n,) watch of the last-ranked video: an insertion's displaced one
+    left: np.ndarray  # (n,) the user left the session on the page
+    page_seconds: np.ndarray
+    click_rate: np.ndarray
+    views: PageViews
+
+    @classmethod
+    def joined(cls, parts: list[_Views], chunks: list[slice]) -> _Views:
+        """The views of a page's chunks of rows as one page's (row numbers from each chunk's start)."""
+        if len(parts) == 1:
+            return parts[0]
+        for part, chunk in zip(parts, chunks, strict=True):
+            part.views.row += chunk.start
+        views = _concat(PageViews, [vars(part.views) for part in parts])
+        return cls(
+            **{
+                f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                for f in fields(cls)
+                if f.name != "views"
+            },
+            views=views,
         )
 
 

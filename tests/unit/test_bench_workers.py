@@ -13,6 +13,8 @@ import pytest
 import tensorflow as tf
 from bench_scripts import BENCH
 
+from recsys_rl.sim.simulator import THREADS_VARIABLE
+
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"
 
 
@@ -32,6 +34,7 @@ def test_jobs_run_in_single_threaded_workers_and_come_back_under_their_keys(work
     jobs = {
         ("sum", 1): partial(math.fsum, [1.0, 2.5]),
         "blas threads": partial(os.getenv, _BLAS_THREADS),
+        "simulator threads": partial(os.getenv, THREADS_VARIABLE),  # read by every Simulator it makes
         "tensorflow threads": tf.config.threading.get_intra_op_parallelism_threads,
         "pid": os.getpid,
     }
@@ -41,6 +44,7 @@ def test_jobs_run_in_single_threaded_workers_and_come_back_under_their_keys(work
     assert list(results) == list(jobs)
     assert results[("sum", 1)] == 3.5
     assert results["blas threads"] == "1"
+    assert results["simulator threads"] == "1"
     assert results["tensorflow threads"] == 1
     assert results["pid"] != os.getpid()
     assert os.environ.get(_BLAS_THREADS) == before

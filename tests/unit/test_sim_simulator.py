@@ -382,6 +382,38 @@ def test_leaving_by_hand():
     np.testing.assert_allclose(patience, [-0.1, 1.62, 0.0])
 
 
+def test_a_sessions_patience_carries_over_its_pages_into_every_exit():
+    """docs/simulator.md, "Leaving the session", over whole sessions: a page starts with the patience the
+    session's page before left (0 on its first page), and each view ends the session exactly when its exit
+    draw falls under the hazard that patience gives (but for the page cap's end)."""
+    config = SimConfig(n_users=300)
+    model = config.response
+    sim = Simulator(config, 4)
+    day = sim.run_day(FEED, LIVE)
+    feed, views = day.feed, day.views
+    surplus = _view_satisfaction(day, sim.world, model) - model.exit_reference
+    keys = sim.draws.rows(feed.user, np.zeros(feed.user.size, np.int64), _session_ranks(feed), feed.page)
+    exit_draws = sim.draws.uniform(keys, Purpose.EXIT, (config.page_size,))
+    exit_base = np.asarray(config.exit_base)[sim.world.users.group]
+    row_of = {request: row for row, request in enumerate(feed.request.tolist())}
+    patience: dict[int, float] = {}
+    checked = 0
+    for view in np.lexsort((views.position, views.request)):  # a session's pages come in request order
+        row = row_of[int(views.request[view])]
+        session = int(feed.session[row])
+        before = patience.get(session, 0.0)
+        hazard = exit_base[feed.user[row]] * math.exp(
+            -model.exit_satisfaction * surplus[view] - model.patience_weight * before
+        )
+        uniform = exit_draws[row, views.position[view]]
+        if feed.page[row] < config.max_pages - 1 and abs(uniform - hazard) > 1e-4:  # float32 in the model
+            assert views.session_end[view] == (uniform < hazard), f"view {view}"
+            checked += 1
+        patience[session] = model.patience_decay * before + surplus[view]
+    assert checked > 0.99 * views.request.size
+    assert (feed.page > 0).mean() > 0.5  # most pages start with a session's patience
+
+
 def _view_satisfaction(day, world, model) -> np.ndarray:
     """Each view's satisfaction from its logged signals (docs/simulator.md): a clicked video its watched
     fraction, a skipped one sat_skip, plus each interaction's weight, less sat_hate for a hate; a live
