@@ -5,7 +5,8 @@ number of requests (n_candidates x K log-normal draws each), the least numpy wor
 needs. The ratio simulator / baseline says how far the whole model is from that floor, and is the verdict
 because the machine's speed varies from day to day. It holds only roughly: the baseline is compute-bound,
 the simulator mostly gathers and moves memory, and one commit read 0.219-0.282 on one day's machine and
-0.197-0.207 on another's (docs/simulator.md, "Speed").
+0.197-0.207 on another's (docs/simulator.md, "Speed"). The simulator runs on its default threads (one a
+core, as the target's "2-core machine" has), the baseline on one: its draws are a single numpy call.
 
     python bench/simulator.py --quick --out bench/results/simulator.json
 """
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             "n_candidates": config.n_candidates,
             "page_size": config.page_size,
             "requests_per_day": n_requests,
+            "threads": sim.threads,
         },
         "requests_per_s": simulated["value"],  # the headline figure: median over repeats
         "metrics": {
