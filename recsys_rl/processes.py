@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 
 KILL_WAIT_S = 10.0
@@ -63,6 +64,18 @@ def exit_on_sigterm() -> None:
         raise Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)
+
+
+def wait_for_stop(stop: threading.Event, poll_s: float = 0.5) -> None:
+    """Block the main thread until ``stop`` is set, by a signal handler that sets it, say.
+
+    Not ``stop.wait()`` with no timeout: the kernel hands a process's signal to any of its threads that
+    does not block it, and Python runs the handler in the main thread only once that thread runs Python
+    code again. A main thread blocked on a lock with no timeout is woken only when the signal happens to
+    interrupt its own wait; delivered to one of gRPC's or Kafka's threads instead, it waits for the next
+    signal. ``recsys-rl serve`` once sat out a SIGTERM that way until it was killed (CI, 2026-12-07)."""
+    while not stop.wait(poll_s):
+        pass
 
 
 def stop_group(pid: int, grace_s: float) -> None:

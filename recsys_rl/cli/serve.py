@@ -9,6 +9,7 @@ import threading
 from recsys_rl.cli.options import add_bootstrap_option, add_config_option, non_negative_int, positive_int
 from recsys_rl.config import load_config
 from recsys_rl.logs import progress_logger
+from recsys_rl.processes import wait_for_stop
 
 _OPTIONS = (
     "registry",
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"serving on {scheme}://{config.host}:{server.port}{metrics}", flush=True)
     progress("serving", {"port": server.port, "registry": config.registry or "none"})
-    stop.wait()
+    wait_for_stop(stop)
     progress(
         "stopping",
         {

@@ -96,3 +96,26 @@ def test_after_exit_on_sigterm_sigterm_unwinds_the_process_and_exits_143():
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 143
     assert out.splitlines() == ["finally ran", "atexit ran"]  # the forked child died as by default: silent
+
+
+# a SIGTERM handler that sets an event, and a thread that hands the signal to itself, not to the main thread
+ANOTHER_THREADS_SIGNAL = """
+import signal, threading, time
+from recsys_rl.processes import wait_for_stop
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+def deliver():
+    time.sleep(0.2)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+threading.Thread(target=deliver).start()
+wait_for_stop(stop)
+print("stopped", flush=True)
+"""
+
+
+def test_a_stop_signal_handed_to_another_thread_still_ends_the_wait():
+    """What ``recsys-rl serve`` waits with: a plain ``Event.wait()`` sat out such a signal for good."""
+    out = subprocess.run(
+        [sys.executable, "-c", ANOTHER_THREADS_SIGNAL], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    assert out == "stopped\n"
