@@ -43,7 +43,8 @@ def _assert_same_stores(sim: Simulator, other: Simulator) -> None:
     np.testing.assert_array_equal(other.follows.follows(*pairs), sim.follows.follows(*pairs))
 
 
-def test_days_run_in_chunks_on_threads_are_the_days_of_one_thread(monkeypatch):
+@pytest.mark.parametrize("threads", [2, 3])
+def test_days_run_in_chunks_on_threads_are_the_days_of_one_thread(monkeypatch, threads):
     one, days = _after_days(1)
     monkeypatch.setattr(simulator, "_CHUNK_ROWS", 16)  # every larger page in chunks of uneven sizes
     offered_on: set[str] = set()
@@ -54,11 +55,11 @@ def test_days_run_in_chunks_on_threads_are_the_days_of_one_thread(monkeypatch):
         return candidates(self, *args)
 
     monkeypatch.setattr(Simulator, "_candidates", recording)
-    three, chunked = _after_days(3)
-    assert len(offered_on) == 3  # the test is only worth something if the chunks did run side by side
+    several, chunked = _after_days(threads)
+    assert len(offered_on) == threads  # the test is only worth something if the chunks ran side by side
     _assert_same_days(days, chunked)
-    _assert_same_stores(one, three)
-    assert sum(map(len, (three.pairs, three.follows))) > 0  # the stores compared hold something
+    _assert_same_stores(one, several)
+    assert sum(map(len, (several.pairs, several.follows))) > 0  # the stores compared hold something
 
 
 @pytest.mark.parametrize(
@@ -94,6 +95,8 @@ def test_a_forked_process_starts_threads_of_its_own(monkeypatch):
     sim = Simulator(CONFIG, 9, threads=2)
     sim.run_day(FEED, LIVE)
     parents = sim._pool
+    sim.run_day(FEED, LIVE)
+    assert parents is not None and sim._pool is parents  # one process, one pool
     monkeypatch.setattr(simulator.os, "getpid", lambda: -1)  # as the child sees it
     sim.run_day(FEED, LIVE)
-    assert parents is not None and sim._pool is not parents
+    assert sim._pool is not parents
