@@ -293,6 +293,22 @@ def _view_expected(video: np.ndarray, is_live: np.ndarray, live: np.ndarray) -> 
     return out
 
 
+def _thread_count(threads: int | None) -> int:
+    """The threads asked for, else ``THREADS_VARIABLE``'s (unset or empty: one a core, up to four)."""
+    if threads is None:
+        setting = os.environ.get(THREADS_VARIABLE, "").strip()
+        if not setting:
+            return min(os.cpu_count() or 1, _MOST_THREADS)
+        if not setting.isdigit() or int(setting) < 1:
+            raise ValueError(
+                f"{THREADS_VARIABLE} should be a number of threads, at least 1, but is {setting!r}"
+            )
+        return int(setting)
+    if threads < 1:
+        raise ValueError(f"Simulator threads should be at least 1, but is {threads}")
+    return threads
+
+
 def _concat(cls, parts: list[dict[str, np.ndarray]]):
     """Build a log dataclass from per-page column dicts."""
     return cls(**{f.name: np.concatenate([p[f.name] for p in parts]) for f in fields(cls)})
@@ -332,9 +348,7 @@ class Simulator:
         self._next_session = 0
         # satisfaction of yesterday per user; the reference value for day 0
         self._satisfaction = np.full(config.n_users, config.response.return_reference)
-        self._threads = (
-            threads or int(os.environ.get(THREADS_VARIABLE, 0)) or min(os.cpu_count() or 1, _MOST_THREADS)
-        )
+        self._threads = _thread_count(threads)
         self._pool: ThreadPoolExecutor | None = None  # started at the first page that is worth chunking
         self._pool_pid = os.getpid()
 

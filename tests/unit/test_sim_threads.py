@@ -88,6 +88,17 @@ def test_threads_come_from_the_caller_else_the_environment_else_the_cores(monkey
         assert Simulator(config, 0).threads == threads
 
 
+@pytest.mark.parametrize("setting", ["0", "-2", "two", "1.5"])
+def test_a_thread_count_below_one_is_refused_by_name(monkeypatch, setting):
+    monkeypatch.setenv(THREADS_VARIABLE, setting)
+    with pytest.raises(ValueError, match=f"{THREADS_VARIABLE} should be a number of threads, at least 1"):
+        Simulator(SimConfig(n_users=10), 0)
+    monkeypatch.setenv(THREADS_VARIABLE, " ")  # blank is unset
+    assert Simulator(SimConfig(n_users=10), 0).threads >= 1
+    with pytest.raises(ValueError, match="Simulator threads should be at least 1, but is 0"):
+        Simulator(SimConfig(n_users=10), 0, threads=0)
+
+
 def test_a_forked_process_starts_threads_of_its_own(monkeypatch):
     """A child forked from a process whose simulator started its threads inherits the pool but none of its
     threads: work handed to it would never come back."""
