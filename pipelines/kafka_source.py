@@ -260,7 +260,14 @@ def stable_end_offsets(bootstrap_servers: str, topic: str, *, timeout_s: float =
         starts = []
         for partition in sorted(metadata.partitions):
             where = confluent_kafka.TopicPartition(topic, partition)
-            _, hint = consumer.get_watermark_offsets(where, timeout=_remaining_s(deadline), cached=False)
+            # a broker that has just restarted answers NOT_LEADER_FOR_PARTITION until it leads again
+            _, hint = _retrying(
+                lambda where=where: consumer.get_watermark_offsets(
+                    where, timeout=_remaining_s(deadline), cached=False
+                ),
+                deadline,
+                f"finding the end of topic {topic!r} on {bootstrap_servers}",
+            )
             starts.append(confluent_kafka.TopicPartition(topic, partition, hint))
         consumer.assign(starts)
         ends: dict[int, int] = {}
@@ -424,17 +431,26 @@ def _retrying(
 
     Needed for group calls: on a fresh Apache Kafka the offsets topic does not exist until the first
     FindCoordinator creates it, and the admin client reports COORDINATOR_NOT_AVAILABLE meanwhile
-    (about 0.2 s) instead of waiting.
+    (about 0.2 s) instead of waiting. And for a confluent-kafka call on a broker that has just restarted.
     """
     while True:
         try:
             return call()
-        except kafka_errors.KafkaError as exc:
-            if not exc.retriable:
+        except (kafka_errors.KafkaError, confluent_kafka.KafkaException) as exc:
+            if not _retriable(exc):
                 raise error(f"{what} failed: {type(exc).__name__}: {exc}") from exc
             if clock() >= deadline:
                 raise error(f"{what} still failing at the deadline: {type(exc).__name__}: {exc}") from exc
         time.sleep(_RETRY_PAUSE_S)
+
+
+def _retriable(exc: kafka_errors.KafkaError | confluent_kafka.KafkaException) -> bool:
+    """Whether the broker's error may pass: kafka-python's reading of the protocol's error codes, which a
+    confluent-kafka error carries too (librdkafka marks the errors it raises from a call as not retriable,
+    whatever the code; its own errors have negative codes, which no retriable error has)."""
+    if isinstance(exc, kafka_errors.KafkaError):
+        return exc.retriable
+    return kafka_errors.for_code(exc.args[0].code()).retriable
 
 
 def _partitions_of(admin: KafkaAdminClient, topics: list[str], deadline: float) -> list[TopicPartition]:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import apache_beam as beam
+import confluent_kafka
 import pytest
 from apache_beam.internal import pickler
 from hypothesis import given
 from hypothesis import strategies as st
 
+from recsys_rl.kafka.setup_errors import ReadError
 from recsys_rl.pipelines.kafka_source import (
     KafkaBatch,
     KafkaBatchCoder,
@@ -24,6 +27,7 @@ from recsys_rl.pipelines.kafka_source import (
     commit_offsets,
     committed_offsets,
     plan_replay,
+    stable_end_offsets,
 )
 
 BOOTSTRAP = "127.0.0.1:9"  # never contacted: every case here fails or finishes before connecting
@@ -214,3 +218,58 @@ def test_a_batch_lists_its_records_in_offset_order() -> None:
     batch = KafkaBatch("t", 2, [5, 6], [10, 11], [b"k", b""], [b"a", b"b"])
     assert batch.size == 2
     assert batch.records() == [KafkaRecord("t", 2, 5, 10, b"k", b"a"), KafkaRecord("t", 2, 6, 11, b"", b"b")]
+
+
+class _RestartedBroker:
+    """A consumer (confluent-kafka's interface) of a one-partition topic whose broker has just restarted: it
+    answers the first ``unled`` watermark asks with ``code``, then says the log ends at offset 5."""
+
+    def __init__(self, code: int, unled: int) -> None:
+        self.code, self.unled, self.asks = code, unled, 0
+
+    def __call__(self, config: dict) -> _RestartedBroker:  # stands in for the Consumer class
+        return self
+
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None})})
+
+    def get_watermark_offsets(self, where, timeout: float, cached: bool) -> tuple[int, int]:
+        self.asks += 1
+        if self.asks <= self.unled:
+            raise confluent_kafka.KafkaException(confluent_kafka.KafkaError(self.code))
+        return 0, 5
+
+    def assign(self, partitions) -> None:
+        pass
+
+    def poll(self, timeout: float) -> SimpleNamespace:
+        end = confluent_kafka.KafkaError(confluent_kafka.KafkaError._PARTITION_EOF)
+        return SimpleNamespace(error=lambda: end, partition=lambda: 0, offset=lambda: 5)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_end_of_a_topic_waits_for_a_restarted_broker_to_lead_again(monkeypatch):
+    """Seen in CI: `build-transitions` right after `broker start` failed with NOT_LEADER_FOR_PARTITION."""
+    broker = _RestartedBroker(confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION, unled=2)
+    monkeypatch.setattr(confluent_kafka, "Consumer", broker)
+    assert stable_end_offsets(BOOTSTRAP, "t", timeout_s=10.0) == {0: 5}
+    assert broker.asks == 3
+
+
+@pytest.mark.parametrize(
+    ("code", "unled", "message"),
+    [
+        (
+            confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            1,
+            "finding the end of topic 't' on .* failed",
+        ),
+        (confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION, 10**9, "still failing at the deadline"),
+    ],
+)
+def test_the_end_of_a_topic_gives_up_on_an_error_that_will_not_pass(monkeypatch, code, unled, message):
+    monkeypatch.setattr(confluent_kafka, "Consumer", _RestartedBroker(code, unled))
+    with pytest.raises(ReadError, match=message):
+        stable_end_offsets(BOOTSTRAP, "t", timeout_s=0.3)
