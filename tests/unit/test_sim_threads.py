@@ -79,8 +79,9 @@ def test_a_page_is_chunked_a_thread_a_chunk_of_at_least_1024_rows(rows, threads,
 
 def test_threads_come_from_the_caller_else_the_environment_else_the_cores(monkeypatch):
     config = SimConfig(n_users=10)
-    monkeypatch.setenv(THREADS_VARIABLE, "3")
-    assert Simulator(config, 0).threads == 3
+    for setting in ("1", "3"):
+        monkeypatch.setenv(THREADS_VARIABLE, setting)
+        assert Simulator(config, 0).threads == int(setting)
     assert Simulator(config, 0, threads=1).threads == 1
     monkeypatch.delenv(THREADS_VARIABLE)
     for cores, threads in ((1, 1), (2, 2), (64, 4), (None, 1)):
